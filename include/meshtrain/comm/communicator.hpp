@@ -1,0 +1,174 @@
+#pragma once
+// One communicator interface over Kokkos Views with two backends: MPI (host memory) and NCCL
+// (device memory). Every operation has a non-blocking form returning a Request, so later layers
+// can overlap communication with compute, and a blocking form that waits on it.
+//
+// Ordering contract (DESIGN invariant 5): a communicator is bound to the execution-space
+// instance that produces and consumes its buffers. Before an operation reads a buffer the
+// backend orders itself after the work already queued on that instance (MPI: fence; NCCL: an
+// event the communication stream waits on); Request::wait() orders later work on the instance
+// after the operation (MPI: MPI_Wait; NCCL: an event the compute stream waits on, no host sync).
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "meshtrain/core/dtype.hpp"
+#include "meshtrain/core/error.hpp"
+#include "meshtrain/core/kokkos_compat.hpp"
+
+namespace meshtrain::comm {
+
+enum class ReduceOp { sum, max, min };
+enum class Backend { mpi, nccl };
+
+const char* backend_name(Backend b);
+Backend parse_backend(const std::string& s);  // "mpi" | "nccl"; ConfigError otherwise
+
+class RequestImpl {
+ public:
+  virtual ~RequestImpl() = default;
+  virtual void wait() = 0;
+  virtual bool test() = 0;
+};
+
+// Handle to an operation in flight. Move-only; a default-constructed Request is complete.
+// Destroying an unfinished Request waits for it (a dropped request must not leave a collective
+// half-done).
+class Request {
+ public:
+  Request() = default;
+  explicit Request(std::unique_ptr<RequestImpl> impl) : impl_(std::move(impl)) {}
+  Request(Request&&) noexcept = default;
+  Request& operator=(Request&& o) noexcept {
+    if (this != &o) {
+      finish_quietly();
+      impl_ = std::move(o.impl_);
+    }
+    return *this;
+  }
+  ~Request() { finish_quietly(); }
+
+  void wait() {
+    if (impl_) {
+      impl_->wait();
+      impl_.reset();
+    }
+  }
+  bool test() {
+    if (impl_ && impl_->test()) impl_.reset();
+    return !impl_;
+  }
+  bool pending() const { return static_cast<bool>(impl_); }
+
+ private:
+  void finish_quietly() noexcept {
+    try {
+      wait();
+    } catch (...) {
+    }
+  }
+  std::unique_ptr<RequestImpl> impl_;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual Backend backend() const = 0;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Whether buffers must be host-accessible (MPI) or device-accessible (NCCL).
+  virtual bool needs_host_memory() const = 0;
+
+  // ---- raw operations: counts in elements; send may equal recv (in place) for all_reduce ----
+  virtual Request iall_reduce_raw(const void* send, void* recv, std::size_t count, DType t,
+                                  ReduceOp op) = 0;
+  // recv gets this rank's block of `recv_count` elements of the reduced send (size * recv_count).
+  virtual Request ireduce_scatter_raw(const void* send, void* recv, std::size_t recv_count,
+                                      DType t, ReduceOp op) = 0;
+  // recv (size * send_count) gets every rank's send block in rank order.
+  virtual Request iall_gather_raw(const void* send, void* recv, std::size_t send_count,
+                                  DType t) = 0;
+  virtual Request ibroadcast_raw(void* buf, std::size_t count, DType t, int root) = 0;
+  virtual Request isend_raw(const void* buf, std::size_t count, DType t, int peer, int tag) = 0;
+  virtual Request irecv_raw(void* buf, std::size_t count, DType t, int peer, int tag) = 0;
+  virtual void barrier() = 0;
+
+  // ---- View front ends: check extents and memory space, then call the raw operation ----
+  template <class VS, class VR>
+  Request iall_reduce(const VS& send, const VR& recv, ReduceOp op = ReduceOp::sum) {
+    check_space<VS>("all_reduce");
+    check_space<VR>("all_reduce");
+    check_extent(send.span() == recv.span(), "all_reduce", send.span(), recv.span());
+    return iall_reduce_raw(send.data(), recv.data(), send.span(), dtype_of_v<value_t<VS>>, op);
+  }
+  template <class V>
+  Request iall_reduce(const V& buf, ReduceOp op = ReduceOp::sum) {
+    return iall_reduce(buf, buf, op);
+  }
+  template <class VS, class VR>
+  Request ireduce_scatter(const VS& send, const VR& recv, ReduceOp op = ReduceOp::sum) {
+    check_space<VS>("reduce_scatter");
+    check_space<VR>("reduce_scatter");
+    check_extent(send.span() == recv.span() * static_cast<std::size_t>(size()), "reduce_scatter",
+                 send.span(), recv.span() * size());
+    return ireduce_scatter_raw(send.data(), recv.data(), recv.span(), dtype_of_v<value_t<VS>>, op);
+  }
+  template <class VS, class VR>
+  Request iall_gather(const VS& send, const VR& recv) {
+    check_space<VS>("all_gather");
+    check_space<VR>("all_gather");
+    check_extent(recv.span() == send.span() * static_cast<std::size_t>(size()), "all_gather",
+                 send.span() * size(), recv.span());
+    return iall_gather_raw(send.data(), recv.data(), send.span(), dtype_of_v<value_t<VS>>);
+  }
+  template <class V>
+  Request ibroadcast(const V& buf, int root) {
+    check_space<V>("broadcast");
+    return ibroadcast_raw(buf.data(), buf.span(), dtype_of_v<value_t<V>>, root);
+  }
+  template <class V>
+  Request isend(const V& buf, int peer, int tag = 0) {
+    check_space<V>("send");
+    return isend_raw(buf.data(), buf.span(), dtype_of_v<value_t<V>>, peer, tag);
+  }
+  template <class V>
+  Request irecv(const V& buf, int peer, int tag = 0) {
+    check_space<V>("recv");
+    return irecv_raw(buf.data(), buf.span(), dtype_of_v<value_t<V>>, peer, tag);
+  }
+
+  template <class... A> void all_reduce(A&&... a) { iall_reduce(std::forward<A>(a)...).wait(); }
+  template <class... A> void reduce_scatter(A&&... a) {
+    ireduce_scatter(std::forward<A>(a)...).wait();
+  }
+  template <class... A> void all_gather(A&&... a) { iall_gather(std::forward<A>(a)...).wait(); }
+  template <class... A> void broadcast(A&&... a) { ibroadcast(std::forward<A>(a)...).wait(); }
+  template <class... A> void send(A&&... a) { isend(std::forward<A>(a)...).wait(); }
+  template <class... A> void recv(A&&... a) { irecv(std::forward<A>(a)...).wait(); }
+
+ private:
+  template <class V> using value_t = typename V::non_const_value_type;
+
+  template <class V>
+  void check_space(const char* op) const {
+    using M = typename V::memory_space;
+    constexpr bool host_ok = Kokkos::SpaceAccessibility<Kokkos::HostSpace, M>::accessible;
+    constexpr bool dev_ok = Kokkos::SpaceAccessibility<ExecSpace, M>::accessible;
+    static_assert(V::rank == 1 || true);
+    if (needs_host_memory() && !host_ok)
+      throw_error(cat("comm::", op, ": the ", backend_name(backend()),
+                      " backend needs host memory, got a View in ", M::name()),
+                  __FILE__, __LINE__);
+    if (!needs_host_memory() && !dev_ok)
+      throw_error(cat("comm::", op, ": the ", backend_name(backend()),
+                      " backend needs device memory, got a View in ", M::name()),
+                  __FILE__, __LINE__);
+  }
+  static void check_extent(bool ok, const char* op, std::size_t a, std::size_t b) {
+    if (!ok)
+      throw_error(cat("comm::", op, ": buffer sizes do not match (", a, " vs ", b, " elements)"),
+                  __FILE__, __LINE__);
+  }
+};
+
+}  // namespace meshtrain::comm

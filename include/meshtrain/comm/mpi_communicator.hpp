@@ -1,0 +1,42 @@
+#pragma once
+#include <mpi.h>
+
+#include "meshtrain/comm/communicator.hpp"
+
+namespace meshtrain::comm {
+
+// MPI backend: host memory, non-blocking MPI collectives and point-to-point. Borrows the
+// communicator (the ProcessMesh owns it) and the execution-space instance whose work it fences
+// before reading a buffer.
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator(MPI_Comm comm, ExecSpace exec = ExecSpace{});
+
+  Backend backend() const override { return Backend::mpi; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  bool needs_host_memory() const override { return true; }
+  MPI_Comm get() const { return comm_; }
+
+  Request iall_reduce_raw(const void* send, void* recv, std::size_t count, DType t,
+                          ReduceOp op) override;
+  Request ireduce_scatter_raw(const void* send, void* recv, std::size_t recv_count, DType t,
+                              ReduceOp op) override;
+  Request iall_gather_raw(const void* send, void* recv, std::size_t send_count,
+                          DType t) override;
+  Request ibroadcast_raw(void* buf, std::size_t count, DType t, int root) override;
+  Request isend_raw(const void* buf, std::size_t count, DType t, int peer, int tag) override;
+  Request irecv_raw(void* buf, std::size_t count, DType t, int peer, int tag) override;
+  void barrier() override;
+
+ private:
+  void order_after_compute();
+  MPI_Comm comm_;
+  ExecSpace exec_;
+  int rank_ = 0, size_ = 1;
+};
+
+MPI_Datatype mpi_type(DType t);
+MPI_Op mpi_op(ReduceOp op);
+
+}  // namespace meshtrain::comm

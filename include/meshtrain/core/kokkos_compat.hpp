@@ -1,0 +1,78 @@
+#pragma once
+// The one place where Kokkos 3.4 (Debian 12's Trilinos package) and Kokkos 4.x differ for us.
+// Everything else includes this header instead of Kokkos_Core.hpp.
+#include <Kokkos_Core.hpp>
+
+#include <cmath>
+#include <string>
+
+#if KOKKOS_VERSION >= 40000
+#define MESHTRAIN_KOKKOS4 1
+#else
+#define MESHTRAIN_KOKKOS4 0
+#endif
+
+namespace meshtrain {
+
+using ExecSpace = Kokkos::DefaultExecutionSpace;
+using MemSpace = ExecSpace::memory_space;
+using HostExecSpace = Kokkos::DefaultHostExecutionSpace;
+using HostSpace = Kokkos::HostSpace;
+
+// True when the default execution space runs on a GPU (host and device memory differ).
+inline constexpr bool kDeviceIsHost =
+    Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
+
+namespace kc {
+
+// Math functions: Kokkos 4 has Kokkos::exp etc.; 3.4 had them under Kokkos::Experimental.
+#if MESHTRAIN_KOKKOS4
+using Kokkos::exp;
+using Kokkos::expm1;
+using Kokkos::fabs;
+using Kokkos::fmax;
+using Kokkos::fmin;
+using Kokkos::isfinite;
+using Kokkos::log;
+using Kokkos::log1p;
+using Kokkos::pow;
+using Kokkos::sqrt;
+using Kokkos::tanh;
+using Kokkos::cosh;
+#else
+using Kokkos::Experimental::exp;
+using Kokkos::Experimental::expm1;
+using Kokkos::Experimental::fabs;
+using Kokkos::Experimental::fmax;
+using Kokkos::Experimental::fmin;
+using Kokkos::Experimental::isfinite;
+using Kokkos::Experimental::log;
+using Kokkos::Experimental::log1p;
+using Kokkos::Experimental::pow;
+using Kokkos::Experimental::sqrt;
+using Kokkos::Experimental::tanh;
+using Kokkos::Experimental::cosh;
+#endif
+
+// Initialise Kokkos on a chosen device (-1: let Kokkos choose). Kokkos 4 replaced
+// InitArguments by InitializationSettings.
+void initialize(int device_id, int num_threads = -1);
+
+// Fence one execution-space instance with a label (3.4's fence takes no label).
+template <class Exec>
+inline void fence(const Exec& exec, const std::string& label) {
+#if MESHTRAIN_KOKKOS4
+  exec.fence(label);
+#else
+  (void)label;
+  exec.fence();
+#endif
+}
+
+// Number of GPUs visible to this process (0 in host-only builds).
+int device_count();
+
+std::string configuration_summary();
+
+}  // namespace kc
+}  // namespace meshtrain

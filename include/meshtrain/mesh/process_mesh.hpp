@@ -1,0 +1,64 @@
+#pragma once
+// ProcessMesh: the world communicator split into tensor-, data- and pipeline-parallel groups,
+// the model-parallel group (tp x pp, for gradient norms) and the embedding group (first and last
+// pipeline stage, for the tied embedding). Built from a communicator it duplicates; it never
+// touches MPI_COMM_WORLD itself.
+#include <string>
+
+#include "meshtrain/mesh/mpi_comm.hpp"
+#include "meshtrain/mesh/rank_math.hpp"
+
+namespace meshtrain::mesh {
+
+class ProcessMesh {
+ public:
+  // Collective over `parent`. Throws ConfigError (identically on every rank) when the sizes do
+  // not multiply to the communicator's size.
+  ProcessMesh(MPI_Comm parent, const Shape& shape, const Order& order = Order{});
+
+  const Shape& shape() const { return shape_; }
+  const Order& order() const { return order_; }
+  const Coord& coord() const { return coord_; }
+  int rank() const { return rank_; }
+  int size() const { return static_cast<int>(shape_.world()); }
+
+  const MpiComm& world() const { return world_; }
+  const MpiComm& tp() const { return tp_; }
+  const MpiComm& dp() const { return dp_; }
+  const MpiComm& pp() const { return pp_; }
+  const MpiComm& along(Axis a) const { return a == Axis::tp ? tp_ : a == Axis::dp ? dp_ : pp_; }
+  const MpiComm& model_parallel() const { return mp_; }
+  // Null on middle pipeline stages.
+  const MpiComm& embedding() const { return embedding_; }
+  const MpiComm& node() const { return node_; }
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
+
+  bool is_first_stage() const { return coord_.pp == 0; }
+  bool is_last_stage() const { return coord_.pp == shape_.pp - 1; }
+
+  // "dp/pp/tp" coordinates for log prefixes, e.g. "1/0/3".
+  std::string coord_string() const;
+  // One line describing the layout, for rank 0's banner.
+  std::string describe() const;
+
+ private:
+  Shape shape_;
+  Order order_;
+  Coord coord_;
+  int rank_ = 0;
+  int local_rank_ = 0, local_size_ = 1;
+  MpiComm world_, tp_, dp_, pp_, mp_, embedding_, node_;
+};
+
+// Node-local rank and size of `comm` (MPI_Comm_split_type SHARED): usable before Kokkos starts,
+// so the GPU can be chosen from it.
+struct NodeRank {
+  int rank = 0, size = 1;
+};
+NodeRank node_local_rank(MPI_Comm comm);
+
+// The GPU a rank uses: its node-local rank modulo the visible GPUs (-1 when there are none).
+int select_device(int local_rank, int device_count);
+
+}  // namespace meshtrain::mesh

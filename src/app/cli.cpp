@@ -1,0 +1,88 @@
+// Subcommand dispatch and the error policy of the whole job:
+//   ConfigError (bad option, file or input; every rank sees the same) -> rank 0 prints one line,
+//     every rank exits with kExitConfig.
+//   any other error -> the failing rank prints it with its rank, MPI_Abort ends the job with
+//     kExitFailure so no rank hangs in a collective.
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "meshtrain/app/subcommands.hpp"
+#include "meshtrain/app/subcommand_table.hpp"
+#include "meshtrain/core/error.hpp"
+#include "meshtrain/core/log.hpp"
+#include "meshtrain/version.hpp"
+
+namespace meshtrain::app {
+
+namespace {
+
+void print_usage() {
+  std::cout << "meshtrain " << kVersion
+            << " - GPT training with data, pipeline and tensor parallelism and ZeRO\n\n"
+               "usage: meshtrain <subcommand> [--config FILE] [--section.key value ...]\n"
+               "       mpirun -np N meshtrain <subcommand> ...   (or srun under Slurm)\n\n"
+               "subcommands:\n";
+  for (const auto& s : subcommand_table())
+    std::printf("  %-10s %s\n", s.name.c_str(), s.summary.c_str());
+  std::cout << "\n`meshtrain <subcommand> --help` lists its options. Options come from the command\n"
+               "line, then the --config INI file ([section] key = value), then defaults.\n\n"
+               "exit codes: 0 success, 1 failure (a check failed or a rank hit an error),\n"
+               "            2 bad configuration or input\n";
+}
+
+bool wants_help(const std::vector<std::string>& args) {
+  return std::any_of(args.begin(), args.end(),
+                     [](const std::string& a) { return a == "--help" || a == "-h"; });
+}
+
+}  // namespace
+
+int run_main(int argc, char** argv) {
+  std::vector<std::string> all(argv + 1, argv + argc);
+  if (all.empty() || all[0] == "--help" || all[0] == "-h" || all[0] == "help") {
+    print_usage();
+    return all.empty() ? kExitConfig : kExitOk;
+  }
+  if (all[0] == "--version" || all[0] == "-V") {
+    std::cout << "meshtrain " << kVersion << " (" << kBuildInfo << ")\n";
+    return kExitOk;
+  }
+  const Subcommand* sub = find_subcommand(all[0]);
+  if (!sub) {
+    std::cerr << "meshtrain: error: unknown subcommand '" << all[0]
+              << "'; run `meshtrain --help` for the list\n";
+    return kExitConfig;
+  }
+  std::vector<std::string> args(all.begin() + 1, all.end());
+  if (wants_help(args)) {  // no MPI needed to print help
+    std::cout << "usage: meshtrain " << sub->name << " [options]\n" << sub->summary << "\n\n"
+              << sub->options() << "\n";
+    return kExitOk;
+  }
+
+  int rc = kExitOk;
+  try {
+    Runtime rt(argc, argv);
+    try {
+      rc = sub->run(rt, args);
+    } catch (const ConfigError& e) {
+      if (rt.rank() == 0) std::cerr << "meshtrain " << sub->name << ": error: " << e.what() << "\n";
+      rc = kExitConfig;
+    } catch (const std::exception& e) {
+      std::cerr << "meshtrain " << sub->name << ": error on rank " << rt.rank() << ": " << e.what()
+                << "\n";
+      std::cerr.flush();
+      MPI_Abort(MPI_COMM_WORLD, kExitFailure);
+    }
+  } catch (const std::exception& e) {  // start-up failed (MPI or Kokkos)
+    std::cerr << "meshtrain: error during start-up: " << e.what() << "\n";
+    return kExitFailure;
+  }
+  return rc;
+}
+
+}  // namespace meshtrain::app

@@ -1,0 +1,34 @@
+#include "meshtrain/app/runtime.hpp"
+
+#include "meshtrain/core/kokkos_compat.hpp"
+#include "meshtrain/core/log.hpp"
+#include "meshtrain/core/mpi_check.hpp"
+
+namespace meshtrain::app {
+
+Runtime::Runtime(int& argc, char**& argv) {
+  int provided = 0;
+  // FUNNELED: only the main thread calls MPI; Kokkos host threads never do.
+  MESHTRAIN_MPI_CHECK(MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided));
+  MESHTRAIN_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  MESHTRAIN_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
+  MESHTRAIN_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
+  set_error_rank(rank_);
+  log::Context ctx;
+  ctx.world_rank = rank_;
+  log::set_context(ctx);
+  node_ = mesh::node_local_rank(MPI_COMM_WORLD);
+  // Jobs launch with every GPU of the node visible (NCCL needs to see its peers); each rank takes
+  // the one matching its node-local rank.
+  device_ = mesh::select_device(node_.rank, kc::device_count());
+  kc::initialize(device_);
+}
+
+Runtime::~Runtime() {
+  if (Kokkos::is_initialized()) Kokkos::finalize();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+}  // namespace meshtrain::app

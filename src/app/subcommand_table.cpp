@@ -1,0 +1,21 @@
+#include "meshtrain/app/subcommand_table.hpp"
+
+#include "meshtrain/app/selfcheck.hpp"
+
+namespace meshtrain::app {
+
+const std::vector<Subcommand>& subcommand_table() {
+  static const std::vector<Subcommand> table = {
+      {"selfcheck", "check the process mesh and every collective on every sub-communicator",
+       selfcheck_options, cmd_selfcheck},
+  };
+  return table;
+}
+
+const Subcommand* find_subcommand(const std::string& name) {
+  for (const auto& s : subcommand_table())
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+}  // namespace meshtrain::app

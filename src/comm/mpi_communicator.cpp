@@ -1,0 +1,122 @@
+#include "meshtrain/comm/mpi_communicator.hpp"
+
+#include <climits>
+
+#include "meshtrain/core/mpi_check.hpp"
+
+namespace meshtrain::comm {
+
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::f32: return MPI_FLOAT;
+    case DType::f64: return MPI_DOUBLE;
+    case DType::i32: return MPI_INT32_T;
+    case DType::i64: return MPI_INT64_T;
+    case DType::u8: return MPI_UINT8_T;
+    case DType::bf16:
+    case DType::f16: break;
+  }
+  throw Error(cat("the MPI backend does not reduce ", dtype_name(t),
+                  " buffers; use float32 host buffers or the NCCL backend"));
+}
+
+MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return MPI_SUM;
+    case ReduceOp::max: return MPI_MAX;
+    case ReduceOp::min: return MPI_MIN;
+  }
+  return MPI_SUM;
+}
+
+namespace {
+
+class MpiRequest final : public RequestImpl {
+ public:
+  explicit MpiRequest(MPI_Request r) : req_(r) {}
+  void wait() override { MESHTRAIN_MPI_CHECK(MPI_Wait(&req_, MPI_STATUS_IGNORE)); }
+  bool test() override {
+    int flag = 0;
+    MESHTRAIN_MPI_CHECK(MPI_Test(&req_, &flag, MPI_STATUS_IGNORE));
+    return flag != 0;
+  }
+
+ private:
+  MPI_Request req_;
+};
+
+Request wrap(MPI_Request r) { return Request(std::make_unique<MpiRequest>(r)); }
+
+int as_count(std::size_t n) {
+  MESHTRAIN_CHECK(n <= static_cast<std::size_t>(INT_MAX), "MPI count ", n,
+                  " exceeds INT_MAX; split the buffer");
+  return static_cast<int>(n);
+}
+
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, ExecSpace exec) : comm_(comm), exec_(exec) {
+  MESHTRAIN_CHECK(comm != MPI_COMM_NULL, "MpiCommunicator needs a communicator this rank is in");
+  MESHTRAIN_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  MESHTRAIN_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+}
+
+// MPI reads host memory directly: whatever the instance still has queued may be writing it.
+void MpiCommunicator::order_after_compute() { kc::fence(exec_, "meshtrain::comm::mpi_order"); }
+
+Request MpiCommunicator::iall_reduce_raw(const void* send, void* recv, std::size_t count,
+                                         DType t, ReduceOp op) {
+  order_after_compute();
+  MPI_Request r;
+  const void* s = send == recv ? MPI_IN_PLACE : send;
+  MESHTRAIN_MPI_CHECK(
+      MPI_Iallreduce(s, recv, as_count(count), mpi_type(t), mpi_op(op), comm_, &r));
+  return wrap(r);
+}
+
+Request MpiCommunicator::ireduce_scatter_raw(const void* send, void* recv,
+                                             std::size_t recv_count, DType t, ReduceOp op) {
+  order_after_compute();
+  MPI_Request r;
+  MESHTRAIN_MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, as_count(recv_count), mpi_type(t),
+                                                mpi_op(op), comm_, &r));
+  return wrap(r);
+}
+
+Request MpiCommunicator::iall_gather_raw(const void* send, void* recv, std::size_t send_count,
+                                         DType t) {
+  order_after_compute();
+  MPI_Request r;
+  const int n = as_count(send_count);
+  MESHTRAIN_MPI_CHECK(MPI_Iallgather(send, n, mpi_type(t), recv, n, mpi_type(t), comm_, &r));
+  return wrap(r);
+}
+
+Request MpiCommunicator::ibroadcast_raw(void* buf, std::size_t count, DType t, int root) {
+  order_after_compute();
+  MPI_Request r;
+  MESHTRAIN_MPI_CHECK(MPI_Ibcast(buf, as_count(count), mpi_type(t), root, comm_, &r));
+  return wrap(r);
+}
+
+Request MpiCommunicator::isend_raw(const void* buf, std::size_t count, DType t, int peer,
+                                   int tag) {
+  order_after_compute();
+  MPI_Request r;
+  MESHTRAIN_MPI_CHECK(MPI_Isend(buf, as_count(count), mpi_type(t), peer, tag, comm_, &r));
+  return wrap(r);
+}
+
+Request MpiCommunicator::irecv_raw(void* buf, std::size_t count, DType t, int peer, int tag) {
+  order_after_compute();
+  MPI_Request r;
+  MESHTRAIN_MPI_CHECK(MPI_Irecv(buf, as_count(count), mpi_type(t), peer, tag, comm_, &r));
+  return wrap(r);
+}
+
+void MpiCommunicator::barrier() {
+  order_after_compute();
+  MESHTRAIN_MPI_CHECK(MPI_Barrier(comm_));
+}
+
+}  // namespace meshtrain::comm

@@ -1,0 +1,141 @@
+// Compiled only when MESHTRAIN_HAVE_NCCL (see src/CMakeLists.txt).
+#include "meshtrain/comm/nccl_communicator.hpp"
+
+#include "meshtrain/core/cuda_check.hpp"
+#include "meshtrain/core/mpi_check.hpp"
+
+namespace meshtrain::comm {
+
+namespace {
+
+ncclDataType_t nccl_type(DType t) {
+  switch (t) {
+    case DType::f32: return ncclFloat32;
+    case DType::f64: return ncclFloat64;
+    case DType::i32: return ncclInt32;
+    case DType::i64: return ncclInt64;
+    case DType::u8: return ncclUint8;
+    case DType::bf16: return ncclBfloat16;
+    case DType::f16: return ncclFloat16;
+  }
+  return ncclFloat32;
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return ncclSum;
+    case ReduceOp::max: return ncclMax;
+    case ReduceOp::min: return ncclMin;
+  }
+  return ncclSum;
+}
+
+// Completion = an event recorded on the NCCL stream after the operation. wait() makes the
+// compute stream wait for it on the device; the host does not block.
+class NcclRequest final : public RequestImpl {
+ public:
+  NcclRequest(cudaEvent_t ev, cudaStream_t compute) : ev_(ev), compute_(compute) {}
+  ~NcclRequest() override {
+    if (ev_) cudaEventDestroy(ev_);
+  }
+  void wait() override {
+    MESHTRAIN_CUDA_CHECK(cudaStreamWaitEvent(compute_, ev_, 0));
+  }
+  bool test() override {
+    cudaError_t rc = cudaEventQuery(ev_);
+    if (rc == cudaErrorNotReady) return false;
+    MESHTRAIN_CUDA_CHECK(rc);
+    return true;
+  }
+
+ private:
+  cudaEvent_t ev_;
+  cudaStream_t compute_;
+};
+
+}  // namespace
+
+NcclCommunicator::NcclCommunicator(MPI_Comm comm, ExecSpace exec)
+    : mpi_comm_(comm), exec_(exec) {
+  MESHTRAIN_CHECK(comm != MPI_COMM_NULL, "NcclCommunicator needs a communicator this rank is in");
+  MESHTRAIN_MPI_CHECK(MPI_Comm_rank(comm, &rank_));
+  MESHTRAIN_MPI_CHECK(MPI_Comm_size(comm, &size_));
+  compute_stream_ = exec_.cuda_stream();
+  MESHTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  MESHTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+  ncclUniqueId id;
+  if (rank_ == 0) MESHTRAIN_NCCL_CHECK(ncclGetUniqueId(&id));
+  MESHTRAIN_MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm));
+  MESHTRAIN_NCCL_CHECK(ncclCommInitRank(&comm_, size_, id, rank_));
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  if (comm_) ncclCommDestroy(comm_);
+  if (ready_) cudaEventDestroy(ready_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+// The NCCL stream must not read a buffer before the compute stream has written it.
+void NcclCommunicator::order_after_compute() {
+  MESHTRAIN_CUDA_CHECK(cudaEventRecord(ready_, compute_stream_));
+  MESHTRAIN_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready_, 0));
+}
+
+Request NcclCommunicator::make_request() {
+  cudaEvent_t ev;
+  MESHTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  MESHTRAIN_CUDA_CHECK(cudaEventRecord(ev, stream_));
+  return Request(std::make_unique<NcclRequest>(ev, compute_stream_));
+}
+
+Request NcclCommunicator::iall_reduce_raw(const void* send, void* recv, std::size_t count,
+                                          DType t, ReduceOp op) {
+  order_after_compute();
+  MESHTRAIN_NCCL_CHECK(
+      ncclAllReduce(send, recv, count, nccl_type(t), nccl_op(op), comm_, stream_));
+  return make_request();
+}
+
+Request NcclCommunicator::ireduce_scatter_raw(const void* send, void* recv,
+                                              std::size_t recv_count, DType t, ReduceOp op) {
+  order_after_compute();
+  MESHTRAIN_NCCL_CHECK(
+      ncclReduceScatter(send, recv, recv_count, nccl_type(t), nccl_op(op), comm_, stream_));
+  return make_request();
+}
+
+Request NcclCommunicator::iall_gather_raw(const void* send, void* recv, std::size_t send_count,
+                                          DType t) {
+  order_after_compute();
+  MESHTRAIN_NCCL_CHECK(ncclAllGather(send, recv, send_count, nccl_type(t), comm_, stream_));
+  return make_request();
+}
+
+Request NcclCommunicator::ibroadcast_raw(void* buf, std::size_t count, DType t, int root) {
+  order_after_compute();
+  MESHTRAIN_NCCL_CHECK(ncclBroadcast(buf, buf, count, nccl_type(t), root, comm_, stream_));
+  return make_request();
+}
+
+// NCCL has no tags: messages between one pair of ranks are matched in issue order.
+Request NcclCommunicator::isend_raw(const void* buf, std::size_t count, DType t, int peer,
+                                    int /*tag*/) {
+  order_after_compute();
+  MESHTRAIN_NCCL_CHECK(ncclSend(buf, count, nccl_type(t), peer, comm_, stream_));
+  return make_request();
+}
+
+Request NcclCommunicator::irecv_raw(void* buf, std::size_t count, DType t, int peer,
+                                    int /*tag*/) {
+  order_after_compute();
+  MESHTRAIN_NCCL_CHECK(ncclRecv(buf, count, nccl_type(t), peer, comm_, stream_));
+  return make_request();
+}
+
+void NcclCommunicator::barrier() {
+  MESHTRAIN_CUDA_CHECK(cudaStreamSynchronize(compute_stream_));
+  MESHTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  MESHTRAIN_MPI_CHECK(MPI_Barrier(mpi_comm_));
+}
+
+}  // namespace meshtrain::comm

@@ -1,0 +1,120 @@
+#include "meshtrain/core/config.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "meshtrain/core/error.hpp"
+
+namespace meshtrain::config {
+
+po::options_description generic_options() {
+  po::options_description g("Generic options");
+  g.add_options()
+      ("help,h", "print this help and exit")
+      ("config,c", po::value<std::string>(),
+       "INI file with [section] key = value lines; the command line overrides it");
+  return g;
+}
+
+namespace {
+
+// Boost reports "the argument ('x') for option '--mesh.tp' is invalid"; we add where it came from.
+[[noreturn]] void rethrow(const po::error& e, const std::string& where) {
+  throw ConfigError(cat(e.what(), " (", where, ")"));
+}
+
+}  // namespace
+
+Parsed parse(const std::vector<std::string>& args, const po::options_description& desc) {
+  Parsed p;
+  try {
+    auto parsed = po::command_line_parser(args).options(desc).run();
+    po::store(parsed, p.vm);
+  } catch (const po::error& e) {
+    rethrow(e, "command line; see --help");
+  }
+  p.help = p.vm.count("help") > 0;
+  if (p.vm.count("config")) {
+    p.config_file = p.vm["config"].as<std::string>();
+    std::ifstream in(p.config_file);
+    if (!in) {
+      throw ConfigError(cat("config file '", p.config_file, "' (--config) cannot be opened: ",
+                            std::filesystem::exists(p.config_file) ? "permission denied"
+                                                                   : "no such file"));
+    }
+    try {
+      // Stored after the command line: po::store keeps the first value, so the command line wins.
+      po::store(po::parse_config_file(in, desc, /*allow_unregistered=*/false), p.vm);
+    } catch (const po::unknown_option& e) {
+      throw ConfigError(cat("unknown key '", e.get_option_name(), "' in ", p.config_file,
+                            " (see --help for the keys of this subcommand)"));
+    } catch (const po::error& e) {
+      rethrow(e, p.config_file);
+    }
+  }
+  try {
+    po::notify(p.vm);
+  } catch (const po::error& e) {
+    rethrow(e, p.config_file.empty() ? "command line" : "command line or " + p.config_file);
+  }
+  return p;
+}
+
+namespace {
+
+std::string format_value(const boost::any& v) {
+  if (auto* x = boost::any_cast<std::string>(&v)) return *x;
+  if (auto* x = boost::any_cast<int>(&v)) return std::to_string(*x);
+  if (auto* x = boost::any_cast<long>(&v)) return std::to_string(*x);
+  if (auto* x = boost::any_cast<long long>(&v)) return std::to_string(*x);
+  if (auto* x = boost::any_cast<unsigned long>(&v)) return std::to_string(*x);
+  if (auto* x = boost::any_cast<bool>(&v)) return *x ? "true" : "false";
+  if (auto* x = boost::any_cast<double>(&v)) {
+    std::ostringstream os;
+    os.precision(10);
+    os << *x;
+    return os.str();
+  }
+  if (auto* x = boost::any_cast<float>(&v)) {
+    std::ostringstream os;
+    os.precision(8);
+    os << *x;
+    return os.str();
+  }
+  return "<unprintable>";
+}
+
+}  // namespace
+
+std::string resolved_ini(const po::variables_map& vm, const po::options_description& desc) {
+  std::map<std::string, std::map<std::string, std::string>> sections;
+  for (const auto& opt : desc.options()) {
+    const std::string& name = opt->long_name();
+    if (name == "help" || name == "config") continue;
+    auto it = vm.find(name);
+    if (it == vm.end() || it->second.empty()) continue;
+    auto dot = name.find('.');
+    std::string sec = dot == std::string::npos ? "" : name.substr(0, dot);
+    std::string key = dot == std::string::npos ? name : name.substr(dot + 1);
+    sections[sec][key] = format_value(it->second.value());
+  }
+  std::ostringstream os;
+  for (const auto& [sec, kv] : sections) {
+    if (!sec.empty()) os << "[" << sec << "]\n";
+    for (const auto& [k, v] : kv) os << k << " = " << v << "\n";
+  }
+  return os.str();
+}
+
+std::string origin(const Parsed& p, const std::string& key) {
+  auto it = p.vm.find(key);
+  if (it == p.vm.end()) return "unset";
+  if (it->second.defaulted()) return "default";
+  // A value present on the command line was stored first; we cannot tell which store set it
+  // from the variables_map alone, so name both candidates when a file was given.
+  return p.config_file.empty() ? "command line" : "command line or " + p.config_file;
+}
+
+}  // namespace meshtrain::config

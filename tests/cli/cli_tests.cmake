@@ -1,0 +1,42 @@
+# Behaviour of the meshtrain executable. meshtrain_cli_test(name ranks rc regex args...)
+# ranks 0 = run without a launcher.
+function(meshtrain_cli_test name ranks rc regex)
+  if(ranks EQUAL 0)
+    set(cmd $<TARGET_FILE:meshtrain> ${ARGN})
+    set(procs 1)
+  else()
+    set(cmd ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${ranks} ${MPIEXEC_PREFLAGS}
+            $<TARGET_FILE:meshtrain> ${MPIEXEC_POSTFLAGS} ${ARGN})
+    set(procs ${ranks})
+  endif()
+  # ctest would split a ;-list into separate arguments: join with a separator expect.cmake undoes.
+  string(REPLACE ";" "@@" cmd_escaped "${cmd}")
+  add_test(NAME cli_${name}
+    COMMAND ${CMAKE_COMMAND} "-DCMD=${cmd_escaped}" -DEXPECT_RC=${rc} "-DEXPECT_OUT=${regex}"
+            -P ${CMAKE_CURRENT_SOURCE_DIR}/cli/expect.cmake
+    WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(cli_${name} PROPERTIES PROCESSORS ${procs} TIMEOUT 180 LABELS cli
+    ENVIRONMENT "${MESHTRAIN_TEST_MPI_ENV}")
+endfunction()
+
+meshtrain_cli_test(help 0 0 "selfcheck" --help)
+meshtrain_cli_test(no_args 0 2 "usage: meshtrain")
+meshtrain_cli_test(version 0 0 "meshtrain [0-9]+\\.[0-9]+\\.[0-9]+ \\(Kokkos" --version)
+meshtrain_cli_test(unknown_subcommand 0 2 "unknown subcommand 'trian'" trian)
+meshtrain_cli_test(selfcheck_help 0 0 "mesh\\.tp" selfcheck --help)
+meshtrain_cli_test(selfcheck_4 4 0 "selfcheck passed" selfcheck --mesh.tp 2)
+meshtrain_cli_test(selfcheck_8_3d 8 0 "selfcheck passed" selfcheck
+  --mesh.tp 2 --mesh.pp 2 --mesh.dp 2 --selfcheck.counts 0,5,1001)
+meshtrain_cli_test(selfcheck_all_ranks 2 0 "\\[rank 1 0/0/1\\]" selfcheck --mesh.tp 2
+  --log.all_ranks --selfcheck.counts 3)
+meshtrain_cli_test(bad_world 4 2 "mesh.dp x mesh.pp x mesh.tp = 3 x 1 x 1 = 3 but the job has 4 ranks"
+  selfcheck --mesh.dp 3)
+meshtrain_cli_test(bad_zero_size 2 2 "mesh.tp=0 must be a positive integer" selfcheck --mesh.tp 0)
+meshtrain_cli_test(bad_negative 2 2 "mesh.pp=-1 must be a positive integer" selfcheck --mesh.pp -1)
+meshtrain_cli_test(bad_order 2 2 "mesh.order='tp-xp-pp'" selfcheck --mesh.order tp-xp-pp)
+meshtrain_cli_test(bad_key_in_file 2 2 "unknown key 'mesh.tpp' in .*bad_key.ini"
+  selfcheck --config tests/cli/bad_key.ini)
+meshtrain_cli_test(bad_value_in_file 2 2 "mesh.tp.*bad_value.ini"
+  selfcheck --config tests/cli/bad_value.ini)
+meshtrain_cli_test(missing_config 2 2 "config file 'nope.ini' \\(--config\\) cannot be opened"
+  selfcheck --config nope.ini)

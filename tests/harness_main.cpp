@@ -1,0 +1,35 @@
+// Test main: MPI and Kokkos around a Catch2 session. Each rank runs the same test cases; only
+// rank 0 reports unless a rank fails (its own output then names it).
+#if __has_include(<catch2/catch_all.hpp>)
+#include <catch2/catch_session.hpp>
+#else
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+#endif
+
+#include <mpi.h>
+
+#include "meshtrain/core/error.hpp"
+#include "meshtrain/core/kokkos_compat.hpp"
+#include "meshtrain/mesh/process_mesh.hpp"
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  meshtrain::set_error_rank(rank);
+  auto node = meshtrain::mesh::node_local_rank(MPI_COMM_WORLD);
+  meshtrain::kc::initialize(meshtrain::mesh::select_device(node.rank, meshtrain::kc::device_count()));
+  int result = 0;
+  {
+    Catch::Session session;
+    result = session.run(argc, argv);
+  }
+  Kokkos::finalize();
+  // A failure on any rank fails the test on every rank (the launcher sees a non-zero exit).
+  int worst = 0;
+  MPI_Allreduce(&result, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return worst;
+}
