@@ -1,0 +1,34 @@
+#pragma once
+// AdamW (Loshchilov & Hutter, decoupled weight decay) over flat fp32 buffers, and the global
+// gradient norm for clipping. The clip factor stays on the device (Scalar), so a step needs no
+// host synchronisation.
+#include "meshtrain/core/view.hpp"
+
+namespace meshtrain::kernels {
+
+struct AdamWHyper {
+  float lr = 3e-4f;
+  float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+  float weight_decay = 0.1f;
+  int step = 1;  // 1-based, for bias correction
+};
+
+// For i in [0, n): g = grad[i] * grad_scale();  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
+//   param -= lr * (mhat / (sqrt(vhat) + eps) + wd * decay * param)
+// `decay` is 1 for weights that decay and 0 for biases/LayerNorm (the caller splits ranges).
+template <class G>
+void adamw_update(const ExecSpace& exec, View1<float> param, View1<const G> grad, View1<float> m,
+                  View1<float> v, std::size_t n, const AdamWHyper& h, float decay,
+                  Scalar<const float> grad_scale);
+
+// out (+)= sum_i x[i]^2 (fp32 accumulation; out is a device scalar).
+template <class T>
+void sum_squares(const ExecSpace& exec, Scalar<float> out, View1<const T> x, std::size_t n,
+                 bool accumulate);
+
+// scale = max_norm / max(norm, max_norm) with norm = sqrt(sumsq); writes norm too.
+// max_norm <= 0 disables clipping (scale = 1).
+void clip_scale(const ExecSpace& exec, Scalar<float> scale, Scalar<float> norm,
+                Scalar<const float> sumsq, float max_norm);
+
+}  // namespace meshtrain::kernels

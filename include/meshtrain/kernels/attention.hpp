@@ -1,0 +1,31 @@
+#pragma once
+// Causal multi-head self-attention, scaled dot product with softmax, in the fused, memory-lean
+// formulation of FlashAttention (Dao et al. 2022): an online softmax over key blocks, so the
+// T x T score matrix is never stored; only the per-row log-sum-exp is saved, and the backward
+// pass recomputes the probabilities from it.
+//
+// qkv: [B, T, 3*C] rows laid out as [q | k | v], each C = NH * HS wide with head h at columns
+//      [h*HS, (h+1)*HS) of its part (HF GPT-2's c_attn output; with tensor parallelism NH is the
+//      number of local heads).
+// out: [B, T, C], head h at columns [h*HS, (h+1)*HS).
+// lse: [B, NH, T] fp32, log(sum_j exp(s_ij)) of the scaled scores s = q.k / sqrt(HS).
+#include "meshtrain/core/view.hpp"
+
+namespace meshtrain::kernels {
+
+template <class T>
+void attention_forward(const ExecSpace& exec, View1<T> out, View1<float> lse, View1<const T> qkv,
+                       int B, int Tlen, int NH, int HS);
+
+// dqkv = gradient wrt qkv (overwrites), from dout, the forward inputs/outputs and lse.
+template <class T>
+void attention_backward(const ExecSpace& exec, View1<T> dqkv, View1<const T> dout,
+                        View1<const T> qkv, View1<const T> out, View1<const float> lse, int B,
+                        int Tlen, int NH, int HS);
+
+// The plain formulation (materialises the T x T probabilities): test oracle only.
+template <class T>
+void attention_forward_reference(const ExecSpace& exec, View1<T> out, View1<const T> qkv, int B,
+                                 int Tlen, int NH, int HS);
+
+}  // namespace meshtrain::kernels

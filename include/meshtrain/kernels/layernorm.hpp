@@ -1,0 +1,20 @@
+#pragma once
+// LayerNorm over the last dimension C of N rows: out = (x - mean) * rstd * weight + bias.
+// mean and rstd (fp32, N each) are saved for the backward pass.
+#include "meshtrain/core/view.hpp"
+
+namespace meshtrain::kernels {
+
+template <class T>
+void layernorm_forward(const ExecSpace& exec, View1<T> out, View1<float> mean, View1<float> rstd,
+                       View1<const T> inp, View1<const T> weight, View1<const T> bias, int N,
+                       int C, float eps = 1e-5f);
+
+// dinp += ... (accumulates: the input is the residual stream, whose gradient has other terms);
+// dweight += ..., dbias += ... (accumulate over micro-batches).
+template <class T>
+void layernorm_backward(const ExecSpace& exec, View1<T> dinp, View1<T> dweight, View1<T> dbias,
+                        View1<const T> dout, View1<const T> inp, View1<const T> weight,
+                        View1<const float> mean, View1<const float> rstd, int N, int C);
+
+}  // namespace meshtrain::kernels

@@ -1,0 +1,1 @@
+# Tests of the io layer: meshtrain_add_test(...) lines.

@@ -1,0 +1,1 @@
+# Tests of the kernels layer: meshtrain_add_test(...) lines.

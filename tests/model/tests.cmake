@@ -1,0 +1,1 @@
+# Tests of the model layer: meshtrain_add_test(...) lines.

@@ -1,0 +1,1 @@
+# Tests of the train layer: meshtrain_add_test(...) lines.
