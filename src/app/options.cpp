@@ -53,11 +53,11 @@ mesh::Order mesh_order(const po::variables_map& vm) {
   return mesh::Order::parse(vm["mesh.order"].as<std::string>());
 }
 
-log::Context log_context(const po::variables_map& vm, int world_rank) {
-  log::Context c;
+logging::Context log_context(const po::variables_map& vm, int world_rank) {
+  logging::Context c;
   c.world_rank = world_rank;
   c.all_ranks = vm["log.all_ranks"].as<bool>();
-  c.level = log::parse_level(vm["log.level"].as<std::string>());
+  c.level = logging::parse_level(vm["log.level"].as<std::string>());
   return c;
 }
 

@@ -14,9 +14,9 @@ Runtime::Runtime(int& argc, char**& argv) {
   MESHTRAIN_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
   MESHTRAIN_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
   set_error_rank(rank_);
-  log::Context ctx;
+  logging::Context ctx;
   ctx.world_rank = rank_;
-  log::set_context(ctx);
+  logging::set_context(ctx);
   node_ = mesh::node_local_rank(MPI_COMM_WORLD);
   // Jobs launch with every GPU of the node visible (NCCL needs to see its peers); each rank takes
   // the one matching its node-local rank.

@@ -62,7 +62,7 @@ std::string join(const std::vector<int>& v) {
 int cmd_selfcheck(Runtime& rt, const std::vector<std::string>& args) {
   const auto desc = selfcheck_options();
   const config::Parsed p = config::parse(args, desc);
-  log::set_context(log_context(p.vm, rt.rank()));
+  logging::set_context(log_context(p.vm, rt.rank()));
   const mesh::Shape shape = mesh_shape(p.vm, rt.size());
   const mesh::Order order = mesh_order(p.vm);
   const auto counts = parse_counts(p.vm["selfcheck.counts"].as<std::string>());
@@ -72,15 +72,15 @@ int cmd_selfcheck(Runtime& rt, const std::vector<std::string>& args) {
   else backends = {comm::parse_backend(b)};
 
   mesh::ProcessMesh m(rt.world(), shape, order);
-  auto ctx = log::context();
+  auto ctx = logging::context();
   ctx.coords = m.coord_string();
-  log::set_context(ctx);
+  logging::set_context(ctx);
 
-  log::info("meshtrain selfcheck: ", m.describe());
-  log::info("resolved configuration:\n", config::resolved_ini(p.vm, desc));
-  log::info(kc::configuration_summary(), rt.device() >= 0 ? cat(", GPU ", rt.device()) : "");
+  logging::info("meshtrain selfcheck: ", m.describe());
+  logging::info("resolved configuration:\n", config::resolved_ini(p.vm, desc));
+  logging::info(kc::configuration_summary(), rt.device() >= 0 ? cat(", GPU ", rt.device()) : "");
   const int e = m.embedding().is_null() ? -1 : m.embedding().size();
-  log::write(log::Level::info,
+  logging::write(logging::Level::info,
              cat("coords dp/pp/tp = ", m.coord_string(), "; tp group ",
                  join(mesh::group_along(m.rank(), mesh::Axis::tp, shape, order)), "; dp group ",
                  join(mesh::group_along(m.rank(), mesh::Axis::dp, shape, order)), "; pp group ",
@@ -111,7 +111,7 @@ int cmd_selfcheck(Runtime& rt, const std::vector<std::string>& args) {
         checks_per_group[cat(comm::backend_name(be), " ", g.name)]++;
         if (!r.ok) {
           ++local_failures;
-          log::each("FAILED ", comm::backend_name(be), " ", g.name, " ", r.op, " count ", r.count,
+          logging::each("FAILED ", comm::backend_name(be), " ", g.name, " ", r.op, " count ", r.count,
                     ": ", r.detail);
         }
       }
@@ -121,8 +121,8 @@ int cmd_selfcheck(Runtime& rt, const std::vector<std::string>& args) {
   MESHTRAIN_MPI_CHECK(MPI_Allreduce(&local_failures, &failures, 1, MPI_INT, MPI_SUM,
                                     m.world().get()));
   for (const auto& [k, n] : checks_per_group)
-    log::info(cat("  ", k, ": ", n, " checks on rank 0"));
-  log::info(failures == 0 ? "selfcheck passed" : cat("selfcheck FAILED: ", failures, " mismatches"),
+    logging::info(cat("  ", k, ": ", n, " checks on rank 0"));
+  logging::info(failures == 0 ? "selfcheck passed" : cat("selfcheck FAILED: ", failures, " mismatches"),
             " (", backends.size(), " backend(s), ", counts.size(), " sizes, ",
             cat(static_cast<int>(t.seconds() * 1000)), " ms)");
   return failures == 0 ? kExitOk : kExitFailure;

@@ -1,6 +1,7 @@
 #include "meshtrain/app/subcommand_table.hpp"
 
 #include "meshtrain/app/selfcheck.hpp"
+#include "meshtrain/app/train_cmd.hpp"
 
 namespace meshtrain::app {
 
@@ -8,6 +9,10 @@ const std::vector<Subcommand>& subcommand_table() {
   static const std::vector<Subcommand> table = {
       {"selfcheck", "check the process mesh and every collective on every sub-communicator",
        selfcheck_options, cmd_selfcheck},
+      {"train", "train a GPT model on token shards (progress, eval, HF export, a sample)",
+       train_options, cmd_train},
+      {"generate", "sample text from a trained model (HuggingFace folder)", generate_options,
+       cmd_generate},
   };
   return table;
 }

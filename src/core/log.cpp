@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <string>
 
-namespace meshtrain::log {
+namespace meshtrain::logging {
 
 namespace {
 Context g_ctx;
@@ -37,4 +37,4 @@ void write(Level level, const std::string& msg, bool every_rank) {
   std::fflush(out);
 }
 
-}  // namespace meshtrain::log
+}  // namespace meshtrain::logging

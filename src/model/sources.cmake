@@ -1,1 +1,6 @@
-# Sources of the model layer (owned by that layer; keeps merges of parallel work apart).
+# Sources of the model layer.
+target_sources(meshtrain_lib PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/config.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/registry.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gpt.cpp
+)

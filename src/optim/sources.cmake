@@ -1,1 +1,2 @@
-# Sources of the optim layer (owned by that layer; keeps merges of parallel work apart).
+# Sources of the optim layer.
+target_sources(meshtrain_lib PRIVATE ${CMAKE_CURRENT_LIST_DIR}/adamw.cpp)

@@ -1,1 +1,5 @@
-# Sources of the train layer (owned by that layer; keeps merges of parallel work apart).
+# Sources of the train layer.
+target_sources(meshtrain_lib PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/trainer.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/generate.cpp
+)

@@ -17,6 +17,6 @@ po::options_description comm_options();  // [comm] backend
 // mesh.dp = 0 means "world / (pp * tp)".
 mesh::Shape mesh_shape(const po::variables_map& vm, int world_size);
 mesh::Order mesh_order(const po::variables_map& vm);
-log::Context log_context(const po::variables_map& vm, int world_rank);
+logging::Context log_context(const po::variables_map& vm, int world_rank);
 
 }  // namespace meshtrain::app

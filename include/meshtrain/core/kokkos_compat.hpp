@@ -39,6 +39,7 @@ using Kokkos::pow;
 using Kokkos::sqrt;
 using Kokkos::tanh;
 using Kokkos::cosh;
+using Kokkos::cos;
 #else
 using Kokkos::Experimental::exp;
 using Kokkos::Experimental::expm1;
@@ -52,6 +53,7 @@ using Kokkos::Experimental::pow;
 using Kokkos::Experimental::sqrt;
 using Kokkos::Experimental::tanh;
 using Kokkos::Experimental::cosh;
+using Kokkos::Experimental::cos;
 #endif
 
 // Initialise Kokkos on a chosen device (-1: let Kokkos choose). Kokkos 4 replaced

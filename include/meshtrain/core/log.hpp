@@ -6,7 +6,7 @@
 
 #include "meshtrain/core/error.hpp"
 
-namespace meshtrain::log {
+namespace meshtrain::logging {
 
 enum class Level { debug = 0, info = 1, warn = 2, error = 3 };
 
@@ -30,4 +30,4 @@ template <class... A> void error(A&&... a) { write(Level::error, cat(std::forwar
 // Printed by every rank regardless of log.all_ranks (per-rank diagnostics).
 template <class... A> void each(A&&... a) { write(Level::info, cat(std::forward<A>(a)...), true); }
 
-}  // namespace meshtrain::log
+}  // namespace meshtrain::logging

@@ -1,0 +1,14 @@
+#pragma once
+#include "meshtrain/app/subcommands.hpp"
+#include "meshtrain/core/config.hpp"
+#include "meshtrain/model/config.hpp"
+
+namespace meshtrain::app {
+boost::program_options::options_description model_options();  // [model]
+boost::program_options::options_description train_options();  // everything `train` takes
+boost::program_options::options_description generate_options();
+// The model configuration from [model] (preset, overrides, or model.init_from's config.json).
+model::GptConfig model_config(const boost::program_options::variables_map& vm);
+int cmd_train(Runtime& rt, const std::vector<std::string>& args);
+int cmd_generate(Runtime& rt, const std::vector<std::string>& args);
+}  // namespace meshtrain::app

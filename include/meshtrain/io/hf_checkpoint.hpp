@@ -1,0 +1,26 @@
+#pragma once
+// HuggingFace GPT-2 interop: a folder with model.safetensors (HF parameter names, float32, the
+// real vocabulary rows of wte; the LM head is tied) and config.json (GPT2LMHeadModel), so
+// `transformers` loads what we train and we start from their checkpoints.
+#include <string>
+
+#include "meshtrain/model/config.hpp"
+#include "meshtrain/model/gpt.hpp"
+
+namespace meshtrain::io {
+
+// Reads <dir>/config.json. `vocab_pad` is ours (not in HF's file). ConfigError naming the file.
+model::GptConfig read_hf_config(const std::string& dir, int vocab_pad);
+// The tokenizer recorded by export_hf ("byte", "gpt2"), or "gpt2" for a HuggingFace file.
+std::string read_hf_tokenizer(const std::string& dir);
+
+// Loads <dir>/model.safetensors into the model (single tensor-parallel rank holding whole
+// tensors). Accepts names with or without the "transformer." prefix; ignores HF's attention-mask
+// buffers and a separate lm_head.weight (tied). ConfigError naming the tensor on shape mismatch
+// or a missing tensor.
+void import_hf(model::Gpt& m, const std::string& dir);
+
+// Writes <dir>/model.safetensors and <dir>/config.json (creating <dir>).
+void export_hf(const model::Gpt& m, const std::string& dir, const std::string& tokenizer);
+
+}  // namespace meshtrain::io

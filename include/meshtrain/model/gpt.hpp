@@ -1,0 +1,86 @@
+#pragma once
+// GPT-2: token + learned position embeddings, pre-LayerNorm blocks (causal multi-head attention,
+// GELU MLP of width 4C), final LayerNorm, LM head tied to the token embedding.
+//
+// Parameters and gradients live in flat buffers laid out by the ParameterRegistry; each
+// parameter is a slice of them. The model runs one micro-batch of B sequences of T tokens:
+// forward_train() computes the loss and, fused into the cross-entropy, the logits' gradient;
+// backward() accumulates parameter gradients (so micro-batches accumulate). With activation
+// checkpointing only each block's input is kept, and backward() recomputes the block.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "meshtrain/core/view.hpp"
+#include "meshtrain/model/config.hpp"
+#include "meshtrain/model/registry.hpp"
+
+namespace meshtrain::model {
+
+struct BlockActivations;  // gpt_activations.hpp
+
+class Gpt {
+ public:
+  Gpt(const GptConfig& cfg, int micro_batch, int seq_len, bool recompute = false,
+      ExecSpace exec = ExecSpace{});
+  ~Gpt();
+  Gpt(const Gpt&) = delete;
+  Gpt& operator=(const Gpt&) = delete;
+
+  const GptConfig& config() const { return cfg_; }
+  const ParameterRegistry& registry() const { return reg_; }
+  int micro_batch() const { return B_; }
+  int seq_len() const { return T_; }
+  const ExecSpace& exec() const { return exec_; }
+
+  View1<float> params() const { return params_; }
+  View1<float> grads() const { return grads_; }
+  View1<float> param(const std::string& name) const;
+  View1<float> grad(const std::string& name) const;
+
+  // GPT-2 initialisation from the counter-based RNG keyed by (seed, name, global index):
+  // weights N(0, 0.02), residual projections N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorm
+  // weights 1; padding rows of wte 0.
+  void init_parameters(std::uint64_t seed);
+  void zero_grads();
+
+  // One training micro-batch (B*T tokens, device memory). grad_scale = 1 / (counted target
+  // tokens of the whole global batch). Adds the sum of token losses to loss_sum().
+  void forward_train(View1<const std::int32_t> inputs, View1<const std::int32_t> targets,
+                     float grad_scale);
+  // Gradients of the last forward_train, accumulated into grads().
+  void backward();
+  // Loss only (evaluation). Adds to loss_sum().
+  void forward_eval(View1<const std::int32_t> inputs, View1<const std::int32_t> targets);
+  // Logits [B*T, padded_vocab] for generation (inputs of B*T tokens; shorter prompts padded by
+  // the caller).
+  View1<const float> forward_logits(View1<const std::int32_t> inputs);
+
+  Scalar<float> loss_sum() const { return loss_sum_; }
+  void reset_loss_sum();
+
+ private:
+  void forward_body(View1<const std::int32_t> inputs);
+  void block_forward(int l, View1<const float> x, BlockActivations& a);
+  void block_backward(int l, View1<const float> x, BlockActivations& a, View1<float> dres);
+  BlockActivations& acts_for(int l);
+
+  GptConfig cfg_;
+  int B_, T_;
+  bool recompute_;
+  ExecSpace exec_;
+  ParameterRegistry reg_;
+  View1<float> params_, grads_;
+  // activations
+  View1<float> encoded_;                    // [N, C] input of block 0
+  std::vector<View1<float>> block_out_;     // [N, C] output of each block
+  std::vector<std::unique_ptr<BlockActivations>> acts_;  // one per block, or one shared
+  View1<float> lnf_, lnf_mean_, lnf_rstd_, logits_, losses_;
+  View1<std::int32_t> inputs_, targets_;    // copies of the last micro-batch
+  // gradient scratch
+  View1<float> dres_, dln_, dqkv_, datty_, dfch_, dfch_gelu_;
+  Scalar<float> loss_sum_;
+};
+
+}  // namespace meshtrain::model

@@ -1,0 +1,66 @@
+#pragma once
+// The parameter registry (DESIGN invariant 4): every parameter's stable HuggingFace GPT-2 name,
+// global shape, how tensor parallelism splits it, its pipeline stage and its offset in the flat
+// buffer of the stage's parameters. DP buckets, ZeRO shards, checkpoints, import/export and the
+// planner read offsets from here; nobody computes them by hand elsewhere.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "meshtrain/model/config.hpp"
+
+namespace meshtrain::model {
+
+// How tensor parallelism splits a parameter across the tp group.
+enum class Split {
+  replicated,  // every tp rank holds the whole tensor (LayerNorm, row-parallel biases, wpe)
+  rows,        // dim 0 split in tp contiguous blocks (row-parallel weight [IC, OC]; vocab rows)
+  cols,        // dim 1 split in tp contiguous blocks (column-parallel weight/bias)
+  qkv_cols,    // the fused [q|k|v] columns: each of the three parts split by heads
+};
+
+const char* split_name(Split s);
+
+struct ParamInfo {
+  std::string name;                        // HF name, e.g. transformer.h.0.attn.c_attn.weight
+  std::vector<std::int64_t> global_shape;  // wte uses the padded vocab
+  std::vector<std::int64_t> local_shape;   // this rank's slice
+  Split split = Split::replicated;
+  int layer = -1;                          // transformer block index, -1 for embeddings / ln_f
+  int stage = 0;                           // pipeline stage holding it
+  std::size_t offset = 0;                  // in the stage's flat buffer (elements)
+  std::size_t numel = 0;                   // local elements
+  bool decay = false;                      // AdamW weight decay applies
+  std::int64_t global_numel() const;
+  // Global flat index (row-major in global_shape) of local flat element `i`.
+  std::int64_t global_index(std::int64_t i, int tp_rank, int tp_size) const;
+};
+
+class ParameterRegistry {
+ public:
+  // Parameters of the layers this rank holds (pipeline stage `stage` owning blocks
+  // [first_layer, last_layer); `has_embedding` / `has_head` for the first / last stage), sliced for
+  // tp rank `tp_rank` of `tp_size`. Offsets are aligned to `kAlign` elements.
+  ParameterRegistry(const GptConfig& cfg, int tp_rank, int tp_size, int stage, int first_layer,
+                    int last_layer, bool has_embedding, bool has_head);
+
+  static constexpr std::size_t kAlign = 64;
+
+  const std::vector<ParamInfo>& params() const { return params_; }
+  const ParamInfo& get(const std::string& name) const;  // Error naming the parameter
+  const ParamInfo* find(const std::string& name) const;
+  std::size_t size() const { return total_; }  // elements of the flat buffer, padding included
+  int tp_rank() const { return tp_rank_; }
+  int tp_size() const { return tp_size_; }
+  const GptConfig& config() const { return cfg_; }
+
+ private:
+  void add(std::string name, std::vector<std::int64_t> shape, Split split, int layer, bool decay);
+  GptConfig cfg_;
+  int tp_rank_, tp_size_, stage_;
+  std::vector<ParamInfo> params_;
+  std::size_t total_ = 0;
+};
+
+}  // namespace meshtrain::model

@@ -1,0 +1,56 @@
+#pragma once
+// AdamW over the flat fp32 buffers of a ParameterRegistry: global gradient norm, clipping, the
+// decoupled-weight-decay update, and the learning-rate schedule (linear warmup, cosine decay to
+// min_lr). Decay applies to the registry's `decay` parameters (2-D weights and embeddings), not
+// to biases and LayerNorm.
+#include <cstdint>
+#include <vector>
+
+#include "meshtrain/core/view.hpp"
+#include "meshtrain/kernels/adamw.hpp"
+#include "meshtrain/model/registry.hpp"
+
+namespace meshtrain::optim {
+
+struct AdamWConfig {
+  float lr = 6e-4f;
+  float min_lr = 6e-5f;
+  int warmup_steps = 0;
+  std::int64_t decay_steps = 0;  // cosine from lr to min_lr over [warmup, decay_steps]; 0: constant
+  float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+  float weight_decay = 0.1f;
+  float grad_clip = 1.0f;  // max global L2 norm; <= 0 disables clipping
+};
+
+// Learning rate of 0-based step `step`: linear warmup over warmup_steps (reaching lr at the end
+// of warmup), then cosine decay to min_lr at decay_steps, constant min_lr after.
+float lr_at(const AdamWConfig& c, std::int64_t step);
+
+class AdamW {
+ public:
+  AdamW(const model::ParameterRegistry& reg, const AdamWConfig& cfg, ExecSpace exec = ExecSpace{});
+
+  // One update with the gradients in `grads` (0-based step index, for the schedule and bias
+  // correction). Computes the global norm into grad_norm() (device scalar; no host sync).
+  void step(View1<float> params, View1<const float> grads, std::int64_t step);
+
+  Scalar<float> grad_norm() const { return norm_; }
+  View1<float> exp_avg() const { return m_; }
+  View1<float> exp_avg_sq() const { return v_; }
+  const AdamWConfig& config() const { return cfg_; }
+
+  struct Range {
+    std::size_t offset, length;
+    bool decay;
+  };
+  const std::vector<Range>& ranges() const { return ranges_; }
+
+ private:
+  AdamWConfig cfg_;
+  ExecSpace exec_;
+  std::vector<Range> ranges_;
+  View1<float> m_, v_;
+  Scalar<float> sumsq_, norm_, scale_;
+};
+
+}  // namespace meshtrain::optim

@@ -1,0 +1,235 @@
+// `meshtrain train`: builds the model (a preset, overrides, or a HuggingFace checkpoint), trains
+// it on token shards, evaluates, exports it in HuggingFace format and prints a sample.
+#include "meshtrain/app/train_cmd.hpp"
+
+#include <filesystem>
+
+#include "meshtrain/app/options.hpp"
+#include "meshtrain/core/log.hpp"
+#include "meshtrain/io/dataset.hpp"
+#include "meshtrain/io/hf_checkpoint.hpp"
+#include "meshtrain/io/tokenizer.hpp"
+#include "meshtrain/model/gpt.hpp"
+#include "meshtrain/train/generate.hpp"
+#include "meshtrain/train/trainer.hpp"
+
+namespace meshtrain::app {
+
+po::options_description model_options() {
+  po::options_description d("Model [model]");
+  d.add_options()
+      ("model.preset", po::value<std::string>()->default_value("demo"),
+       "gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b, cpu-bench, demo")
+      ("model.init_from", po::value<std::string>()->default_value(""),
+       "HuggingFace folder (config.json + model.safetensors) to start from; overrides preset")
+      ("model.n_layer", po::value<int>(), "override the preset's layer count")
+      ("model.n_head", po::value<int>(), "override the preset's head count")
+      ("model.n_embd", po::value<int>(), "override the preset's width")
+      ("model.vocab_size", po::value<int>(), "override the preset's vocabulary size")
+      ("model.vocab_pad", po::value<int>(), "pad the vocabulary to a multiple of this")
+      ("model.block_size", po::value<int>(), "override the preset's maximum sequence length");
+  return d;
+}
+
+po::options_description train_options() {
+  po::options_description d;
+  d.add(config::generic_options()).add(model_options());
+  po::options_description data("Data [data]");
+  data.add_options()
+      ("data.train", po::value<std::string>()->default_value("inputs/data/kjv_train_*.bin"),
+       "training shards (file or glob), llm.c format")
+      ("data.val", po::value<std::string>()->default_value("inputs/data/kjv_val_*.bin"),
+       "validation shards; empty: no evaluation")
+      ("data.tokenizer", po::value<std::string>()->default_value("byte"),
+       "byte or gpt2 (decodes samples; gpt2 needs data.vocab_json and data.merges_txt)")
+      ("data.vocab_json", po::value<std::string>()->default_value(""), "GPT-2 BPE vocab.json")
+      ("data.merges_txt", po::value<std::string>()->default_value(""), "GPT-2 BPE merges.txt");
+  po::options_description t("Training [train]");
+  t.add_options()
+      ("train.micro_batch", po::value<int>()->default_value(8), "sequences per micro-batch")
+      ("train.grad_accum", po::value<int>()->default_value(1), "micro-batches per step")
+      ("train.seq_len", po::value<int>()->default_value(0), "tokens per sequence; 0 = block_size")
+      ("train.steps", po::value<long long>()->default_value(200), "optimizer steps")
+      ("train.lr", po::value<double>()->default_value(1e-3), "peak learning rate")
+      ("train.min_lr", po::value<double>()->default_value(1e-4), "learning rate at the end of decay")
+      ("train.warmup", po::value<int>()->default_value(20), "linear warmup steps")
+      ("train.decay_steps", po::value<long long>()->default_value(0),
+       "cosine decay ends here; 0 = train.steps")
+      ("train.weight_decay", po::value<double>()->default_value(0.1), "AdamW weight decay")
+      ("train.beta1", po::value<double>()->default_value(0.9), "AdamW beta1")
+      ("train.beta2", po::value<double>()->default_value(0.95), "AdamW beta2")
+      ("train.eps", po::value<double>()->default_value(1e-8), "AdamW epsilon")
+      ("train.grad_clip", po::value<double>()->default_value(1.0), "max gradient norm; 0 = off")
+      ("train.seed", po::value<long long>()->default_value(1337), "initialisation and data order")
+      ("train.eval_every", po::value<int>()->default_value(100), "evaluate every N steps; 0 = end only")
+      ("train.eval_batches", po::value<int>()->default_value(8), "validation micro-batches")
+      ("train.log_every", po::value<int>()->default_value(1), "progress line every N steps")
+      ("train.recompute", po::value<bool>()->default_value(false)->implicit_value(true),
+       "activation checkpointing: recompute each block's forward in backward")
+      ("train.peak_tflops", po::value<double>()->default_value(kDeviceIsHost ? 0.0 : 989.0),
+       "peak FLOP/s of one device for MFU (H100/H200 bf16 dense: 989); 0 = no MFU")
+      ("train.out_dir", po::value<std::string>()->default_value("out"),
+       "folder for the trained model (HuggingFace format) and metrics")
+      ("train.metrics", po::value<std::string>()->default_value(""),
+       "JSON-lines metrics file; default <out_dir>/metrics.jsonl")
+      ("train.save", po::value<bool>()->default_value(true)->implicit_value(true),
+       "export the trained model to <out_dir>/model")
+      ("train.sample_tokens", po::value<int>()->default_value(200),
+       "after training, print a sample of this many tokens; 0 = none")
+      ("train.sample_prompt", po::value<std::string>()->default_value("And God said"),
+       "prompt of the sample")
+      ("train.sample_temperature", po::value<double>()->default_value(0.8), "sampling temperature")
+      ("train.sample_top_k", po::value<int>()->default_value(40), "sample from the k most likely");
+  d.add(data).add(t).add(mesh_options()).add(log_options());
+  return d;
+}
+
+model::GptConfig model_config(const po::variables_map& vm) {
+  const std::string init = vm["model.init_from"].as<std::string>();
+  const int pad = vm.count("model.vocab_pad") ? vm["model.vocab_pad"].as<int>() : 64;
+  model::GptConfig c = init.empty() ? model::preset(vm["model.preset"].as<std::string>())
+                                    : io::read_hf_config(init, pad);
+  auto over = [&](const char* key, int& field) {
+    if (vm.count(key)) {
+      MESHTRAIN_CONFIG_CHECK(init.empty(), key, " cannot override model.init_from's config.json");
+      field = vm[key].as<int>();
+    }
+  };
+  over("model.n_layer", c.n_layer);
+  over("model.n_head", c.n_head);
+  over("model.n_embd", c.n_embd);
+  over("model.vocab_size", c.vocab_size);
+  over("model.block_size", c.block_size);
+  if (vm.count("model.vocab_pad")) c.vocab_pad = pad;
+  c.validate();
+  return c;
+}
+
+namespace {
+
+std::unique_ptr<io::Tokenizer> tokenizer_from(const po::variables_map& vm, const std::string& kind) {
+  return io::make_tokenizer(kind, vm["data.vocab_json"].as<std::string>(),
+                            vm["data.merges_txt"].as<std::string>());
+}
+
+}  // namespace
+
+int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
+  const auto desc = train_options();
+  const config::Parsed p = config::parse(args, desc);
+  logging::set_context(log_context(p.vm, rt.rank()));
+  const mesh::Shape shape = mesh_shape(p.vm, rt.size());
+  MESHTRAIN_CONFIG_CHECK(shape.world() == 1, "this build trains on one rank (dp = pp = tp = 1); ",
+                         "the job has ", rt.size(), " ranks");
+  const model::GptConfig mc = model_config(p.vm);
+  train::TrainConfig tc;
+  tc.micro_batch = p.vm["train.micro_batch"].as<int>();
+  tc.grad_accum = p.vm["train.grad_accum"].as<int>();
+  tc.seq_len = p.vm["train.seq_len"].as<int>();
+  if (tc.seq_len == 0) tc.seq_len = mc.block_size;
+  tc.steps = p.vm["train.steps"].as<long long>();
+  MESHTRAIN_CONFIG_CHECK(tc.steps > 0, "train.steps=", tc.steps, " must be positive");
+  tc.seed = static_cast<std::uint64_t>(p.vm["train.seed"].as<long long>());
+  tc.eval_every = p.vm["train.eval_every"].as<int>();
+  tc.eval_batches = p.vm["train.eval_batches"].as<int>();
+  tc.log_every = p.vm["train.log_every"].as<int>();
+  tc.peak_tflops = p.vm["train.peak_tflops"].as<double>();
+  auto& a = tc.adamw;
+  a.lr = static_cast<float>(p.vm["train.lr"].as<double>());
+  a.min_lr = static_cast<float>(p.vm["train.min_lr"].as<double>());
+  a.warmup_steps = p.vm["train.warmup"].as<int>();
+  a.decay_steps = p.vm["train.decay_steps"].as<long long>();
+  if (a.decay_steps == 0) a.decay_steps = tc.steps;
+  a.weight_decay = static_cast<float>(p.vm["train.weight_decay"].as<double>());
+  a.beta1 = static_cast<float>(p.vm["train.beta1"].as<double>());
+  a.beta2 = static_cast<float>(p.vm["train.beta2"].as<double>());
+  a.eps = static_cast<float>(p.vm["train.eps"].as<double>());
+  a.grad_clip = static_cast<float>(p.vm["train.grad_clip"].as<double>());
+  const std::string out_dir = p.vm["train.out_dir"].as<std::string>();
+  std::filesystem::create_directories(out_dir);
+  tc.metrics_file = p.vm["train.metrics"].as<std::string>();
+  if (tc.metrics_file.empty()) tc.metrics_file = out_dir + "/metrics.jsonl";
+
+  logging::info("meshtrain train: ", mc.describe());
+  logging::info("resolved configuration:\n", config::resolved_ini(p.vm, desc));
+  logging::info(kc::configuration_summary());
+
+  const std::string tok_kind = p.vm["data.tokenizer"].as<std::string>();
+  const io::TokenDataset train_data(p.vm["data.train"].as<std::string>(), tc.seq_len);
+  train_data.check_vocab(mc.vocab_size);
+  std::unique_ptr<io::TokenDataset> val_data;
+  if (!p.vm["data.val"].as<std::string>().empty()) {
+    val_data = std::make_unique<io::TokenDataset>(p.vm["data.val"].as<std::string>(), tc.seq_len);
+    val_data->check_vocab(mc.vocab_size);
+  }
+
+  model::Gpt m(mc, tc.micro_batch, tc.seq_len, p.vm["train.recompute"].as<bool>());
+  const std::string init = p.vm["model.init_from"].as<std::string>();
+  if (init.empty()) m.init_parameters(tc.seed);
+  else io::import_hf(m, init);
+  train::Trainer trainer(m, tc, train_data, val_data.get());
+  trainer.run();
+
+  if (p.vm["train.save"].as<bool>()) {
+    io::export_hf(m, out_dir + "/model", tok_kind);
+    logging::info("saved ", out_dir, "/model (model.safetensors + config.json, HuggingFace GPT-2)");
+  }
+  const int n_sample = p.vm["train.sample_tokens"].as<int>();
+  if (n_sample > 0) {
+    auto tok = tokenizer_from(p.vm, tok_kind);
+    train::SampleConfig sc;
+    sc.max_new_tokens = n_sample;
+    sc.temperature = static_cast<float>(p.vm["train.sample_temperature"].as<double>());
+    sc.top_k = p.vm["train.sample_top_k"].as<int>();
+    sc.seed = tc.seed;
+    auto prompt = tok->encode(p.vm["train.sample_prompt"].as<std::string>());
+    if (prompt.empty()) prompt.push_back(tok->eot() >= 0 ? tok->eot() : 0);
+    logging::info("sample:\n", tok->decode(train::generate(m, prompt, sc)));
+  }
+  return kExitOk;
+}
+
+po::options_description generate_options() {
+  po::options_description d;
+  d.add(config::generic_options());
+  po::options_description g("Generation [generate]");
+  g.add_options()
+      ("generate.model", po::value<std::string>()->default_value("out/model"),
+       "HuggingFace folder written by `meshtrain train` (or GPT-2 from HuggingFace)")
+      ("generate.prompt", po::value<std::string>()->default_value("And God said"), "prompt text")
+      ("generate.tokens", po::value<int>()->default_value(200), "tokens to generate")
+      ("generate.temperature", po::value<double>()->default_value(0.8), "<= 0: greedy")
+      ("generate.top_k", po::value<int>()->default_value(40), "sample from the k most likely")
+      ("generate.seed", po::value<long long>()->default_value(42), "sampling seed")
+      ("generate.tokenizer", po::value<std::string>()->default_value(""),
+       "byte or gpt2; default: the one recorded in the model's config.json")
+      ("data.vocab_json", po::value<std::string>()->default_value(""), "GPT-2 BPE vocab.json")
+      ("data.merges_txt", po::value<std::string>()->default_value(""), "GPT-2 BPE merges.txt");
+  d.add(g).add(log_options());
+  return d;
+}
+
+int cmd_generate(Runtime& rt, const std::vector<std::string>& args) {
+  const auto desc = generate_options();
+  const config::Parsed p = config::parse(args, desc);
+  logging::set_context(log_context(p.vm, rt.rank()));
+  const std::string dir = p.vm["generate.model"].as<std::string>();
+  const model::GptConfig mc = io::read_hf_config(dir, 64);
+  std::string kind = p.vm["generate.tokenizer"].as<std::string>();
+  if (kind.empty()) kind = io::read_hf_tokenizer(dir);
+  auto tok = tokenizer_from(p.vm, kind);
+  model::Gpt m(mc, 1, mc.block_size);
+  io::import_hf(m, dir);
+  train::SampleConfig sc;
+  sc.max_new_tokens = p.vm["generate.tokens"].as<int>();
+  sc.temperature = static_cast<float>(p.vm["generate.temperature"].as<double>());
+  sc.top_k = p.vm["generate.top_k"].as<int>();
+  sc.seed = static_cast<std::uint64_t>(p.vm["generate.seed"].as<long long>());
+  auto prompt = tok->encode(p.vm["generate.prompt"].as<std::string>());
+  if (prompt.empty()) prompt.push_back(tok->eot() >= 0 ? tok->eot() : 0);
+  const auto out = train::generate(m, prompt, sc);
+  if (rt.rank() == 0) std::printf("%s\n", tok->decode(out).c_str());
+  return kExitOk;
+}
+
+}  // namespace meshtrain::app

@@ -1,0 +1,28 @@
+#include "meshtrain/core/memory.hpp"
+
+#include <sys/resource.h>
+
+#include "meshtrain/core/kokkos_compat.hpp"
+#if defined(KOKKOS_ENABLE_CUDA)
+#include <cuda_runtime.h>
+#endif
+
+namespace meshtrain {
+
+std::size_t host_peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<std::size_t>(u.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+std::size_t device_used_bytes() {
+#if defined(KOKKOS_ENABLE_CUDA)
+  std::size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return 0;
+  return total_b - free_b;
+#else
+  return 0;
+#endif
+}
+
+}  // namespace meshtrain

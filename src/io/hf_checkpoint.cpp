@@ -1,0 +1,114 @@
+#include "meshtrain/io/hf_checkpoint.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "meshtrain/core/error.hpp"
+#include "meshtrain/io/json.hpp"
+#include "meshtrain/io/safetensors.hpp"
+
+namespace meshtrain::io {
+
+namespace {
+
+std::string read_file(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError(cat("cannot open ", what, " '", path, "'"));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+
+}  // namespace
+
+model::GptConfig read_hf_config(const std::string& dir, int vocab_pad) {
+  const std::string path = dir + "/config.json";
+  const Json j = Json::parse(read_file(path, "HuggingFace config"), path);
+  model::GptConfig c;
+  c.name = std::filesystem::path(dir).filename().string();
+  c.n_layer = static_cast<int>(j.at("n_layer", path).as_int(path + ": n_layer"));
+  c.n_head = static_cast<int>(j.at("n_head", path).as_int(path + ": n_head"));
+  c.n_embd = static_cast<int>(j.at("n_embd", path).as_int(path + ": n_embd"));
+  c.vocab_size = static_cast<int>(j.at("vocab_size", path).as_int(path + ": vocab_size"));
+  const Json* pos = j.find("n_positions");
+  c.block_size = static_cast<int>((pos ? *pos : j.at("n_ctx", path)).as_int(path + ": n_positions"));
+  if (const Json* act = j.find("activation_function")) {
+    const std::string& a = act->as_string(path + ": activation_function");
+    MESHTRAIN_CONFIG_CHECK(a == "gelu_new" || a == "gelu_pytorch_tanh", path,
+                           ": activation_function '", a,
+                           "' is not the tanh GELU meshtrain implements (gelu_new)");
+  }
+  c.vocab_pad = vocab_pad;
+  c.validate();
+  return c;
+}
+
+std::string read_hf_tokenizer(const std::string& dir) {
+  const std::string path = dir + "/config.json";
+  const Json j = Json::parse(read_file(path, "HuggingFace config"), path);
+  if (const Json* t = j.find("meshtrain_tokenizer")) return t->as_string(path);
+  return "gpt2";
+}
+
+void import_hf(model::Gpt& m, const std::string& dir) {
+  const std::string path = dir + "/model.safetensors";
+  SafetensorsReader f(path);
+  const auto& reg = m.registry();
+  MESHTRAIN_CHECK(reg.tp_size() == 1, "import_hf loads whole tensors (tensor parallelism 1)");
+  auto host = Kokkos::create_mirror_view(m.params());
+  Kokkos::deep_copy(host, 0.0f);
+  for (const auto& p : reg.params()) {
+    std::string name = p.name;
+    if (!f.has(name) && f.has(name.substr(std::string("transformer.").size())))
+      name = name.substr(std::string("transformer.").size());
+    if (!f.has(name))
+      throw ConfigError(cat(path, " has no tensor ", p.name, " (nor without 'transformer.')"));
+    const TensorInfo& info = f.info(name);
+    std::vector<std::int64_t> want = p.global_shape;
+    if (p.name == "transformer.wte.weight") want[0] = m.config().vocab_size;  // unpadded rows
+    if (info.shape != want) {
+      std::string got, exp;
+      for (auto d : info.shape) got += (got.empty() ? "" : ",") + std::to_string(d);
+      for (auto d : want) exp += (exp.empty() ? "" : ",") + std::to_string(d);
+      throw ConfigError(cat(path, ": tensor ", name, " has shape [", got, "], the model needs [",
+                            exp, "] (check config.json against the weights)"));
+    }
+    const auto v = f.read_f32(name);
+    std::copy(v.begin(), v.end(), host.data() + p.offset);
+  }
+  Kokkos::deep_copy(m.params(), host);
+}
+
+void export_hf(const model::Gpt& m, const std::string& dir, const std::string& tokenizer) {
+  const auto& reg = m.registry();
+  MESHTRAIN_CHECK(reg.tp_size() == 1, "export_hf writes whole tensors (tensor parallelism 1)");
+  std::filesystem::create_directories(dir);
+  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, m.params());
+  SafetensorsWriter w;
+  const auto& c = m.config();
+  for (const auto& p : reg.params()) {
+    std::vector<std::int64_t> shape = p.global_shape;
+    if (p.name == "transformer.wte.weight") shape[0] = c.vocab_size;  // drop the padding rows
+    std::int64_t n = 1;
+    for (auto d : shape) n *= d;
+    w.add_f32(p.name, shape, std::vector<float>(host.data() + p.offset, host.data() + p.offset + n));
+  }
+  w.set_metadata("format", "pt");
+  w.set_metadata("producer", "meshtrain");
+  w.write(dir + "/model.safetensors");
+  std::ofstream cfg(dir + "/config.json");
+  if (!cfg) throw ConfigError(cat("cannot write ", dir, "/config.json"));
+  cfg << "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
+      << "  \"activation_function\": \"gelu_new\",\n  \"n_layer\": " << c.n_layer
+      << ",\n  \"n_head\": " << c.n_head << ",\n  \"n_embd\": " << c.n_embd
+      << ",\n  \"vocab_size\": " << c.vocab_size << ",\n  \"n_positions\": " << c.block_size
+      << ",\n  \"n_ctx\": " << c.block_size
+      << ",\n  \"layer_norm_epsilon\": 1e-05,\n  \"tie_word_embeddings\": true,\n"
+      << "  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n"
+      << "  \"torch_dtype\": \"float32\",\n  \"meshtrain_tokenizer\": \"" << json_escape(tokenizer)
+      << "\"\n}\n";
+}
+
+}  // namespace meshtrain::io

@@ -1,0 +1,263 @@
+#include "meshtrain/model/gpt.hpp"
+
+#include <cmath>
+
+#include "meshtrain/core/error.hpp"
+#include "meshtrain/core/rng.hpp"
+#include "meshtrain/kernels/attention.hpp"
+#include "meshtrain/kernels/cross_entropy.hpp"
+#include "meshtrain/kernels/embedding.hpp"
+#include "meshtrain/kernels/gelu.hpp"
+#include "meshtrain/kernels/gemm.hpp"
+#include "meshtrain/kernels/layernorm.hpp"
+#include "meshtrain/kernels/linear.hpp"
+#include "meshtrain/kernels/residual.hpp"
+#include "meshtrain/model/gpt_activations.hpp"
+
+namespace meshtrain::model {
+
+namespace k = meshtrain::kernels;
+
+BlockActivations::BlockActivations(int B, int T, int C, int NH) {
+  const std::size_t N = static_cast<std::size_t>(B) * T;
+  ln1 = alloc<float>("act.ln1", N * C);
+  ln1_mean = alloc<float>("act.ln1_mean", N);
+  ln1_rstd = alloc<float>("act.ln1_rstd", N);
+  qkv = alloc<float>("act.qkv", N * 3 * C);
+  atty = alloc<float>("act.atty", N * C);
+  lse = alloc<float>("act.lse", static_cast<std::size_t>(B) * NH * T);
+  attproj = alloc<float>("act.attproj", N * C);
+  res2 = alloc<float>("act.res2", N * C);
+  ln2 = alloc<float>("act.ln2", N * C);
+  ln2_mean = alloc<float>("act.ln2_mean", N);
+  ln2_rstd = alloc<float>("act.ln2_rstd", N);
+  fch = alloc<float>("act.fch", N * 4 * C);
+  fch_gelu = alloc<float>("act.fch_gelu", N * 4 * C);
+  fcproj = alloc<float>("act.fcproj", N * C);
+}
+
+std::size_t BlockActivations::bytes() const {
+  std::size_t n = 0;
+  for (const auto* v : {&ln1, &ln1_mean, &ln1_rstd, &qkv, &atty, &lse, &attproj, &res2, &ln2,
+                        &ln2_mean, &ln2_rstd, &fch, &fch_gelu, &fcproj})
+    n += v->span();
+  return n * sizeof(float);
+}
+
+Gpt::Gpt(const GptConfig& cfg, int micro_batch, int seq_len, bool recompute, ExecSpace exec)
+    : cfg_(cfg),
+      B_(micro_batch),
+      T_(seq_len),
+      recompute_(recompute),
+      exec_(exec),
+      reg_(cfg, 0, 1, 0, 0, cfg.n_layer, true, true) {
+  cfg_.validate();
+  MESHTRAIN_CONFIG_CHECK(B_ > 0, "train.micro_batch=", B_, " must be positive");
+  MESHTRAIN_CONFIG_CHECK(T_ > 0 && T_ <= cfg_.block_size, "train.seq_len=", T_,
+                         " must be in [1, model.block_size=", cfg_.block_size, "]");
+  const std::size_t N = static_cast<std::size_t>(B_) * T_, C = cfg_.n_embd;
+  params_ = zeros<float>("params", reg_.size());
+  grads_ = zeros<float>("grads", reg_.size());
+  encoded_ = alloc<float>("act.encoded", N * C);
+  for (int l = 0; l < cfg_.n_layer; ++l) block_out_.push_back(alloc<float>("act.block_out", N * C));
+  const int n_acts = recompute_ ? 1 : cfg_.n_layer;
+  for (int i = 0; i < n_acts; ++i)
+    acts_.push_back(std::make_unique<BlockActivations>(B_, T_, cfg_.n_embd, cfg_.n_head));
+  lnf_ = alloc<float>("act.lnf", N * C);
+  lnf_mean_ = alloc<float>("act.lnf_mean", N);
+  lnf_rstd_ = alloc<float>("act.lnf_rstd", N);
+  logits_ = alloc<float>("act.logits", N * cfg_.padded_vocab());
+  losses_ = alloc<float>("act.losses", N);
+  inputs_ = alloc<std::int32_t>("act.inputs", N);
+  targets_ = alloc<std::int32_t>("act.targets", N);
+  dres_ = alloc<float>("grad.dres", N * C);
+  dln_ = alloc<float>("grad.dln", N * C);
+  dqkv_ = alloc<float>("grad.dqkv", N * 3 * C);
+  datty_ = alloc<float>("grad.datty", N * C);
+  dfch_ = alloc<float>("grad.dfch", N * 4 * C);
+  dfch_gelu_ = alloc<float>("grad.dfch_gelu", N * 4 * C);
+  loss_sum_ = Scalar<float>("meshtrain::loss_sum");
+}
+
+Gpt::~Gpt() = default;
+
+View1<float> Gpt::param(const std::string& name) const {
+  const auto& p = reg_.get(name);
+  return slice(params_, p.offset, p.numel);
+}
+
+View1<float> Gpt::grad(const std::string& name) const {
+  const auto& p = reg_.get(name);
+  return slice(grads_, p.offset, p.numel);
+}
+
+void Gpt::init_parameters(std::uint64_t seed) {
+  Kokkos::deep_copy(exec_, params_, 0.0f);
+  const double resid_std = 0.02 / std::sqrt(2.0 * cfg_.n_layer);
+  const int tp_rank = reg_.tp_rank();
+  for (const auto& p : reg_.params()) {
+    auto v = slice(params_, p.offset, p.numel);
+    const std::string& n = p.name;
+    const bool is_bias = n.size() > 5 && n.compare(n.size() - 5, 5, ".bias") == 0;
+    const bool is_ln = n.find(".ln_") != std::string::npos;
+    if (is_ln && !is_bias) {
+      Kokkos::deep_copy(exec_, v, 1.0f);
+      continue;
+    }
+    if (is_bias) continue;  // zeros
+    const bool resid = n.find("c_proj.weight") != std::string::npos;
+    const float std_dev = static_cast<float>(resid ? resid_std : 0.02);
+    const std::uint64_t stream = rng::name_stream(n);
+    // Global index per local element, so any tensor-parallel slice draws its own values.
+    const bool is_wte = n == "transformer.wte.weight";
+    const std::int64_t gcols = p.global_shape.size() == 2 ? p.global_shape[1] : 1;
+    const std::int64_t real_rows = cfg_.vocab_size;
+    // ParamInfo::global_index, inlined for the device.
+    const int split = static_cast<int>(p.split);
+    const std::int64_t lrows = p.local_shape[0];
+    const std::int64_t lcols = p.local_shape.size() == 2 ? p.local_shape[1] : p.local_shape[0];
+    const bool matrix = p.local_shape.size() == 2;
+    const std::int64_t gc = matrix ? gcols : p.global_shape[0];
+    Kokkos::parallel_for(
+        "meshtrain::init_normal",
+        Kokkos::RangePolicy<ExecSpace>(exec_, 0, static_cast<std::int64_t>(p.numel)),
+        KOKKOS_LAMBDA(const std::int64_t i) {
+          const std::int64_t r = matrix ? i / lcols : 0, c = matrix ? i % lcols : i;
+          std::int64_t g = i;
+          if (split == static_cast<int>(Split::rows)) g = (tp_rank * lrows + r) * gc + c;
+          else if (split == static_cast<int>(Split::cols)) g = r * gc + tp_rank * lcols + c;
+          else if (split == static_cast<int>(Split::qkv_cols)) {
+            const std::int64_t part = lcols / 3, which = c / part, within = c % part;
+            g = r * gc + which * (gc / 3) + tp_rank * part + within;
+          }
+          const std::int64_t grow = matrix ? g / gc : 0;
+          if (is_wte && grow >= real_rows) {
+            v(i) = 0.0f;  // vocabulary padding stays zero
+            return;
+          }
+          v(i) = static_cast<float>(std_dev * rng::normal(seed, stream, static_cast<std::uint64_t>(g)));
+        });
+  }
+  exec_.fence();
+}
+
+void Gpt::zero_grads() { Kokkos::deep_copy(exec_, grads_, 0.0f); }
+
+void Gpt::reset_loss_sum() { Kokkos::deep_copy(exec_, loss_sum_, 0.0f); }
+
+BlockActivations& Gpt::acts_for(int l) { return *acts_[recompute_ ? 0 : l]; }
+
+void Gpt::block_forward(int l, View1<const float> x, BlockActivations& a) {
+  const int N = B_ * T_, C = cfg_.n_embd, NH = cfg_.n_head;
+  const std::string p = "transformer.h." + std::to_string(l) + ".";
+  auto P = [&](const char* s) { return View1<const float>(param(p + s)); };
+  k::layernorm_forward<float>(exec_, a.ln1, a.ln1_mean, a.ln1_rstd, x, P("ln_1.weight"),
+                              P("ln_1.bias"), N, C);
+  k::linear_forward<float>(exec_, a.qkv, a.ln1, P("attn.c_attn.weight"), P("attn.c_attn.bias"),
+                           N, C, 3 * C);
+  k::attention_forward<float>(exec_, a.atty, a.lse, a.qkv, B_, T_, NH, C / NH);
+  k::linear_forward<float>(exec_, a.attproj, a.atty, P("attn.c_proj.weight"),
+                           P("attn.c_proj.bias"), N, C, C);
+  k::residual_forward<float>(exec_, a.res2, x, a.attproj, static_cast<std::size_t>(N) * C);
+  k::layernorm_forward<float>(exec_, a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P("ln_2.weight"),
+                              P("ln_2.bias"), N, C);
+  k::linear_forward<float>(exec_, a.fch, a.ln2, P("mlp.c_fc.weight"), P("mlp.c_fc.bias"), N, C,
+                           4 * C);
+  k::gelu_forward<float>(exec_, a.fch_gelu, a.fch, static_cast<std::size_t>(N) * 4 * C);
+  k::linear_forward<float>(exec_, a.fcproj, a.fch_gelu, P("mlp.c_proj.weight"),
+                           P("mlp.c_proj.bias"), N, 4 * C, C);
+  k::residual_forward<float>(exec_, block_out_[l], a.res2, a.fcproj,
+                             static_cast<std::size_t>(N) * C);
+}
+
+// dres holds d(loss)/d(block output) on entry and d(loss)/d(block input) on exit.
+void Gpt::block_backward(int l, View1<const float> x, BlockActivations& a, View1<float> dres) {
+  const int N = B_ * T_, C = cfg_.n_embd, NH = cfg_.n_head;
+  const std::string p = "transformer.h." + std::to_string(l) + ".";
+  auto P = [&](const char* s) { return View1<const float>(param(p + s)); };
+  auto G = [&](const char* s) { return grad(p + s); };
+  // MLP: res3 = res2 + proj(gelu(fc(ln2(res2))))
+  k::linear_backward<float>(exec_, dfch_gelu_, G("mlp.c_proj.weight"), G("mlp.c_proj.bias"), dres,
+                            a.fch_gelu, P("mlp.c_proj.weight"), N, 4 * C, C);
+  k::gelu_backward<float>(exec_, dfch_, a.fch, dfch_gelu_, static_cast<std::size_t>(N) * 4 * C);
+  k::linear_backward<float>(exec_, dln_, G("mlp.c_fc.weight"), G("mlp.c_fc.bias"), dfch_, a.ln2,
+                            P("mlp.c_fc.weight"), N, C, 4 * C);
+  k::layernorm_backward<float>(exec_, dres, G("ln_2.weight"), G("ln_2.bias"), dln_, a.res2,
+                               P("ln_2.weight"), a.ln2_mean, a.ln2_rstd, N, C);
+  // Attention: res2 = x + proj(attn(c_attn(ln1(x))))
+  k::linear_backward<float>(exec_, datty_, G("attn.c_proj.weight"), G("attn.c_proj.bias"), dres,
+                            a.atty, P("attn.c_proj.weight"), N, C, C);
+  k::attention_backward<float>(exec_, dqkv_, datty_, a.qkv, a.atty, a.lse, B_, T_, NH, C / NH);
+  k::linear_backward<float>(exec_, dln_, G("attn.c_attn.weight"), G("attn.c_attn.bias"), dqkv_,
+                            a.ln1, P("attn.c_attn.weight"), N, C, 3 * C);
+  k::layernorm_backward<float>(exec_, dres, G("ln_1.weight"), G("ln_1.bias"), dln_, x,
+                               P("ln_1.weight"), a.ln1_mean, a.ln1_rstd, N, C);
+}
+
+void Gpt::forward_body(View1<const std::int32_t> inputs) {
+  const int N = B_ * T_, C = cfg_.n_embd, Vp = cfg_.padded_vocab();
+  MESHTRAIN_CHECK(inputs.span() == static_cast<std::size_t>(N), "model input has ", inputs.span(),
+                  " tokens, expected micro_batch x seq_len = ", N);
+  Kokkos::deep_copy(exec_, inputs_, inputs);
+  k::embedding_forward<float>(exec_, encoded_, inputs_, param("transformer.wte.weight"),
+                              param("transformer.wpe.weight"), B_, T_, C, 0, Vp);
+  for (int l = 0; l < cfg_.n_layer; ++l) {
+    View1<const float> x = l == 0 ? encoded_ : block_out_[l - 1];
+    block_forward(l, x, acts_for(l));
+  }
+  k::layernorm_forward<float>(exec_, lnf_, lnf_mean_, lnf_rstd_, block_out_[cfg_.n_layer - 1],
+                              param("transformer.ln_f.weight"), param("transformer.ln_f.bias"), N,
+                              C);
+  // LM head tied to wte [Vp, C]: logits[N, Vp] = lnf[N, C] @ wte^T
+  const auto wte = param("transformer.wte.weight");
+  k::gemm<float>(exec_, k::Trans::N, k::Trans::T, N, Vp, C, 1.0f, lnf_.data(), C, wte.data(), C,
+                 0.0f, logits_.data(), Vp);
+}
+
+void Gpt::forward_train(View1<const std::int32_t> inputs, View1<const std::int32_t> targets,
+                        float grad_scale) {
+  const int N = B_ * T_;
+  forward_body(inputs);
+  Kokkos::deep_copy(exec_, targets_, targets);
+  k::cross_entropy_forward_backward<float>(exec_, losses_, logits_, targets_, N,
+                                           cfg_.padded_vocab(), cfg_.vocab_size, grad_scale);
+  k::sum_losses(exec_, loss_sum_, losses_, N, true);
+}
+
+void Gpt::forward_eval(View1<const std::int32_t> inputs, View1<const std::int32_t> targets) {
+  const int N = B_ * T_;
+  forward_body(inputs);
+  Kokkos::deep_copy(exec_, targets_, targets);
+  k::cross_entropy_forward<float>(exec_, losses_, logits_, targets_, N, cfg_.padded_vocab(),
+                                  cfg_.vocab_size);
+  k::sum_losses(exec_, loss_sum_, losses_, N, true);
+}
+
+View1<const float> Gpt::forward_logits(View1<const std::int32_t> inputs) {
+  forward_body(inputs);
+  return logits_;
+}
+
+void Gpt::backward() {
+  const int N = B_ * T_, C = cfg_.n_embd, Vp = cfg_.padded_vocab();
+  const auto wte = param("transformer.wte.weight");
+  const auto dwte = grad("transformer.wte.weight");
+  // LM head: logits_ now holds dlogits (written by the fused cross-entropy).
+  k::gemm<float>(exec_, k::Trans::N, k::Trans::N, N, C, Vp, 1.0f, logits_.data(), Vp, wte.data(),
+                 C, 0.0f, dln_.data(), C);
+  k::gemm<float>(exec_, k::Trans::T, k::Trans::N, Vp, C, N, 1.0f, logits_.data(), Vp, lnf_.data(),
+                 C, 1.0f, dwte.data(), C);
+  Kokkos::deep_copy(exec_, dres_, 0.0f);
+  k::layernorm_backward<float>(exec_, dres_, grad("transformer.ln_f.weight"),
+                               grad("transformer.ln_f.bias"), dln_, block_out_[cfg_.n_layer - 1],
+                               param("transformer.ln_f.weight"), lnf_mean_, lnf_rstd_, N, C);
+  for (int l = cfg_.n_layer - 1; l >= 0; --l) {
+    View1<const float> x = l == 0 ? encoded_ : block_out_[l - 1];
+    if (recompute_) block_forward(l, x, acts_for(l));  // rebuild the block's activations
+    block_backward(l, x, acts_for(l), dres_);
+  }
+  k::embedding_backward<float>(exec_, dwte, grad("transformer.wpe.weight"), dres_, inputs_, B_,
+                               T_, C, 0, Vp);
+}
+
+}  // namespace meshtrain::model

@@ -1,0 +1,115 @@
+#include "meshtrain/model/registry.hpp"
+
+#include "meshtrain/core/error.hpp"
+
+namespace meshtrain::model {
+
+const char* split_name(Split s) {
+  switch (s) {
+    case Split::replicated: return "replicated";
+    case Split::rows: return "rows";
+    case Split::cols: return "cols";
+    case Split::qkv_cols: return "qkv_cols";
+  }
+  return "?";
+}
+
+std::int64_t ParamInfo::global_numel() const {
+  std::int64_t n = 1;
+  for (auto d : global_shape) n *= d;
+  return n;
+}
+
+std::int64_t ParamInfo::global_index(std::int64_t i, int tp_rank, int tp_size) const {
+  (void)tp_size;
+  if (split == Split::replicated) return i;
+  const bool matrix = local_shape.size() == 2;
+  const std::int64_t lcols = matrix ? local_shape[1] : local_shape[0];
+  const std::int64_t gcols = matrix ? global_shape[1] : global_shape[0];
+  const std::int64_t r = matrix ? i / lcols : 0, c = matrix ? i % lcols : i;
+  switch (split) {
+    case Split::rows:  // whole rows; the local block starts at row tp_rank * local_rows
+      return (tp_rank * local_shape[0] + r) * gcols + c;
+    case Split::cols:
+      return r * gcols + tp_rank * lcols + c;
+    case Split::qkv_cols: {  // local columns are [q_l | k_l | v_l], each lcols / 3 wide
+      const std::int64_t part = lcols / 3, which = c / part, within = c % part;
+      return r * gcols + which * (gcols / 3) + tp_rank * part + within;
+    }
+    case Split::replicated: break;
+  }
+  return i;
+}
+
+ParameterRegistry::ParameterRegistry(const GptConfig& cfg, int tp_rank, int tp_size, int stage,
+                                     int first_layer, int last_layer, bool has_embedding,
+                                     bool has_head)
+    : cfg_(cfg), tp_rank_(tp_rank), tp_size_(tp_size), stage_(stage) {
+  const std::int64_t C = cfg.n_embd, Vp = cfg.padded_vocab(), T = cfg.block_size;
+  // The first stage embeds; the last stage holds a copy of wte for the tied LM head.
+  if (has_embedding || has_head) add("transformer.wte.weight", {Vp, C}, Split::rows, -1, true);
+  if (has_embedding) add("transformer.wpe.weight", {T, C}, Split::replicated, -1, true);
+  for (int l = first_layer; l < last_layer; ++l) {
+    const std::string p = "transformer.h." + std::to_string(l) + ".";
+    // Within a block: weights that decay first, then biases and LayerNorm, so AdamW covers a
+    // block in two contiguous ranges.
+    add(p + "attn.c_attn.weight", {C, 3 * C}, Split::qkv_cols, l, true);
+    add(p + "attn.c_proj.weight", {C, C}, Split::rows, l, true);
+    add(p + "mlp.c_fc.weight", {C, 4 * C}, Split::cols, l, true);
+    add(p + "mlp.c_proj.weight", {4 * C, C}, Split::rows, l, true);
+    add(p + "ln_1.weight", {C}, Split::replicated, l, false);
+    add(p + "ln_1.bias", {C}, Split::replicated, l, false);
+    add(p + "attn.c_attn.bias", {3 * C}, Split::qkv_cols, l, false);
+    add(p + "attn.c_proj.bias", {C}, Split::replicated, l, false);
+    add(p + "ln_2.weight", {C}, Split::replicated, l, false);
+    add(p + "ln_2.bias", {C}, Split::replicated, l, false);
+    add(p + "mlp.c_fc.bias", {4 * C}, Split::cols, l, false);
+    add(p + "mlp.c_proj.bias", {C}, Split::replicated, l, false);
+  }
+  if (has_head) {
+    add("transformer.ln_f.weight", {C}, Split::replicated, -1, false);
+    add("transformer.ln_f.bias", {C}, Split::replicated, -1, false);
+  }
+}
+
+void ParameterRegistry::add(std::string name, std::vector<std::int64_t> shape, Split split,
+                            int layer, bool decay) {
+  ParamInfo p;
+  p.name = std::move(name);
+  p.global_shape = shape;
+  p.local_shape = shape;
+  p.split = split;
+  p.layer = layer;
+  p.stage = stage_;
+  p.decay = decay;
+  if (split != Split::replicated) {
+    const std::size_t dim = (split == Split::rows || shape.size() == 1) ? 0 : 1;
+    const std::int64_t extent = shape[dim];
+    const std::int64_t unit = split == Split::qkv_cols ? 3 : 1;
+    MESHTRAIN_CONFIG_CHECK(extent % (unit * tp_size_) == 0, "mesh.tp=", tp_size_,
+                           " does not divide dimension ", dim, " (", extent, ") of ", p.name,
+                           split == Split::rows && layer < 0 ? " (model.vocab_pad must make the "
+                                                               "padded vocab divisible by tp)"
+                                                             : "");
+    p.local_shape[dim] = extent / tp_size_;
+  }
+  p.numel = 1;
+  for (auto d : p.local_shape) p.numel *= static_cast<std::size_t>(d);
+  p.offset = (total_ + kAlign - 1) / kAlign * kAlign;
+  total_ = p.offset + p.numel;
+  params_.push_back(std::move(p));
+}
+
+const ParamInfo* ParameterRegistry::find(const std::string& name) const {
+  for (const auto& p : params_)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+const ParamInfo& ParameterRegistry::get(const std::string& name) const {
+  const ParamInfo* p = find(name);
+  if (!p) throw Error(cat("parameter '", name, "' is not in this rank's registry"));
+  return *p;
+}
+
+}  // namespace meshtrain::model

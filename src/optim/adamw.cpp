@@ -1,0 +1,54 @@
+#include "meshtrain/optim/adamw.hpp"
+
+#include <cmath>
+
+namespace meshtrain::optim {
+
+float lr_at(const AdamWConfig& c, std::int64_t step) {
+  if (c.warmup_steps > 0 && step < c.warmup_steps)
+    return c.lr * static_cast<float>(step + 1) / static_cast<float>(c.warmup_steps);
+  if (c.decay_steps <= 0) return c.lr;
+  if (step >= c.decay_steps) return c.min_lr;
+  const double span = static_cast<double>(c.decay_steps - c.warmup_steps);
+  const double progress = span > 0 ? (step - c.warmup_steps) / span : 1.0;
+  const double coeff = 0.5 * (1.0 + std::cos(M_PI * progress));  // 1 -> 0
+  return static_cast<float>(c.min_lr + coeff * (c.lr - c.min_lr));
+}
+
+AdamW::AdamW(const model::ParameterRegistry& reg, const AdamWConfig& cfg, ExecSpace exec)
+    : cfg_(cfg), exec_(exec) {
+  // Merge consecutive parameters with the same decay flag into one range: the alignment gaps
+  // between them hold zeros in params and grads, which AdamW leaves at zero.
+  for (const auto& p : reg.params()) {
+    if (!ranges_.empty() && ranges_.back().decay == p.decay) {
+      ranges_.back().length = p.offset + p.numel - ranges_.back().offset;
+    } else {
+      ranges_.push_back(Range{p.offset, p.numel, p.decay});
+    }
+  }
+  m_ = zeros<float>("optim.exp_avg", reg.size());
+  v_ = zeros<float>("optim.exp_avg_sq", reg.size());
+  sumsq_ = Scalar<float>("meshtrain::optim.sumsq");
+  norm_ = Scalar<float>("meshtrain::optim.grad_norm");
+  scale_ = Scalar<float>("meshtrain::optim.clip_scale");
+}
+
+void AdamW::step(View1<float> params, View1<const float> grads, std::int64_t step) {
+  kernels::sum_squares<float>(exec_, sumsq_, grads, grads.span(), false);
+  kernels::clip_scale(exec_, scale_, norm_, sumsq_, cfg_.grad_clip);
+  kernels::AdamWHyper h;
+  h.lr = lr_at(cfg_, step);
+  h.beta1 = cfg_.beta1;
+  h.beta2 = cfg_.beta2;
+  h.eps = cfg_.eps;
+  h.weight_decay = cfg_.weight_decay;
+  h.step = static_cast<int>(step + 1);
+  for (const Range& r : ranges_) {
+    kernels::adamw_update<float>(exec_, slice(params, r.offset, r.length),
+                                 slice(grads, r.offset, r.length), slice(m_, r.offset, r.length),
+                                 slice(v_, r.offset, r.length), r.length, h, r.decay ? 1.0f : 0.0f,
+                                 scale_);
+  }
+}
+
+}  // namespace meshtrain::optim

@@ -1,0 +1,54 @@
+#pragma once
+// Loads tests/fixtures/gpt2_tiny_v1.safetensors (made by tests/reference/gpt2_reference.py in
+// float64) into a model and compares tensors with stated tolerances.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "harness.hpp"
+#include "meshtrain/io/safetensors.hpp"
+#include "meshtrain/model/gpt.hpp"
+
+namespace mt_test {
+
+inline std::string fixture_path() { return std::string(MESHTRAIN_SOURCE_DIR) + "/tests/fixtures/gpt2_tiny_v1.safetensors"; }
+
+inline meshtrain::model::GptConfig fixture_config() {
+  meshtrain::model::GptConfig c;
+  c.name = "fixture";
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.n_embd = 32;
+  c.vocab_size = 61;
+  c.vocab_pad = 64;
+  c.block_size = 16;
+  return c;
+}
+
+// Copy `prefix + name` tensors into the model's parameters; wte's padding rows stay zero.
+inline void load_params(const meshtrain::io::SafetensorsReader& f, meshtrain::model::Gpt& m,
+                        const std::string& prefix) {
+  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, m.params());
+  Kokkos::deep_copy(host, 0.0f);
+  for (const auto& p : m.registry().params()) {
+    auto v = f.read_f32(prefix + p.name);
+    REQUIRE(v.size() <= p.numel);
+    std::copy(v.begin(), v.end(), host.data() + p.offset);
+  }
+  Kokkos::deep_copy(m.params(), host);
+}
+
+// max |a - b| over the first n elements of a (host) and b.
+inline double max_abs_diff(const float* a, const std::vector<float>& b) {
+  double d = 0;
+  for (std::size_t i = 0; i < b.size(); ++i) d = std::max(d, std::fabs(double(a[i]) - b[i]));
+  return d;
+}
+inline double max_abs(const std::vector<float>& b) {
+  double d = 0;
+  for (float x : b) d = std::max(d, std::fabs(double(x)));
+  return d;
+}
+
+}  // namespace mt_test
