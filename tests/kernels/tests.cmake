@@ -1,1 +1,4 @@
 # Tests of the kernels layer: meshtrain_add_test(...) lines.
+meshtrain_add_test(NAME test_kernels_gemm SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gemm.cpp)
+meshtrain_add_test(NAME test_kernels_layernorm SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_layernorm.cpp)
+meshtrain_add_test(NAME test_kernels_pointwise SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_pointwise.cpp)

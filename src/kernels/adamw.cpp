@@ -1,0 +1,69 @@
+// AdamW (Loshchilov & Hutter 2019): decoupled weight decay, bias-corrected moments. The gradient
+// scale (1, or the clip factor) is read from a device scalar inside the kernel, so clipping never
+// waits for the host.
+#include "meshtrain/kernels/adamw.hpp"
+
+#include <cmath>
+
+#include "common.hpp"
+
+namespace meshtrain::kernels {
+
+template <class G>
+void adamw_update(const ExecSpace& exec, View1<float> param, View1<const G> grad, View1<float> m,
+                  View1<float> v, std::size_t n, const AdamWHyper& h, float decay,
+                  Scalar<const float> grad_scale) {
+  using detail::acc;
+  const char* fn = "adamw_update";
+  MESHTRAIN_CHECK(h.step >= 1, fn, ": step=", h.step, " (1-based: the first update is step 1)");
+  detail::check_extent(param, n, fn, "param");
+  detail::check_extent(grad, n, fn, "grad");
+  detail::check_extent(m, n, fn, "m");
+  detail::check_extent(v, n, fn, "v");
+  const float lr = h.lr, b1 = h.beta1, b2 = h.beta2, eps = h.eps;
+  const float wd = h.weight_decay * decay;
+  // Bias corrections on the host in double: pow(0.95, step) for large step is where float loses.
+  const float bc1 = static_cast<float>(1.0 - std::pow(double(h.beta1), h.step));
+  const float bc2 = static_cast<float>(1.0 - std::pow(double(h.beta2), h.step));
+  Kokkos::parallel_for(
+      "meshtrain::adamw_update", detail::Range(exec, 0, detail::Index(n)),
+      KOKKOS_LAMBDA(detail::Index i) {
+        const float g = static_cast<float>(acc(grad(i))) * grad_scale();
+        const float mi = b1 * m(i) + (1.0f - b1) * g;
+        const float vi = b2 * v(i) + (1.0f - b2) * g * g;
+        m(i) = mi;
+        v(i) = vi;
+        const float mhat = mi / bc1, vhat = vi / bc2;
+        param(i) -= lr * (mhat / (kc::sqrt(vhat) + eps) + wd * param(i));
+      });
+}
+
+template <class T>
+void sum_squares(const ExecSpace& exec, Scalar<float> out, View1<const T> x, std::size_t n,
+                 bool accumulate) {
+  using detail::acc;
+  detail::check_extent(x, n, "sum_squares", "x");
+  detail::reduce_to_scalar(
+      exec, "meshtrain::sum_squares", out, n, accumulate, KOKKOS_LAMBDA(detail::Index i, float& s) {
+        const float xi = static_cast<float>(acc(x(i)));
+        s += xi * xi;
+      });
+}
+
+void clip_scale(const ExecSpace& exec, Scalar<float> scale, Scalar<float> norm,
+                Scalar<const float> sumsq, float max_norm) {
+  Kokkos::parallel_for(
+      "meshtrain::clip_scale", detail::Range(exec, 0, 1), KOKKOS_LAMBDA(detail::Index) {
+        const float nrm = kc::sqrt(sumsq());
+        norm() = nrm;
+        scale() = max_norm > 0.0f ? max_norm / (nrm > max_norm ? nrm : max_norm) : 1.0f;
+      });
+}
+
+template void adamw_update<float>(const ExecSpace&, View1<float>, View1<const float>,
+                                  View1<float>, View1<float>, std::size_t, const AdamWHyper&,
+                                  float, Scalar<const float>);
+template void sum_squares<float>(const ExecSpace&, Scalar<float>, View1<const float>, std::size_t,
+                                 bool);
+
+}  // namespace meshtrain::kernels

@@ -1,0 +1,81 @@
+#pragma once
+// Private to src/kernels/: accumulation types, policies and small helpers shared by the kernels.
+//
+// Every kernel loads with acc(x) and stores with static_cast<T>(...), so a narrow storage type
+// (bf16 later) is a drop-in with fp32 arithmetic. double keeps double accumulation: the double
+// instantiations exist so that the gradient-check tests can run the real kernels at ~1e-12.
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <type_traits>
+
+#include "meshtrain/core/error.hpp"
+#include "meshtrain/core/view.hpp"
+
+namespace meshtrain::kernels::detail {
+
+template <class T>
+struct Accum {
+  using type = float;
+};
+template <>
+struct Accum<double> {
+  using type = double;
+};
+template <class T>
+using acc_t = typename Accum<std::remove_cv_t<T>>::type;
+
+template <class T>
+KOKKOS_INLINE_FUNCTION acc_t<T> acc(const T& x) {
+  return static_cast<acc_t<T>>(x);
+}
+
+// 64-bit indices for flat element-wise kernels: B*T*Vp or a flat parameter buffer can pass 2^31.
+using Index = std::int64_t;
+using Range = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<Index>>;
+using Team = Kokkos::TeamPolicy<ExecSpace>;
+using Member = Team::member_type;
+template <class A>
+using ScratchView =
+    Kokkos::View<A*, ExecSpace::scratch_memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+// The most negative finite value: the identity of a running max. Finite (not -inf) so that a
+// correction factor exp(m_old - m_new) never evaluates inf - inf.
+template <class A>
+inline constexpr A kLowest = std::numeric_limits<A>::lowest();
+
+// Vector length for a team that works on one head-sized row: a power of two, at most what the
+// backend allows (32 lanes on CUDA, 1 on host backends).
+inline int vector_length_for(int width) {
+  int v = 1;
+  while (v < width && v < 32) v *= 2;
+  const int vmax = Team::vector_length_max();
+  return v < vmax ? v : vmax;
+}
+
+// A View that the caller may pass empty ("no bias", "no wpe") or with at least `need` elements.
+template <class V>
+bool present(const V& v) {
+  return v.extent(0) > 0;
+}
+
+template <class V>
+void check_extent(const V& v, std::size_t need, const char* fn, const char* what) {
+  MESHTRAIN_CHECK(v.extent(0) >= need, fn, ": ", what, " has ", v.extent(0),
+                  " elements, needs at least ", need);
+}
+
+// out = sum (or out += sum) where sum = sum_i f(i) over [0, n), reduced by Kokkos (a fixed tree
+// per backend and launch shape: the same bits on every run). The result stays on the device.
+template <class F>
+void reduce_to_scalar(const ExecSpace& exec, const std::string& label, Scalar<float> out,
+                      std::size_t n, bool accumulate, const F& f) {
+  Scalar<float> partial(Kokkos::view_alloc(label + "_partial", Kokkos::WithoutInitializing));
+  Kokkos::parallel_reduce(label, Range(exec, 0, static_cast<Index>(n)), f, partial);
+  Kokkos::parallel_for(
+      label + "_store", Range(exec, 0, 1), KOKKOS_LAMBDA(Index) {
+        out() = accumulate ? out() + partial() : partial();
+      });
+}
+
+}  // namespace meshtrain::kernels::detail

@@ -1,0 +1,147 @@
+// Fused softmax cross-entropy, one team per row.
+//
+// Row statistics: the columns [0, V) are split into kParts fixed strided parts (c = p, p + kParts,
+// ...). Each part keeps an online (max, sum exp(x - max)) pair (Milakov & Gimelshein 2018), the
+// pairs go to team scratch and every thread merges them in part order. The partition does not
+// depend on the team size or the backend, so the bits of the loss do not either, and strided
+// parts keep neighbouring threads on neighbouring columns (coalesced on a GPU).
+// Padding columns [V, Vp) are never read for the statistics: they may hold anything.
+#include "meshtrain/kernels/cross_entropy.hpp"
+
+#include <limits>
+
+#include "common.hpp"
+
+namespace meshtrain::kernels {
+
+namespace detail {
+
+inline constexpr int kCeParts = 64;
+
+inline void check_cross_entropy(const char* fn, int N, int Vp, int V) {
+  MESHTRAIN_CHECK(N >= 0 && V > 0 && Vp >= V, fn, ": bad shape N=", N, ", Vp=", Vp, ", V=", V);
+}
+
+// log(sum_{c<V} exp(x_c)) of one row, on every thread of the team. Ends with a team barrier,
+// after which the row may be overwritten.
+template <class T, class Logits>
+KOKKOS_INLINE_FUNCTION acc_t<T> row_logsumexp(const Member& m, const Logits& logits, Index base,
+                                              int V, acc_t<T> lowest) {
+  using Acc = acc_t<T>;
+  ScratchView<Acc> part(m.team_scratch(0), 2 * kCeParts);  // [max x kParts | sum x kParts]
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(m, kCeParts), [&](int p) {
+    Acc mx = lowest, s = 0;
+    for (int c = p; c < V; c += kCeParts) {
+      const Acc x = acc(logits(base + c));
+      if (x > mx) {
+        s = s * kc::exp(mx - x) + Acc(1);
+        mx = x;
+      } else {
+        s += kc::exp(x - mx);
+      }
+    }
+    part(p) = mx;
+    part(kCeParts + p) = s;
+  });
+  m.team_barrier();
+  Acc mx = lowest;
+  for (int p = 0; p < kCeParts; ++p) mx = part(p) > mx ? part(p) : mx;
+  Acc s = 0;
+  for (int p = 0; p < kCeParts; ++p) s += part(kCeParts + p) * kc::exp(part(p) - mx);
+  return mx + kc::log(s);
+}
+
+template <class T>
+Team ce_policy(const ExecSpace& exec, int N) {
+  Team policy(exec, N, Kokkos::AUTO);
+  policy.set_scratch_size(0, Kokkos::PerTeam(ScratchView<acc_t<T>>::shmem_size(2 * kCeParts)));
+  return policy;
+}
+
+}  // namespace detail
+
+template <class T>
+void cross_entropy_forward_backward(const ExecSpace& exec, View1<float> losses, View1<T> logits,
+                                    View1<const std::int32_t> targets, int N, int Vp, int V,
+                                    float grad_scale) {
+  using Acc = detail::acc_t<T>;
+  using detail::acc;
+  using detail::Index;
+  const char* fn = "cross_entropy_forward_backward";
+  detail::check_cross_entropy(fn, N, Vp, V);
+  detail::check_extent(losses, N, fn, "losses");
+  detail::check_extent(logits, std::size_t(N) * Vp, fn, "logits");
+  detail::check_extent(targets, N, fn, "targets");
+  const Acc lowest = detail::kLowest<Acc>, gs = grad_scale;
+  // A target outside [0, V) other than "ignore" is corrupt input: a NaN loss makes it loud.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Kokkos::parallel_for(
+      "meshtrain::cross_entropy_forward_backward", detail::ce_policy<T>(exec, N),
+      KOKKOS_LAMBDA(const detail::Member& m) {
+        const Index row = m.league_rank();
+        const Index base = row * Vp;
+        const int tgt = targets(row);
+        const bool counted = tgt >= 0;
+        Acc lse = 0, loss = 0;
+        if (counted) {
+          lse = detail::row_logsumexp<T>(m, logits, base, V, lowest);
+          loss = tgt < V ? lse - acc(logits(base + tgt)) : Acc(nan);
+          m.team_barrier();  // everyone has read logits[tgt] before the row is overwritten
+        }
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(m, Vp), [&](int c) {
+          Acc g = 0;
+          if (counted && c < V) g = gs * (kc::exp(acc(logits(base + c)) - lse) - (c == tgt ? 1 : 0));
+          logits(base + c) = static_cast<T>(g);
+        });
+        Kokkos::single(Kokkos::PerTeam(m), [&]() { losses(row) = static_cast<float>(loss); });
+      });
+}
+
+template <class T>
+void cross_entropy_forward(const ExecSpace& exec, View1<float> losses, View1<const T> logits,
+                           View1<const std::int32_t> targets, int N, int Vp, int V) {
+  using Acc = detail::acc_t<T>;
+  using detail::acc;
+  using detail::Index;
+  const char* fn = "cross_entropy_forward";
+  detail::check_cross_entropy(fn, N, Vp, V);
+  detail::check_extent(losses, N, fn, "losses");
+  detail::check_extent(logits, std::size_t(N) * Vp, fn, "logits");
+  detail::check_extent(targets, N, fn, "targets");
+  const Acc lowest = detail::kLowest<Acc>;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Kokkos::parallel_for(
+      "meshtrain::cross_entropy_forward", detail::ce_policy<T>(exec, N),
+      KOKKOS_LAMBDA(const detail::Member& m) {
+        const Index row = m.league_rank();
+        const int tgt = targets(row);
+        if (tgt < 0) {
+          Kokkos::single(Kokkos::PerTeam(m), [&]() { losses(row) = 0.0f; });
+          return;
+        }
+        const Acc lse = detail::row_logsumexp<T>(m, logits, row * Vp, V, lowest);
+        const Acc loss = tgt < V ? lse - acc(logits(row * Vp + tgt)) : Acc(nan);
+        Kokkos::single(Kokkos::PerTeam(m), [&]() { losses(row) = static_cast<float>(loss); });
+      });
+}
+
+void sum_losses(const ExecSpace& exec, Scalar<float> out, View1<const float> losses, int N,
+                bool accumulate) {
+  MESHTRAIN_CHECK(N >= 0, "sum_losses: N=", N);
+  detail::check_extent(losses, N, "sum_losses", "losses");
+  detail::reduce_to_scalar(
+      exec, "meshtrain::sum_losses", out, N, accumulate,
+      KOKKOS_LAMBDA(detail::Index i, float& s) { s += losses(i); });
+}
+
+#define MESHTRAIN_INSTANTIATE_CROSS_ENTROPY(T)                                                 \
+  template void cross_entropy_forward_backward<T>(const ExecSpace&, View1<float>, View1<T>,    \
+                                                  View1<const std::int32_t>, int, int, int,    \
+                                                  float);                                      \
+  template void cross_entropy_forward<T>(const ExecSpace&, View1<float>, View1<const T>,       \
+                                         View1<const std::int32_t>, int, int, int);
+MESHTRAIN_INSTANTIATE_CROSS_ENTROPY(float)
+MESHTRAIN_INSTANTIATE_CROSS_ENTROPY(double)
+#undef MESHTRAIN_INSTANTIATE_CROSS_ENTROPY
+
+}  // namespace meshtrain::kernels

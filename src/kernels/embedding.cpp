@@ -1,0 +1,92 @@
+// Token + position embedding and its backward.
+//
+// The wte gradient is a scatter-add (many positions share a token). Atomics would make the
+// summation order, hence the bits, depend on scheduling; instead one thread owns one channel c
+// and walks the tokens in order, so every dwte[v, c] is summed in token order on every run and
+// every backend. Channels are contiguous in memory, so neighbouring threads stay coalesced.
+#include "meshtrain/kernels/embedding.hpp"
+
+#include "common.hpp"
+
+namespace meshtrain::kernels {
+
+namespace {
+void check_embedding(const char* fn, int B, int Tlen, int C, int vocab_start, int vocab_local) {
+  MESHTRAIN_CHECK(B >= 0 && Tlen >= 0 && C > 0, fn, ": bad shape B=", B, ", T=", Tlen, ", C=", C);
+  MESHTRAIN_CHECK(vocab_start >= 0 && vocab_local >= 0, fn, ": bad vocab slice start=",
+                  vocab_start, ", local=", vocab_local);
+}
+}  // namespace
+
+template <class T>
+void embedding_forward(const ExecSpace& exec, View1<T> out, View1<const std::int32_t> tokens,
+                       View1<const T> wte, View1<const T> wpe, int B, int Tlen, int C,
+                       int vocab_start, int vocab_local) {
+  using Acc = detail::acc_t<T>;
+  using detail::acc;
+  using detail::Index;
+  const char* fn = "embedding_forward";
+  check_embedding(fn, B, Tlen, C, vocab_start, vocab_local);
+  const std::size_t BT = std::size_t(B) * Tlen;
+  detail::check_extent(out, BT * C, fn, "out");
+  detail::check_extent(tokens, BT, fn, "tokens");
+  detail::check_extent(wte, std::size_t(vocab_local) * C, fn, "wte");
+  const bool has_wpe = detail::present(wpe);
+  if (has_wpe) detail::check_extent(wpe, std::size_t(Tlen) * C, fn, "wpe");
+  Kokkos::parallel_for(
+      "meshtrain::embedding_forward", detail::Range(exec, 0, Index(BT) * C),
+      KOKKOS_LAMBDA(Index idx) {
+        const Index bt = idx / C, c = idx % C;
+        const Index t = bt % Tlen;
+        const Index v = Index(tokens(bt)) - vocab_start;
+        Acc x = (v >= 0 && v < vocab_local) ? acc(wte(v * C + c)) : Acc(0);
+        if (has_wpe) x += acc(wpe(t * C + c));
+        out(idx) = static_cast<T>(x);
+      });
+}
+
+template <class T>
+void embedding_backward(const ExecSpace& exec, View1<T> dwte, View1<T> dwpe, View1<const T> dout,
+                        View1<const std::int32_t> tokens, int B, int Tlen, int C,
+                        int vocab_start, int vocab_local) {
+  using Acc = detail::acc_t<T>;
+  using detail::acc;
+  using detail::Index;
+  const char* fn = "embedding_backward";
+  check_embedding(fn, B, Tlen, C, vocab_start, vocab_local);
+  const Index BT = Index(B) * Tlen;
+  detail::check_extent(dout, std::size_t(BT) * C, fn, "dout");
+  detail::check_extent(tokens, std::size_t(BT), fn, "tokens");
+  detail::check_extent(dwte, std::size_t(vocab_local) * C, fn, "dwte");
+  // dwte is accumulated in its own type as it goes (a row can be hit many times); with a bf16
+  // model the gradient buffers are meant to be fp32 anyway.
+  Kokkos::parallel_for(
+      "meshtrain::embedding_backward_dwte", detail::Range(exec, 0, C), KOKKOS_LAMBDA(Index c) {
+        for (Index bt = 0; bt < BT; ++bt) {
+          const Index v = Index(tokens(bt)) - vocab_start;
+          if (v < 0 || v >= vocab_local) continue;
+          dwte(v * C + c) = static_cast<T>(acc(dwte(v * C + c)) + acc(dout(bt * C + c)));
+        }
+      });
+  if (detail::present(dwpe)) {
+    detail::check_extent(dwpe, std::size_t(Tlen) * C, fn, "dwpe");
+    Kokkos::parallel_for(
+        "meshtrain::embedding_backward_dwpe", detail::Range(exec, 0, Index(Tlen) * C),
+        KOKKOS_LAMBDA(Index tc) {
+          Acc s = 0;
+          for (Index b = 0; b < B; ++b) s += acc(dout(b * Tlen * C + tc));
+          dwpe(tc) = static_cast<T>(acc(dwpe(tc)) + s);
+        });
+  }
+}
+
+#define MESHTRAIN_INSTANTIATE_EMBEDDING(T)                                                     \
+  template void embedding_forward<T>(const ExecSpace&, View1<T>, View1<const std::int32_t>,    \
+                                     View1<const T>, View1<const T>, int, int, int, int, int); \
+  template void embedding_backward<T>(const ExecSpace&, View1<T>, View1<T>, View1<const T>,    \
+                                      View1<const std::int32_t>, int, int, int, int, int);
+MESHTRAIN_INSTANTIATE_EMBEDDING(float)
+MESHTRAIN_INSTANTIATE_EMBEDDING(double)
+#undef MESHTRAIN_INSTANTIATE_EMBEDDING
+
+}  // namespace meshtrain::kernels

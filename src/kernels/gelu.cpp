@@ -1,0 +1,55 @@
+// GELU, tanh approximation (GPT-2 "gelu_new"), element-wise.
+//   u = sqrt(2/pi) (x + 0.044715 x^3),  gelu = 0.5 x (1 + tanh u)
+//   gelu' = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+// The derivative uses 1 - tanh^2 rather than 1 / cosh^2 (llm.c): cosh overflows for |u| > ~89.
+#include "meshtrain/kernels/gelu.hpp"
+
+#include "common.hpp"
+
+namespace meshtrain::kernels {
+
+template <class T>
+void gelu_forward(const ExecSpace& exec, View1<T> out, View1<const T> inp, std::size_t n) {
+  using Acc = detail::acc_t<T>;
+  using detail::acc;
+  detail::check_extent(out, n, "gelu_forward", "out");
+  detail::check_extent(inp, n, "gelu_forward", "inp");
+  Kokkos::parallel_for(
+      "meshtrain::gelu_forward", detail::Range(exec, 0, detail::Index(n)),
+      KOKKOS_LAMBDA(detail::Index i) {
+        const Acc s = Acc(0.7978845608028654);  // sqrt(2/pi)
+        const Acc x = acc(inp(i));
+        const Acc u = s * (x + Acc(0.044715) * x * x * x);
+        out(i) = static_cast<T>(Acc(0.5) * x * (Acc(1) + kc::tanh(u)));
+      });
+}
+
+template <class T>
+void gelu_backward(const ExecSpace& exec, View1<T> dinp, View1<const T> inp, View1<const T> dout,
+                   std::size_t n) {
+  using Acc = detail::acc_t<T>;
+  using detail::acc;
+  detail::check_extent(dinp, n, "gelu_backward", "dinp");
+  detail::check_extent(inp, n, "gelu_backward", "inp");
+  detail::check_extent(dout, n, "gelu_backward", "dout");
+  Kokkos::parallel_for(
+      "meshtrain::gelu_backward", detail::Range(exec, 0, detail::Index(n)),
+      KOKKOS_LAMBDA(detail::Index i) {
+        const Acc s = Acc(0.7978845608028654);
+        const Acc x = acc(inp(i));
+        const Acc th = kc::tanh(s * (x + Acc(0.044715) * x * x * x));
+        const Acc grad = Acc(0.5) * (Acc(1) + th) +
+                         Acc(0.5) * x * (Acc(1) - th * th) * s * (Acc(1) + Acc(3 * 0.044715) * x * x);
+        dinp(i) = static_cast<T>(grad * acc(dout(i)));
+      });
+}
+
+#define MESHTRAIN_INSTANTIATE_GELU(T)                                                          \
+  template void gelu_forward<T>(const ExecSpace&, View1<T>, View1<const T>, std::size_t);      \
+  template void gelu_backward<T>(const ExecSpace&, View1<T>, View1<const T>, View1<const T>,  \
+                                 std::size_t);
+MESHTRAIN_INSTANTIATE_GELU(float)
+MESHTRAIN_INSTANTIATE_GELU(double)
+#undef MESHTRAIN_INSTANTIATE_GELU
+
+}  // namespace meshtrain::kernels

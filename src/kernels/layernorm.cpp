@@ -1,0 +1,136 @@
+// LayerNorm, one team per row. The variance is a second pass over the row, sum((x - mean)^2),
+// rather than E[x^2] - mean^2, which cancels badly when |mean| >> std.
+//
+// Backward (llm.c layernorm_backward), with xhat = (x - mean) * rstd and g = weight * dout:
+//   dinp    += rstd * (g - mean(g) - xhat * mean(g * xhat))
+//   dweight += sum_rows dout * xhat,   dbias += sum_rows dout
+// The row part and the column sums are two kernels, so that neither needs atomics: the results
+// are deterministic and identical on every backend.
+#include "meshtrain/kernels/layernorm.hpp"
+
+#include "common.hpp"
+
+namespace meshtrain::kernels {
+
+namespace {
+void check_layernorm(const char* fn, int N, int C) {
+  MESHTRAIN_CHECK(N >= 0 && C > 0, fn, ": bad shape N=", N, ", C=", C);
+}
+}  // namespace
+
+template <class T>
+void layernorm_forward(const ExecSpace& exec, View1<T> out, View1<float> mean, View1<float> rstd,
+                       View1<const T> inp, View1<const T> weight, View1<const T> bias, int N,
+                       int C, float eps) {
+  using Acc = detail::acc_t<T>;
+  using detail::acc;
+  const char* fn = "layernorm_forward";
+  check_layernorm(fn, N, C);
+  const std::size_t NC = std::size_t(N) * C;
+  detail::check_extent(out, NC, fn, "out");
+  detail::check_extent(inp, NC, fn, "inp");
+  detail::check_extent(mean, N, fn, "mean");
+  detail::check_extent(rstd, N, fn, "rstd");
+  detail::check_extent(weight, C, fn, "weight");
+  detail::check_extent(bias, C, fn, "bias");
+  const Acc e = eps;
+  Kokkos::parallel_for(
+      "meshtrain::layernorm_forward", detail::Team(exec, N, Kokkos::AUTO),
+      KOKKOS_LAMBDA(const detail::Member& m) {
+        const detail::Index row = m.league_rank();
+        const detail::Index base = row * C;
+        Acc sum = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(m, C), [&](int c, Acc& s) { s += acc(inp(base + c)); }, sum);
+        const Acc mu = sum / C;
+        Acc sq = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(m, C),
+            [&](int c, Acc& s) {
+              const Acc d = acc(inp(base + c)) - mu;
+              s += d * d;
+            },
+            sq);
+        const Acc rs = Acc(1) / kc::sqrt(sq / C + e);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(m, C), [&](int c) {
+          const Acc xhat = (acc(inp(base + c)) - mu) * rs;
+          out(base + c) = static_cast<T>(xhat * acc(weight(c)) + acc(bias(c)));
+        });
+        Kokkos::single(Kokkos::PerTeam(m), [&]() {
+          mean(row) = static_cast<float>(mu);
+          rstd(row) = static_cast<float>(rs);
+        });
+      });
+}
+
+template <class T>
+void layernorm_backward(const ExecSpace& exec, View1<T> dinp, View1<T> dweight, View1<T> dbias,
+                        View1<const T> dout, View1<const T> inp, View1<const T> weight,
+                        View1<const float> mean, View1<const float> rstd, int N, int C) {
+  using Acc = detail::acc_t<T>;
+  using detail::acc;
+  const char* fn = "layernorm_backward";
+  check_layernorm(fn, N, C);
+  const std::size_t NC = std::size_t(N) * C;
+  detail::check_extent(dinp, NC, fn, "dinp");
+  detail::check_extent(dout, NC, fn, "dout");
+  detail::check_extent(inp, NC, fn, "inp");
+  detail::check_extent(mean, N, fn, "mean");
+  detail::check_extent(rstd, N, fn, "rstd");
+  detail::check_extent(weight, C, fn, "weight");
+  detail::check_extent(dweight, C, fn, "dweight");
+  detail::check_extent(dbias, C, fn, "dbias");
+
+  Kokkos::parallel_for(
+      "meshtrain::layernorm_backward_dinp", detail::Team(exec, N, Kokkos::AUTO),
+      KOKKOS_LAMBDA(const detail::Member& m) {
+        const detail::Index row = m.league_rank();
+        const detail::Index base = row * C;
+        const Acc mu = mean(row), rs = rstd(row);
+        Acc sum_g = 0, sum_gx = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(m, C),
+            [&](int c, Acc& s) { s += acc(weight(c)) * acc(dout(base + c)); }, sum_g);
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(m, C),
+            [&](int c, Acc& s) {
+              const Acc xhat = (acc(inp(base + c)) - mu) * rs;
+              s += acc(weight(c)) * acc(dout(base + c)) * xhat;
+            },
+            sum_gx);
+        const Acc mean_g = sum_g / C, mean_gx = sum_gx / C;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(m, C), [&](int c) {
+          const Acc xhat = (acc(inp(base + c)) - mu) * rs;
+          const Acc g = acc(weight(c)) * acc(dout(base + c));
+          dinp(base + c) = static_cast<T>(acc(dinp(base + c)) + rs * (g - mean_g - xhat * mean_gx));
+        });
+      });
+
+  // Column sums: one thread per channel, rows in order (deterministic, coalesced over c).
+  Kokkos::parallel_for(
+      "meshtrain::layernorm_backward_dweight_dbias", detail::Range(exec, 0, C),
+      KOKKOS_LAMBDA(detail::Index c) {
+        Acc dw = 0, db = 0;
+        for (detail::Index n = 0; n < N; ++n) {
+          const Acc d = acc(dout(n * C + c));
+          const Acc xhat = (acc(inp(n * C + c)) - Acc(mean(n))) * Acc(rstd(n));
+          dw += d * xhat;
+          db += d;
+        }
+        dweight(c) = static_cast<T>(acc(dweight(c)) + dw);
+        dbias(c) = static_cast<T>(acc(dbias(c)) + db);
+      });
+}
+
+#define MESHTRAIN_INSTANTIATE_LAYERNORM(T)                                                     \
+  template void layernorm_forward<T>(const ExecSpace&, View1<T>, View1<float>, View1<float>,   \
+                                     View1<const T>, View1<const T>, View1<const T>, int, int, \
+                                     float);                                                   \
+  template void layernorm_backward<T>(const ExecSpace&, View1<T>, View1<T>, View1<T>,          \
+                                      View1<const T>, View1<const T>, View1<const T>,          \
+                                      View1<const float>, View1<const float>, int, int);
+MESHTRAIN_INSTANTIATE_LAYERNORM(float)
+MESHTRAIN_INSTANTIATE_LAYERNORM(double)
+#undef MESHTRAIN_INSTANTIATE_LAYERNORM
+
+}  // namespace meshtrain::kernels

@@ -1,0 +1,77 @@
+// Linear layer on top of gemm: the bias is broadcast into `out` first so that one GEMM with
+// beta = 1 adds the product to it (no second pass over out). dbias is a column sum.
+#include "meshtrain/kernels/linear.hpp"
+
+#include "common.hpp"
+#include "meshtrain/kernels/gemm.hpp"
+
+namespace meshtrain::kernels {
+
+template <class T>
+void linear_forward(const ExecSpace& exec, View1<T> out, View1<const T> inp,
+                    View1<const T> weight, View1<const T> bias, int N, int IC, int OC) {
+  using detail::Index;
+  const char* fn = "linear_forward";
+  MESHTRAIN_CHECK(N >= 0 && IC > 0 && OC > 0, fn, ": bad shape N=", N, ", IC=", IC, ", OC=", OC);
+  detail::check_extent(out, std::size_t(N) * OC, fn, "out");
+  detail::check_extent(inp, std::size_t(N) * IC, fn, "inp");
+  detail::check_extent(weight, std::size_t(IC) * OC, fn, "weight");
+  const bool has_bias = detail::present(bias);
+  if (has_bias) {
+    detail::check_extent(bias, OC, fn, "bias");
+    Kokkos::parallel_for(
+        "meshtrain::linear_forward_bias", detail::Range(exec, 0, Index(N) * OC),
+        KOKKOS_LAMBDA(Index idx) { out(idx) = bias(idx % OC); });
+  }
+  // out[N, OC] (+)= inp[N, IC] @ weight[IC, OC]
+  gemm<T>(exec, Trans::N, Trans::N, N, OC, IC, 1.0f, inp.data(), IC, weight.data(), OC,
+          has_bias ? 1.0f : 0.0f, out.data(), OC);
+}
+
+template <class T>
+void linear_backward(const ExecSpace& exec, View1<T> dinp, View1<T> dweight, View1<T> dbias,
+                     View1<const T> dout, View1<const T> inp, View1<const T> weight, int N,
+                     int IC, int OC, bool accumulate_dinp) {
+  using Acc = detail::acc_t<T>;
+  using detail::acc;
+  const char* fn = "linear_backward";
+  MESHTRAIN_CHECK(N >= 0 && IC > 0 && OC > 0, fn, ": bad shape N=", N, ", IC=", IC, ", OC=", OC);
+  detail::check_extent(dout, std::size_t(N) * OC, fn, "dout");
+  detail::check_extent(inp, std::size_t(N) * IC, fn, "inp");
+  detail::check_extent(weight, std::size_t(IC) * OC, fn, "weight");
+  detail::check_extent(dweight, std::size_t(IC) * OC, fn, "dweight");
+  if (detail::present(dinp)) {
+    detail::check_extent(dinp, std::size_t(N) * IC, fn, "dinp");
+    // dinp[N, IC] (+)= dout[N, OC] @ weight[IC, OC]^T
+    gemm<T>(exec, Trans::N, Trans::T, N, IC, OC, 1.0f, dout.data(), OC, weight.data(), OC,
+            accumulate_dinp ? 1.0f : 0.0f, dinp.data(), IC);
+  }
+  // dweight[IC, OC] += inp[N, IC]^T @ dout[N, OC]
+  gemm<T>(exec, Trans::T, Trans::N, IC, OC, N, 1.0f, inp.data(), IC, dout.data(), OC, 1.0f,
+          dweight.data(), OC);
+  if (detail::present(dbias)) {
+    detail::check_extent(dbias, OC, fn, "dbias");
+    // One thread per output column, rows summed in order: deterministic without atomics, and
+    // neighbouring threads read neighbouring addresses. (A two-stage row-blocked sum is the GPU
+    // follow-up if OC alone does not fill the device.)
+    Kokkos::parallel_for(
+        "meshtrain::linear_backward_dbias", detail::Range(exec, 0, OC),
+        KOKKOS_LAMBDA(detail::Index o) {
+          Acc s = 0;
+          for (detail::Index n = 0; n < N; ++n) s += acc(dout(n * OC + o));
+          dbias(o) = static_cast<T>(acc(dbias(o)) + s);
+        });
+  }
+}
+
+#define MESHTRAIN_INSTANTIATE_LINEAR(T)                                                       \
+  template void linear_forward<T>(const ExecSpace&, View1<T>, View1<const T>, View1<const T>, \
+                                  View1<const T>, int, int, int);                             \
+  template void linear_backward<T>(const ExecSpace&, View1<T>, View1<T>, View1<T>,            \
+                                   View1<const T>, View1<const T>, View1<const T>, int, int,  \
+                                   int, bool);
+MESHTRAIN_INSTANTIATE_LINEAR(float)
+MESHTRAIN_INSTANTIATE_LINEAR(double)
+#undef MESHTRAIN_INSTANTIATE_LINEAR
+
+}  // namespace meshtrain::kernels
