@@ -1,5 +1,6 @@
 #include "meshtrain/app/subcommand_table.hpp"
 
+#include "meshtrain/app/prep.hpp"
 #include "meshtrain/app/selfcheck.hpp"
 
 namespace meshtrain::app {
@@ -8,6 +9,8 @@ const std::vector<Subcommand>& subcommand_table() {
   static const std::vector<Subcommand> table = {
       {"selfcheck", "check the process mesh and every collective on every sub-communicator",
        selfcheck_options, cmd_selfcheck},
+      {"prep", "tokenise raw text into token shards (rank 0 only; mpirun not needed)",
+       prep_options, cmd_prep},
   };
   return table;
 }
