@@ -1,5 +1,6 @@
 #include "meshtrain/app/subcommand_table.hpp"
 
+#include "meshtrain/app/prep.hpp"
 #include "meshtrain/app/selfcheck.hpp"
 #include "meshtrain/app/train_cmd.hpp"
 
@@ -13,6 +14,8 @@ const std::vector<Subcommand>& subcommand_table() {
        train_options, cmd_train},
       {"generate", "sample text from a trained model (HuggingFace folder)", generate_options,
        cmd_generate},
+      {"prep", "tokenise raw text into token shards (rank 0 only; mpirun not needed)",
+       prep_options, cmd_prep},
   };
   return table;
 }
