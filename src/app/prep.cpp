@@ -105,7 +105,7 @@ void remove_old_shards(const std::string& prefix, const char* split) {
       cat(prefix, "_", split, "_[0-9][0-9][0-9][0-9][0-9][0-9].bin");
   if (::glob(pat.c_str(), 0, nullptr, &g) == 0) {
     for (std::size_t i = 0; i < g.gl_pathc; ++i) {
-      log::info("prep: removing the earlier shard ", g.gl_pathv[i]);
+      logging::info("prep: removing the earlier shard ", g.gl_pathv[i]);
       std::remove(g.gl_pathv[i]);
     }
   }
@@ -177,7 +177,7 @@ PrepSummary run_prep(const PrepConfig& c) {
 int cmd_prep(Runtime& rt, const std::vector<std::string>& args) {
   const auto desc = prep_options();
   const config::Parsed p = config::parse(args, desc);
-  log::set_context(log_context(p.vm, rt.rank()));
+  logging::set_context(log_context(p.vm, rt.rank()));
   const PrepConfig c = prep_config(p.vm);  // every rank: same options, same verdict
 
   int status = kExitOk;
@@ -190,12 +190,12 @@ int cmd_prep(Runtime& rt, const std::vector<std::string>& args) {
         for (const auto& x : f) out += cat(out.empty() ? "" : ", ", x);
         return out;
       };
-      log::info("prep: ", c.inputs.size(), " input file(s), ", s.input_bytes, " bytes; tokenizer ",
+      logging::info("prep: ", c.inputs.size(), " input file(s), ", s.input_bytes, " bytes; tokenizer ",
                 s.tokenizer, " (vocab ", s.vocab_size, ")");
-      log::info("prep: train ", s.train_tokens, " tokens in ", s.train_files.size(),
+      logging::info("prep: train ", s.train_tokens, " tokens in ", s.train_files.size(),
                 " shard(s): ", list(s.train_files));
       if (!s.val_files.empty())
-        log::info("prep: val ", s.val_tokens, " tokens in ", s.val_files.size(),
+        logging::info("prep: val ", s.val_tokens, " tokens in ", s.val_files.size(),
                   " shard(s): ", list(s.val_files));
     } catch (const ConfigError& e) {
       status = kExitConfig;
