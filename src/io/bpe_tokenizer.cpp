@@ -24,11 +24,12 @@ namespace {
 
 enum class Cls : unsigned char { letter, number, space, other };
 
-// Unicode character classes without a Unicode database. Exact for ASCII, Latin-1 and the General
-// Punctuation block (the non-ASCII characters English text actually contains: curly quotes,
-// dashes, no-break space); every other non-ASCII code point counts as a letter, so non-Latin
-// punctuation and non-ASCII digits may be split differently from GPT-2's \p{L}/\p{N}. Whitespace
-// is Unicode's White_Space property. Bytes that are not valid UTF-8 count as letters.
+// Unicode character classes without a Unicode database (an approximation of GPT-2's \p{L}, \p{N},
+// \s). Exact for ASCII, Latin-1, General Punctuation (curly quotes, dashes), currency, arrows and
+// mathematical operators, box drawing and symbols, emoji, and whitespace (Unicode's White_Space
+// property); every other non-ASCII code point counts as a letter, so for example CJK punctuation
+// and non-ASCII digits may be split differently from GPT-2. Bytes that are not valid UTF-8 count
+// as letters.
 Cls classify(std::uint32_t cp) {
   if (cp < 0x80) {
     if ((cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z')) return Cls::letter;
@@ -47,6 +48,10 @@ Cls classify(std::uint32_t cp) {
   }
   if (cp == 0xD7 || cp == 0xF7) return Cls::other;  // × ÷
   if (cp >= 0x2000 && cp <= 0x206F) return Cls::other;  // ‘ ’ “ ” – — … and format characters
+  if (cp >= 0x20A0 && cp <= 0x20CF) return Cls::other;  // currency: € ₹ ...
+  if (cp >= 0x2190 && cp <= 0x22FF) return Cls::other;  // arrows, mathematical operators
+  if (cp >= 0x2500 && cp <= 0x26FF) return Cls::other;  // box drawing, shapes, symbols
+  if (cp >= 0x1F300 && cp <= 0x1FAFF) return Cls::other;  // emoji and pictographs
   return Cls::letter;
 }
 
@@ -96,7 +101,7 @@ std::string utf8(std::uint32_t cp) {
 
 }  // namespace
 
-// Splits text into GPT-2 pre-tokens; exposed for tests through encode() only.
+// Splits text into GPT-2 pre-tokens and calls emit(piece) for each, in order.
 template <class Emit>
 static void pretokenize(std::string_view s, Emit&& emit) {
   static constexpr std::string_view kContractions[] = {"s", "t", "re", "ve", "m", "ll", "d"};
@@ -151,6 +156,12 @@ static void pretokenize(std::string_view s, Emit&& emit) {
     emit(s.substr(i, end - i));
     i = end;
   }
+}
+
+std::vector<std::string> gpt2_pretokenize(std::string_view text) {
+  std::vector<std::string> out;
+  pretokenize(text, [&](std::string_view piece) { out.emplace_back(piece); });
+  return out;
 }
 
 struct Gpt2BpeTokenizer::Impl {

@@ -40,3 +40,21 @@ meshtrain_cli_test(bad_value_in_file 2 2 "mesh.tp.*bad_value.ini"
   selfcheck --config tests/cli/bad_value.ini)
 meshtrain_cli_test(missing_config 2 2 "config file 'nope.ini' \\(--config\\) cannot be opened"
   selfcheck --config nope.ini)
+
+# meshtrain prep: text -> token shards, rank 0 only; runs with or without a launcher.
+meshtrain_cli_test(prep_help 0 0 "prep\\.shard_tokens" prep --help)
+meshtrain_cli_test(prep_kjv 0 0 "train 1203090 tokens in 1 shard\\(s\\).*val 63321 tokens" prep
+  --prep.input inputs/kjv.txt --prep.output ${CMAKE_BINARY_DIR}/cli_prep/kjv --prep.tokenizer byte)
+meshtrain_cli_test(prep_2_ranks 2 0 "train 1203090 tokens in 3 shard" prep
+  --prep.input inputs/kjv.txt --prep.output ${CMAKE_BINARY_DIR}/cli_prep/kjv2
+  --prep.shard_tokens 500000)
+meshtrain_cli_test(prep_missing_input 0 2 "prep.input: cannot open 'no_such_text.txt'" prep
+  --prep.input no_such_text.txt --prep.output ${CMAKE_BINARY_DIR}/cli_prep/none)
+meshtrain_cli_test(prep_missing_input_2_ranks 2 2 "prep.input: cannot open 'no_such_text.txt'" prep
+  --prep.input no_such_text.txt --prep.output ${CMAKE_BINARY_DIR}/cli_prep/none)
+meshtrain_cli_test(prep_missing_input_in_file 0 2 "cannot open 'missing_from_ini.txt'" prep
+  --config tests/cli/prep_missing.ini)
+meshtrain_cli_test(prep_vocab_too_big 0 2 "70001 ids but token shards store uint16" prep
+  --prep.input inputs/kjv.txt --prep.output ${CMAKE_BINARY_DIR}/cli_prep/big --prep.tokenizer gpt2
+  --prep.vocab_json tests/io/data/big_vocab.json --prep.merges_txt tests/io/data/tiny_merges.txt)
+meshtrain_cli_test(prep_no_output 0 2 "prep.output is required" prep --prep.input inputs/kjv.txt)

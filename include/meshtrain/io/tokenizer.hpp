@@ -47,6 +47,10 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   std::unique_ptr<Impl> impl_;
 };
 
+// GPT-2's pre-tokenisation (the regex of openai/gpt-2 encoder.py, by hand): the pieces that BPE
+// then merges within. Exposed for tests and tools.
+std::vector<std::string> gpt2_pretokenize(std::string_view text);
+
 // "byte", or "gpt2" with the two files; ConfigError otherwise.
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& kind, const std::string& vocab_json,
                                           const std::string& merges_txt);

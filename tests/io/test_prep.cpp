@@ -1,0 +1,129 @@
+// `meshtrain prep` as a library function: options, splits, shard sizes, tokenizers, errors.
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "io_test_util.hpp"
+#include "meshtrain/app/prep.hpp"
+#include "meshtrain/io/dataset.hpp"
+#include "meshtrain/io/token_shard.hpp"
+#include "meshtrain/io/tokenizer.hpp"
+
+using namespace meshtrain;
+using io_test::config_error;
+using io_test::has;
+
+namespace {
+
+const std::string kData = MESHTRAIN_IO_TEST_DATA;
+
+std::vector<std::uint16_t> read_tokens(const std::vector<std::string>& files) {
+  std::vector<std::uint16_t> out;
+  for (const auto& f : files) {
+    io::TokenShard s(f);
+    out.insert(out.end(), s.data(), s.data() + s.size());
+  }
+  return out;
+}
+
+app::PrepConfig parse(const std::vector<std::string>& args) {
+  return app::prep_config(config::parse(args, app::prep_options()).vm);
+}
+
+}  // namespace
+
+TEST_CASE("prep splits the text into train and val shards", "[io][prep]") {
+  const std::string dir = io_test::temp_name("prep_out", "");
+  const std::string text_path = io_test::temp_name("prep_text", ".txt");
+  std::string text;
+  for (int i = 0; i < 100; ++i) text += "line " + std::to_string(i % 10) + " caf\xC3\xA9\n";
+  REQUIRE(text.size() == 1300);
+  io_test::write_file(text_path, text);
+
+  app::PrepConfig c = parse({"--prep.input", text_path, "--prep.output", dir + "/sub/x",
+                             "--prep.shard_tokens", "500", "--prep.val_fraction", "0.1"});
+  REQUIRE(c.tokenizer == "byte");
+  app::PrepSummary s = app::run_prep(c);  // also creates dir/sub
+  REQUIRE(s.input_bytes == 1300);
+  REQUIRE(s.train_tokens == 1170);  // the first 90 %
+  REQUIRE(s.val_tokens == 130);      // the last 10 %
+  REQUIRE(s.train_files == std::vector<std::string>{dir + "/sub/x_train_000000.bin",
+                                                    dir + "/sub/x_train_000001.bin",
+                                                    dir + "/sub/x_train_000002.bin"});
+  REQUIRE(s.val_files == std::vector<std::string>{dir + "/sub/x_val_000000.bin"});
+  REQUIRE(io::TokenShard(s.train_files[2]).size() == 170);
+  auto train = read_tokens(s.train_files), val = read_tokens(s.val_files);
+  train.insert(train.end(), val.begin(), val.end());
+  REQUIRE(io::ByteTokenizer().decode(std::vector<std::int32_t>(train.begin(), train.end())) == text);
+  REQUIRE(io::TokenDataset(dir + "/sub/x_train_*.bin", 15).num_windows() == 31 + 31 + 10);
+
+  // A re-run with bigger shards removes the shards the first run wrote beyond its own.
+  c.shard_tokens = 100000;
+  s = app::run_prep(c);
+  REQUIRE(s.train_files.size() == 1);
+  REQUIRE_FALSE(std::filesystem::exists(dir + "/sub/x_train_000001.bin"));
+  REQUIRE(io::TokenShard(s.train_files[0]).size() == 1170);
+
+  // val_fraction 0: no validation files.
+  c.val_fraction = 0;
+  s = app::run_prep(c);
+  REQUIRE(s.val_files.empty());
+  REQUIRE(s.train_tokens == 1300);
+  std::filesystem::remove_all(dir);
+  std::remove(text_path.c_str());
+}
+
+TEST_CASE("prep with the GPT-2 tokenizer starts each document with <|endoftext|>", "[io][prep]") {
+  const std::string a = io_test::temp_name("prep_a", ".txt"), b = io_test::temp_name("prep_b", ".txt");
+  io_test::write_file(a, "hello world");
+  io_test::write_file(b, "\nhello");
+  const std::string out = io_test::temp_name("prep_gpt2", "");
+  const auto c = parse({"--prep.input", a + "," + b, "--prep.output", out, "--prep.tokenizer", "gpt2",
+                        "--prep.vocab_json", kData + "/tiny_vocab.json", "--prep.merges_txt",
+                        kData + "/tiny_merges.txt", "--prep.val_fraction", "0"});
+  REQUIRE(c.inputs == std::vector<std::string>{a, b});
+  const auto s = app::run_prep(c);
+  REQUIRE(s.vocab_size == 34);
+  REQUIRE(read_tokens(s.train_files) == std::vector<std::uint16_t>{28, 20, 24, 28, 13, 20});
+  std::remove(s.train_files[0].c_str());
+
+  // A vocabulary with ids beyond uint16 cannot be stored in shards.
+  const auto big = parse({"--prep.input", a, "--prep.output", out, "--prep.tokenizer", "gpt2",
+                          "--prep.vocab_json", kData + "/big_vocab.json", "--prep.merges_txt",
+                          kData + "/tiny_merges.txt"});
+  const std::string w = config_error([&] { app::run_prep(big); });
+  INFO(w);
+  REQUIRE(has(w, "70001 ids"));
+  REQUIRE(has(w, "at most 65536"));
+  REQUIRE(has(w, "big_vocab.json"));
+  std::remove(a.c_str());
+  std::remove(b.c_str());
+}
+
+TEST_CASE("prep options and inputs are checked", "[io][prep]") {
+  REQUIRE(has(config_error([&] { parse({"--prep.output", "x"}); }), "prep.input is required"));
+  REQUIRE(has(config_error([&] { parse({"--prep.input", "a"}); }), "prep.output is required"));
+  REQUIRE(has(config_error([&] { parse({"--prep.input", "a", "--prep.output", "x",
+                                        "--prep.val_fraction", "1"}); }),
+              "prep.val_fraction=1 must be in [0, 1)"));
+  REQUIRE(has(config_error([&] { parse({"--prep.input", "a", "--prep.output", "x",
+                                        "--prep.shard_tokens", "0"}); }),
+              "prep.shard_tokens=0"));
+  REQUIRE(has(config_error([&] { parse({"--prep.input", "a", "--prep.output", "x",
+                                        "--prep.tokenizer", "bpe"}); }),
+              "prep.tokenizer='bpe'"));
+  REQUIRE(has(config_error([&] { parse({"--prep.input", "a", "--prep.output", "x",
+                                        "--prep.tokenizer", "gpt2"}); }),
+              "needs prep.vocab_json and prep.merges_txt"));
+  const auto c = parse({"--prep.input", "a,b", "--prep.input", "c", "--prep.output", "x"});
+  REQUIRE(c.inputs == std::vector<std::string>{"a", "b", "c"});
+  const auto missing = parse({"--prep.input", "no_such_input.txt", "--prep.output", "x"});
+  REQUIRE(has(config_error([&] { app::run_prep(missing); }),
+              "prep.input: cannot open 'no_such_input.txt'"));
+  const std::string empty = io_test::temp_name("prep_empty", ".txt");
+  io_test::write_file(empty, "");
+  REQUIRE(has(config_error([&] { app::run_prep(parse({"--prep.input", empty, "--prep.output", "x"})); }),
+              "empty"));
+  std::remove(empty.c_str());
+}
