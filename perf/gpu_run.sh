@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Run the bundled CUDA build on a GPU machine: tests (NCCL backend included), the collective
+# benchmark, and short training runs. Made for the device tool's H200 (one rank per GPU).
+#   jobs/bundle-gpu.sh gpubundle build/cuda/src/meshtrain build/cuda/perf/* build/cuda/tests/test_*
+#   perf/gpu_run.sh gpubundle OUT_DIR [tests|bench|train|all]
+set -uo pipefail
+bundle=$(cd "$1" && pwd); out=${2:-/tmp/gpu_run}; what=${3:-all}
+mkdir -p "$out"
+export LD_LIBRARY_PATH=$bundle/lib:${LD_LIBRARY_PATH:-}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
+export MESHTRAIN_SOURCE_DIR=$PWD
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv,noheader
+status=0
+if [ "$what" = tests ] || [ "$what" = all ]; then
+  for t in "$bundle"/bin/test_*; do
+    if mpirun -np 1 "$t" > "$out/$(basename "$t").log" 2>&1; then r=PASS; else r=FAIL; status=1; fi
+    echo "$r $(basename "$t"): $(grep -E 'passed|failed' "$out/$(basename "$t").log" | tail -1)"
+  done
+fi
+if [ "$what" = bench ] || [ "$what" = all ]; then
+  mpirun -np 1 "$bundle/bin/bench_collectives" --max-bytes 1073741824 --iters 20 \
+    2>&1 | tee "$out/bench_collectives.txt"
+fi
+if [ "$what" = train ] || [ "$what" = all ]; then
+  for mb in 8 16; do
+    mpirun -np 1 "$bundle/bin/meshtrain" train --model.preset gpt2-124m --train.micro_batch "$mb" \
+      --train.seq_len 1024 --train.steps 12 --train.log_every 1 --train.eval_batches 1 \
+      --train.sample_tokens 0 --train.save false --train.out_dir "$out/gpt2_mb$mb" \
+      > "$out/train_gpt2_124m_mb$mb.log" 2>&1 || status=1
+    grep -E "step +(1|11|12)/" "$out/train_gpt2_124m_mb$mb.log" | sed "s/^/mb$mb: /"
+  done
+fi
+exit $status
