@@ -5,6 +5,7 @@
 //   mpirun -np 2 build/cpu/perf/bench_collectives [--backend mpi|nccl|all] [--min-bytes 1024]
 //          [--max-bytes 67108864] [--iters 20] [--warmup 5]
 //
+// Time = median over --iters of one operation between barriers (slowest rank).
 // busbw follows nccl-tests: all_reduce 2(n-1)/n, all_gather and reduce_scatter (n-1)/n times
 // algbw; "size" is the all-reduce buffer, the all-gather output, the reduce-scatter input.
 #include <mpi.h>
@@ -98,11 +99,18 @@ void run(comm::Communicator& c, MPI_Comm mpi, const Args& a) {
       };
       for (int i = 0; i < a.warmup; ++i) once();
       Kokkos::fence();
-      MPI_Barrier(mpi);
-      Timer t;
-      for (int i = 0; i < a.iters; ++i) once();
-      Kokkos::fence();
-      const double sec = max_over(mpi, t.seconds()) / a.iters;
+      // Median over iterations, each timed between barriers and taken as the slowest rank's:
+      // robust against the scheduling noise of oversubscribed or shared machines.
+      std::vector<double> times;
+      for (int i = 0; i < a.iters; ++i) {
+        MPI_Barrier(mpi);
+        Timer t;
+        once();
+        Kokkos::fence();
+        times.push_back(max_over(mpi, t.seconds()));
+      }
+      std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+      const double sec = times[times.size() / 2];
       const double size_b = static_cast<double>(total) * sizeof(float);
       const double algbw = size_b / sec / 1e9;
       const double factor = op[4] == 'r' ? 2.0 * (n - 1) / n : double(n - 1) / n;

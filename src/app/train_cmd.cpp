@@ -184,7 +184,9 @@ int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
     sc.seed = tc.seed;
     auto prompt = tok->encode(p.vm["train.sample_prompt"].as<std::string>());
     if (prompt.empty()) prompt.push_back(tok->eot() >= 0 ? tok->eot() : 0);
-    logging::info("sample:\n", tok->decode(train::generate(m, prompt, sc)));
+    model::Gpt sampler(mc, 1, tc.seq_len);  // batch 1, sharing the trained weights
+    sampler.share_parameters(m);
+    logging::info("sample:\n", tok->decode(train::generate(sampler, prompt, sc)));
   }
   return kExitOk;
 }

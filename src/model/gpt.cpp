@@ -141,6 +141,13 @@ void Gpt::init_parameters(std::uint64_t seed) {
   exec_.fence();
 }
 
+void Gpt::share_parameters(const Gpt& other) {
+  MESHTRAIN_CHECK(other.reg_.size() == reg_.size() && other.cfg_.n_layer == cfg_.n_layer &&
+                      other.cfg_.n_embd == cfg_.n_embd && other.cfg_.vocab_size == cfg_.vocab_size,
+                  "share_parameters: the two models have different configurations");
+  params_ = other.params_;
+}
+
 void Gpt::zero_grads() { Kokkos::deep_copy(exec_, grads_, 0.0f); }
 
 void Gpt::reset_loss_sum() { Kokkos::deep_copy(exec_, loss_sum_, 0.0f); }

@@ -58,3 +58,30 @@ meshtrain_cli_test(prep_vocab_too_big 0 2 "70001 ids but token shards store uint
   --prep.input inputs/kjv.txt --prep.output ${CMAKE_BINARY_DIR}/cli_prep/big --prep.tokenizer gpt2
   --prep.vocab_json tests/io/data/big_vocab.json --prep.merges_txt tests/io/data/tiny_merges.txt)
 meshtrain_cli_test(prep_no_output 0 2 "prep.output is required" prep --prep.input inputs/kjv.txt)
+set_tests_properties(cli_prep_kjv PROPERTIES FIXTURES_SETUP kjv_shards)
+
+# meshtrain train / generate on the shipped corpus (a 1-layer model, a few steps).
+set(_train_small --model.n_layer 1 --model.n_embd 32 --model.n_head 2 --train.micro_batch 2
+    --train.seq_len 32 --train.steps 3 --train.warmup 1 --train.eval_batches 1
+    --data.train ${CMAKE_BINARY_DIR}/cli_prep/kjv_train_*.bin
+    --data.val ${CMAKE_BINARY_DIR}/cli_prep/kjv_val_*.bin)
+meshtrain_cli_test(train_smoke 1 0 "step +3/3 \\| loss [0-9.]+ .*final val loss.*sample:" train
+  ${_train_small} --train.sample_tokens 20 --train.out_dir ${CMAKE_BINARY_DIR}/cli_train)
+set_tests_properties(cli_train_smoke PROPERTIES FIXTURES_REQUIRED kjv_shards
+  FIXTURES_SETUP trained_model)
+meshtrain_cli_test(generate_smoke 0 0 "^And God said" generate
+  --generate.model ${CMAKE_BINARY_DIR}/cli_train/model --generate.tokens 30)
+set_tests_properties(cli_generate_smoke PROPERTIES FIXTURES_REQUIRED trained_model)
+meshtrain_cli_test(train_recompute 1 0 "final val loss" train ${_train_small}
+  --train.recompute --train.sample_tokens 0 --train.save false
+  --train.out_dir ${CMAKE_BINARY_DIR}/cli_train_recompute)
+set_tests_properties(cli_train_recompute PROPERTIES FIXTURES_REQUIRED kjv_shards)
+meshtrain_cli_test(train_two_ranks 2 2 "trains on one rank" train ${_train_small})
+meshtrain_cli_test(train_missing_data 1 2 "no_such_\\*\\.bin" train
+  --data.train no_such_*.bin --train.out_dir ${CMAKE_BINARY_DIR}/cli_train_missing)
+meshtrain_cli_test(train_bad_preset 1 2 "model.preset='gpt3' is not one of" train
+  --model.preset gpt3)
+meshtrain_cli_test(train_seq_too_long 1 2 "train.seq_len=4096 must be in \\[1, model.block_size=128\\]"
+  train --train.seq_len 4096 --data.train ${CMAKE_BINARY_DIR}/cli_prep/kjv_train_*.bin
+  --data.val ${CMAKE_BINARY_DIR}/cli_prep/kjv_val_*.bin --train.out_dir ${CMAKE_BINARY_DIR}/cli_train_bad)
+set_tests_properties(cli_train_seq_too_long PROPERTIES FIXTURES_REQUIRED kjv_shards)

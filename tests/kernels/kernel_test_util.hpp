@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "harness.hpp"
+#include "meshtrain/core/error.hpp"
 #include "meshtrain/core/view.hpp"
 
 namespace kt {

@@ -2,3 +2,7 @@
 meshtrain_add_test(NAME test_kernels_gemm SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gemm.cpp)
 meshtrain_add_test(NAME test_kernels_layernorm SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_layernorm.cpp)
 meshtrain_add_test(NAME test_kernels_pointwise SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_pointwise.cpp)
+meshtrain_add_test(NAME test_kernels_embedding SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_embedding.cpp)
+meshtrain_add_test(NAME test_kernels_attention SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_attention.cpp)
+meshtrain_add_test(NAME test_kernels_cross_entropy SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cross_entropy.cpp)
+meshtrain_add_test(NAME test_kernels_adamw SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_adamw.cpp)

@@ -3,6 +3,7 @@
 // float64) into a model and compares tensors with stated tolerances.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -12,7 +13,12 @@
 
 namespace mt_test {
 
-inline std::string fixture_path() { return std::string(MESHTRAIN_SOURCE_DIR) + "/tests/fixtures/gpt2_tiny_v1.safetensors"; }
+// The source tree is compiled in; MESHTRAIN_SOURCE_DIR in the environment overrides it (tests
+// run from a bundle on another machine).
+inline std::string fixture_path() {
+  const char* env = std::getenv("MESHTRAIN_SOURCE_DIR");
+  return std::string(env ? env : MESHTRAIN_SOURCE_DIR) + "/tests/fixtures/gpt2_tiny_v1.safetensors";
+}
 
 inline meshtrain::model::GptConfig fixture_config() {
   meshtrain::model::GptConfig c;

@@ -43,6 +43,9 @@ class Gpt {
   // weights N(0, 0.02), residual projections N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorm
   // weights 1; padding rows of wte 0.
   void init_parameters(std::uint64_t seed);
+  // Use `other`'s parameter buffer (same configuration), e.g. a batch-1 model for sampling that
+  // shares the weights of the training model instead of copying them.
+  void share_parameters(const Gpt& other);
   void zero_grads();
 
   // One training micro-batch (B*T tokens, device memory). grad_scale = 1 / (counted target

@@ -1,0 +1,120 @@
+// AdamW against a double host re-implementation over several steps (decay 0 and 1, a device
+// grad scale < 1), sum_squares, clip_scale, and the three chained as the optimizer uses them.
+#include "kernel_test_util.hpp"
+#include "meshtrain/kernels/adamw.hpp"
+
+using namespace meshtrain;
+using namespace meshtrain::kernels;
+
+namespace {
+void adamw_host(std::vector<double>& p, std::vector<double>& m, std::vector<double>& v,
+                const std::vector<float>& g, const AdamWHyper& h, double decay, double scale) {
+  const double b1 = h.beta1, b2 = h.beta2;
+  const double bc1 = 1.0 - std::pow(b1, h.step), bc2 = 1.0 - std::pow(b2, h.step);
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    const double gi = double(g[i]) * scale;
+    m[i] = b1 * m[i] + (1 - b1) * gi;
+    v[i] = b2 * v[i] + (1 - b2) * gi * gi;
+    const double mhat = m[i] / bc1, vhat = v[i] / bc2;
+    p[i] -= double(h.lr) * (mhat / (std::sqrt(vhat) + double(h.eps)) +
+                            double(h.weight_decay) * decay * p[i]);
+  }
+}
+}  // namespace
+
+TEST_CASE("adamw_update matches a double host implementation over several steps",
+          "[kernels][adamw]") {
+  const std::size_t n = 1003;
+  ExecSpace exec;
+  Scalar<float> scale("scale");
+  Kokkos::deep_copy(scale, 0.5f);
+  for (float decay : {0.0f, 1.0f}) {
+    INFO("decay " << decay);
+    AdamWHyper h;
+    h.lr = 1e-2f;
+    h.weight_decay = 0.1f;
+    const auto p0 = kt::random_vector<float>(n, 1);
+    std::vector<double> p(p0.begin(), p0.end()), m(n, 0.0), v(n, 0.0);
+    auto dp = kt::to_device(p0);
+    View1<float> dm("m", n), dv("v", n);
+    for (int step = 1; step <= 5; ++step) {
+      h.step = step;
+      const auto g = kt::random_vector<float>(n, 100 + step);
+      adamw_update<float>(exec, dp, kt::to_device(g), dm, dv, n, h, decay, scale);
+      adamw_host(p, m, v, g, h, decay, 0.5);
+    }
+    // fp32 state over 5 steps of size lr ~ 1e-2 with O(1) update directions: the parameter
+    // error is a few ulp of the parameter plus ~lr * 1e-6 per step.
+    kt::require_close(kt::to_host(dp), p, 1e-6, 1e-6, "param");
+    kt::require_close(kt::to_host(dm), m, 1e-5, 1e-7, "m");
+    kt::require_close(kt::to_host(dv), v, 1e-5, 1e-8, "v");
+    if (decay == 0.0f) {
+      // Sanity of the test itself: decay changes the result.
+      AdamWHyper h1 = h;
+      std::vector<double> q(p0.begin(), p0.end()), m1(n, 0.0), v1(n, 0.0);
+      for (int step = 1; step <= 5; ++step) {
+        h1.step = step;
+        adamw_host(q, m1, v1, kt::random_vector<float>(n, 100 + step), h1, 1.0, 0.5);
+      }
+      REQUIRE(std::fabs(q[0] - p[0]) > 1e-6);
+    }
+  }
+  AdamWHyper bad;
+  bad.step = 0;
+  View1<float> x("x", 4);
+  REQUIRE_THROWS_AS(adamw_update<float>(exec, x, x, x, x, 4, bad, 1.0f, scale), meshtrain::Error);
+}
+
+TEST_CASE("sum_squares overwrites or accumulates", "[kernels][adamw]") {
+  const std::size_t n = 1003;
+  const auto x = kt::random_vector<float>(n, 3);
+  double want = 0;
+  for (float a : x) want += double(a) * a;
+  ExecSpace exec;
+  Scalar<float> out("out");
+  Kokkos::deep_copy(out, 7.0f);
+  sum_squares<float>(exec, out, kt::to_device(x), n, false);
+  // fp32 sum of 1003 positive terms: relative error < n u ~ 6e-5 worst case, ~1e-6 typical.
+  REQUIRE(kt::scalar_value(out) == mt_test::Approx(want).epsilon(1e-5));
+  sum_squares<float>(exec, out, kt::to_device(x), n, true);
+  REQUIRE(kt::scalar_value(out) == mt_test::Approx(2 * want).epsilon(1e-5));
+}
+
+TEST_CASE("clip_scale above, below and without a max norm", "[kernels][adamw]") {
+  ExecSpace exec;
+  Scalar<float> sumsq("sumsq"), scale("scale"), norm("norm");
+  Kokkos::deep_copy(sumsq, 16.0f);  // norm 4, exactly representable
+  clip_scale(exec, scale, norm, sumsq, 1.0f);
+  REQUIRE(kt::scalar_value(norm) == 4.0f);
+  REQUIRE(kt::scalar_value(scale) == 0.25f);
+  clip_scale(exec, scale, norm, sumsq, 10.0f);
+  REQUIRE(kt::scalar_value(scale) == 1.0f);
+  clip_scale(exec, scale, norm, sumsq, 4.0f);  // at the threshold: no clipping
+  REQUIRE(kt::scalar_value(scale) == 1.0f);
+  clip_scale(exec, scale, norm, sumsq, 0.0f);  // disabled
+  REQUIRE(kt::scalar_value(scale) == 1.0f);
+  REQUIRE(kt::scalar_value(norm) == 4.0f);
+}
+
+TEST_CASE("sum_squares -> clip_scale -> adamw_update stays on the device", "[kernels][adamw]") {
+  const std::size_t n = 257;
+  const auto g = kt::random_vector<float>(n, 5, -3.0, 3.0);
+  const auto p0 = kt::random_vector<float>(n, 6);
+  ExecSpace exec;
+  Scalar<float> sumsq("sumsq"), scale("scale"), norm("norm");
+  auto dg = kt::to_device(g);
+  sum_squares<float>(exec, sumsq, dg, n, false);
+  clip_scale(exec, scale, norm, sumsq, 1.0f);
+  auto dp = kt::to_device(p0);
+  View1<float> dm("m", n), dv("v", n);
+  AdamWHyper h;
+  adamw_update<float>(exec, dp, dg, dm, dv, n, h, 1.0f, scale);
+  double ss = 0;
+  for (float a : g) ss += double(a) * a;
+  const double clip = 1.0 / std::sqrt(ss);
+  REQUIRE(kt::scalar_value(scale) == mt_test::Approx(clip).epsilon(1e-5));
+  std::vector<double> p(p0.begin(), p0.end()), m(n, 0.0), v(n, 0.0);
+  adamw_host(p, m, v, g, h, 1.0, double(kt::scalar_value(scale)));
+  kt::require_close(kt::to_host(dp), p, 1e-6, 1e-6, "param");
+  kt::require_close(kt::to_host(dm), m, 1e-5, 1e-9, "m");
+}

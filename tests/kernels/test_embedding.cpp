@@ -1,0 +1,108 @@
+// Token + position embedding: forward against host loops (vocab slices, out-of-range tokens),
+// backward (double instantiation) against central differences, and run-to-run bitwise equality.
+#include "kernel_test_util.hpp"
+#include "meshtrain/kernels/embedding.hpp"
+
+using namespace meshtrain;
+using namespace meshtrain::kernels;
+
+namespace {
+std::vector<std::int32_t> random_tokens(std::size_t n, int lo, int hi, std::uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int> dist(lo, hi - 1);
+  std::vector<std::int32_t> t(n);
+  for (auto& x : t) x = dist(gen);
+  return t;
+}
+}  // namespace
+
+TEST_CASE("embedding_forward: vocab slice, out-of-range tokens give zero rows",
+          "[kernels][embedding]") {
+  const int B = 3, T = 7, C = 12, V = 37;
+  const int vocab_start = 10, vocab_local = 15;  // this rank holds rows [10, 25) of 37
+  const auto tokens = random_tokens(std::size_t(B) * T, 0, V, 1);
+  const auto wte = kt::random_vector<float>(std::size_t(vocab_local) * C, 2);
+  const auto wpe = kt::random_vector<float>(std::size_t(T) * C, 3);
+  ExecSpace exec;
+  int in_slice = 0;
+  for (auto t : tokens) in_slice += (t >= vocab_start && t < vocab_start + vocab_local);
+  REQUIRE(in_slice > 0);
+  REQUIRE(in_slice < B * T);  // the data exercise both cases
+  for (bool with_wpe : {true, false}) {
+    auto out = kt::nan_view<float>(std::size_t(B) * T * C);
+    embedding_forward<float>(exec, out, kt::to_device(tokens), kt::to_device(wte),
+                             with_wpe ? kt::to_device(wpe) : View1<float>(), B, T, C,
+                             vocab_start, vocab_local);
+    const auto got = kt::to_host(out);
+    for (int b = 0; b < B; ++b)
+      for (int t = 0; t < T; ++t)
+        for (int c = 0; c < C; ++c) {
+          const int v = tokens[b * T + t] - vocab_start;
+          float want = (v >= 0 && v < vocab_local) ? wte[v * C + c] : 0.0f;
+          if (with_wpe) want += wpe[t * C + c];
+          // One fp32 addition at most, done the same way here: exact.
+          const std::size_t i = (std::size_t(b) * T + t) * C + c;
+          if (got[i] != want) {
+            INFO("b=" << b << " t=" << t << " c=" << c << " token " << tokens[b * T + t]
+                      << " got " << got[i] << " want " << want << " wpe " << with_wpe);
+            REQUIRE(false);
+          }
+        }
+  }
+}
+
+TEST_CASE("embedding_backward matches finite differences (double)", "[kernels][embedding]") {
+  const int B = 3, T = 7, C = 4, vocab_start = 5, vocab_local = 9;
+  // Tokens in [0, 20): repeats within the slice (scatter-add) and tokens outside it.
+  const auto tokens = random_tokens(std::size_t(B) * T, 0, 20, 11);
+  auto wte = kt::random_vector<double>(std::size_t(vocab_local) * C, 12);
+  auto wpe = kt::random_vector<double>(std::size_t(T) * C, 13);
+  const auto R = kt::random_vector<double>(std::size_t(B) * T * C, 14);
+  ExecSpace exec;
+  auto dtok = kt::to_device(tokens);
+  auto objective = [&]() {
+    View1<double> out("out", R.size());
+    embedding_forward<double>(exec, out, dtok, kt::to_device(wte), kt::to_device(wpe), B, T, C,
+                              vocab_start, vocab_local);
+    return kt::dot(kt::to_host(out), R);
+  };
+  // Linear in wte and wpe: central differences are exact up to rounding (~1e-16 |L| / eps).
+  const auto fd_wte = kt::fd_gradient(wte, objective, 1e-3);
+  const auto fd_wpe = kt::fd_gradient(wpe, objective, 1e-3);
+  // Both gradients accumulate.
+  const auto wte0 = kt::random_vector<double>(wte.size(), 15);
+  const auto wpe0 = kt::random_vector<double>(wpe.size(), 16);
+  auto dwte = kt::to_device(wte0), dwpe = kt::to_device(wpe0);
+  embedding_backward<double>(exec, dwte, dwpe, kt::to_device(R), dtok, B, T, C, vocab_start,
+                             vocab_local);
+  kt::require_close(kt::subtract(kt::to_host(dwte), wte0), fd_wte, 1e-9, 1e-9, "dwte");
+  kt::require_close(kt::subtract(kt::to_host(dwpe), wpe0), fd_wpe, 1e-9, 1e-9, "dwpe");
+  // Empty dwpe is skipped.
+  auto dwte2 = kt::to_device(wte0);
+  embedding_backward<double>(exec, dwte2, View1<double>(), kt::to_device(R), dtok, B, T, C,
+                             vocab_start, vocab_local);
+  REQUIRE(kt::bitwise_equal(kt::to_host(dwte2), kt::to_host(dwte)));
+}
+
+TEST_CASE("embedding_backward is bitwise deterministic", "[kernels][embedding][determinism]") {
+  const int B = 4, T = 64, C = 48, vocab_start = 0, vocab_local = 16;
+  // Few distinct tokens: every row of dwte is hit many times.
+  const auto tokens = random_tokens(std::size_t(B) * T, 0, vocab_local, 21);
+  const auto dout = kt::random_vector<float>(std::size_t(B) * T * C, 22);
+  const auto wte0 = kt::random_vector<float>(std::size_t(vocab_local) * C, 23);
+  const auto wpe0 = kt::random_vector<float>(std::size_t(T) * C, 24);
+  ExecSpace exec;
+  std::vector<float> first_wte, first_wpe;
+  for (int run = 0; run < 2; ++run) {
+    auto dwte = kt::to_device(wte0), dwpe = kt::to_device(wpe0);
+    embedding_backward<float>(exec, dwte, dwpe, kt::to_device(dout), kt::to_device(tokens), B, T,
+                              C, vocab_start, vocab_local);
+    if (run == 0) {
+      first_wte = kt::to_host(dwte);
+      first_wpe = kt::to_host(dwpe);
+    } else {
+      REQUIRE(kt::bitwise_equal(kt::to_host(dwte), first_wte));
+      REQUIRE(kt::bitwise_equal(kt::to_host(dwpe), first_wpe));
+    }
+  }
+}
