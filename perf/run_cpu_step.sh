@@ -47,7 +47,7 @@ tokens=$(sed -n 's/.*= \([0-9]*\) tokens\/step.*/\1/p' "$log.mt" | head -1)
 echo
 head -1 "$log.mt"
 grep '^# attention' "$log.pt"
-echo "# $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; median of $rounds interleaved rounds of $steps steps"
+echo "# $(lscpu | sed -n 's/^Model name: *//p'), $(nproc --all) cores; median of $rounds interleaved rounds of $steps steps"
 printf '%-28s %12s %12s\n' "" "ms/step" "tokens/s"
 printf '%-28s %12.1f %12.0f\n' "meshtrain" "$mt_ms" "$(calc "$tokens / $mt_ms * 1000")"
 printf '%-28s %12.1f %12.0f\n' "PyTorch $("$python" -c 'import torch; print(torch.__version__)')" \
