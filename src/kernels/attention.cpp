@@ -17,6 +17,7 @@
 // tiles in shared memory are the GPU performance follow-up and must keep these results.
 #include "meshtrain/kernels/attention.hpp"
 
+#include "attention_host.hpp"
 #include "common.hpp"
 
 namespace meshtrain::kernels {
@@ -35,8 +36,8 @@ inline AttnShape check_attention(const char* fn, int B, int Tlen, int NH, int HS
 }  // namespace detail
 
 template <class T>
-void attention_forward(const ExecSpace& exec, View1<T> out, View1<float> lse, View1<const T> qkv,
-                       int B, int Tlen, int NH, int HS) {
+void attention_forward_flash(const ExecSpace& exec, View1<T> out, View1<float> lse,
+                             View1<const T> qkv, int B, int Tlen, int NH, int HS) {
   using Acc = detail::acc_t<T>;
   using detail::acc;
   using detail::Index;
@@ -83,9 +84,9 @@ void attention_forward(const ExecSpace& exec, View1<T> out, View1<float> lse, Vi
 }
 
 template <class T>
-void attention_backward(const ExecSpace& exec, View1<T> dqkv, View1<const T> dout,
-                        View1<const T> qkv, View1<const T> out, View1<const float> lse, int B,
-                        int Tlen, int NH, int HS) {
+void attention_backward_flash(const ExecSpace& exec, View1<T> dqkv, View1<const T> dout,
+                              View1<const T> qkv, View1<const T> out, View1<const float> lse,
+                              int B, int Tlen, int NH, int HS) {
   using Acc = detail::acc_t<T>;
   using detail::acc;
   using detail::Index;
@@ -172,6 +173,42 @@ void attention_backward(const ExecSpace& exec, View1<T> dqkv, View1<const T> dou
       });
 }
 
+// Dispatch (like gemm): host memory goes to the blocked CBLAS path of attention_host.cpp, which
+// vectorises where these kernels' per-pair dot products cannot; devices run the kernels above.
+template <class T>
+void attention_forward(const ExecSpace& exec, View1<T> out, View1<float> lse, View1<const T> qkv,
+                       int B, int Tlen, int NH, int HS) {
+  if constexpr (kDeviceIsHost) {
+    const detail::AttnShape s = detail::check_attention("attention_forward", B, Tlen, NH, HS);
+    const std::size_t rows = std::size_t(B) * Tlen;
+    detail::check_extent(out, rows * s.C, "attention_forward", "out");
+    detail::check_extent(qkv, rows * s.C3, "attention_forward", "qkv");
+    detail::check_extent(lse, rows * NH, "attention_forward", "lse");
+    detail::attention_forward_host<T>(exec, out, lse, qkv, B, Tlen, NH, HS);
+  } else {
+    attention_forward_flash<T>(exec, out, lse, qkv, B, Tlen, NH, HS);
+  }
+}
+
+template <class T>
+void attention_backward(const ExecSpace& exec, View1<T> dqkv, View1<const T> dout,
+                        View1<const T> qkv, View1<const T> out, View1<const float> lse, int B,
+                        int Tlen, int NH, int HS) {
+  if constexpr (kDeviceIsHost) {
+    const char* fn = "attention_backward";
+    const detail::AttnShape s = detail::check_attention(fn, B, Tlen, NH, HS);
+    const std::size_t rows = std::size_t(B) * Tlen;
+    detail::check_extent(dqkv, rows * s.C3, fn, "dqkv");
+    detail::check_extent(dout, rows * s.C, fn, "dout");
+    detail::check_extent(qkv, rows * s.C3, fn, "qkv");
+    detail::check_extent(out, rows * s.C, fn, "out");
+    detail::check_extent(lse, rows * NH, fn, "lse");
+    detail::attention_backward_host<T>(exec, dqkv, dout, qkv, out, lse, B, Tlen, NH, HS);
+  } else {
+    attention_backward_flash<T>(exec, dqkv, dout, qkv, out, lse, B, Tlen, NH, HS);
+  }
+}
+
 template <class T>
 void attention_forward_reference(const ExecSpace& exec, View1<T> out, View1<const T> qkv, int B,
                                  int Tlen, int NH, int HS) {
@@ -222,6 +259,11 @@ void attention_forward_reference(const ExecSpace& exec, View1<T> out, View1<cons
   template void attention_backward<T>(const ExecSpace&, View1<T>, View1<const T>,               \
                                       View1<const T>, View1<const T>, View1<const float>, int,  \
                                       int, int, int);                                           \
+  template void attention_forward_flash<T>(const ExecSpace&, View1<T>, View1<float>,            \
+                                           View1<const T>, int, int, int, int);                 \
+  template void attention_backward_flash<T>(const ExecSpace&, View1<T>, View1<const T>,         \
+                                            View1<const T>, View1<const T>, View1<const float>, \
+                                            int, int, int, int);                                \
   template void attention_forward_reference<T>(const ExecSpace&, View1<T>, View1<const T>, int, \
                                                int, int, int);
 MESHTRAIN_INSTANTIATE_ATTENTION(float)

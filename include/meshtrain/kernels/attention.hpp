@@ -23,6 +23,17 @@ void attention_backward(const ExecSpace& exec, View1<T> dqkv, View1<const T> dou
                         View1<const T> qkv, View1<const T> out, View1<const float> lse, int B,
                         int Tlen, int NH, int HS);
 
+// attention_forward/backward dispatch like gemm: on host memory to a blocked CBLAS version of
+// the same algorithm (src/kernels/attention_host.cpp), elsewhere to these portable Kokkos
+// kernels, which any backend can also call directly (tests compare the two on the host).
+template <class T>
+void attention_forward_flash(const ExecSpace& exec, View1<T> out, View1<float> lse,
+                             View1<const T> qkv, int B, int Tlen, int NH, int HS);
+template <class T>
+void attention_backward_flash(const ExecSpace& exec, View1<T> dqkv, View1<const T> dout,
+                              View1<const T> qkv, View1<const T> out, View1<const float> lse,
+                              int B, int Tlen, int NH, int HS);
+
 // The plain formulation (materialises the T x T probabilities): test oracle only.
 template <class T>
 void attention_forward_reference(const ExecSpace& exec, View1<T> out, View1<const T> qkv, int B,
