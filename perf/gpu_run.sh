@@ -13,8 +13,10 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv,n
 status=0
 if [ "$what" = tests ] || [ "$what" = all ]; then
   for t in "$bundle"/bin/test_*; do
-    if mpirun -np 1 "$t" > "$out/$(basename "$t").log" 2>&1; then r=PASS; else r=FAIL; status=1; fi
-    echo "$r $(basename "$t"): $(grep -E 'passed|failed' "$out/$(basename "$t").log" | tail -1)"
+    log=$(mktemp)
+    if mpirun -np 1 "$t" > "$log" 2>&1; then r=PASS; else r=FAIL; status=1; fi
+    { echo "===== $(basename "$t") $r"; cat "$log"; } >> "$out/tests.log"
+    echo "$r $(basename "$t"): $(grep -E 'passed|failed' "$log" | tail -1)"
   done
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
@@ -26,8 +28,8 @@ if [ "$what" = train ] || [ "$what" = all ]; then
     mpirun -np 1 "$bundle/bin/meshtrain" train --model.preset gpt2-124m --train.micro_batch "$mb" \
       --train.seq_len 1024 --train.steps 12 --train.log_every 1 --train.eval_batches 1 \
       --train.sample_tokens 0 --train.save false --train.out_dir "$out/gpt2_mb$mb" \
-      > "$out/train_gpt2_124m_mb$mb.log" 2>&1 || status=1
-    grep -E "step +(1|11|12)/" "$out/train_gpt2_124m_mb$mb.log" | sed "s/^/mb$mb: /"
+      > "$out/train_mb$mb.log" 2>&1 || status=1
+    grep -E "step +(1|11|12)/|error" "$out/train_mb$mb.log" | sed "s/^/mb$mb: /"
   done
 fi
 exit $status
