@@ -24,12 +24,14 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
     2>&1 | tee "$out/bench_collectives.txt"
 fi
 if [ "$what" = train ] || [ "$what" = all ]; then
-  for mb in 8 16; do
+  prec=${PRECISION:-fp32}
+  for mb in ${MICRO_BATCHES:-8 16}; do
     mpirun -np 1 "$bundle/bin/meshtrain" train --model.preset gpt2-124m --train.micro_batch "$mb" \
+      --train.precision "$prec" \
       --train.seq_len 1024 --train.steps 12 --train.log_every 1 --train.eval_batches 1 \
       --train.sample_tokens 0 --train.save false --train.out_dir "$out/gpt2_mb$mb" \
-      > "$out/train_mb$mb.log" 2>&1 || status=1
-    grep -E "step +(1|11|12)/|error" "$out/train_mb$mb.log" | sed "s/^/mb$mb: /"
+      > "$out/train_${prec}_mb$mb.log" 2>&1 || status=1
+    grep -E "step +(1|11|12)/|error" "$out/train_${prec}_mb$mb.log" | sed "s/^/$prec mb$mb: /"
   done
 fi
 exit $status

@@ -64,6 +64,9 @@ po::options_description train_options() {
       ("train.eval_every", po::value<int>()->default_value(100), "evaluate every N steps; 0 = end only")
       ("train.eval_batches", po::value<int>()->default_value(8), "validation micro-batches")
       ("train.log_every", po::value<int>()->default_value(1), "progress line every N steps")
+      ("train.precision", po::value<std::string>()->default_value("fp32"),
+       "fp32, or bf16 (GPU builds: bf16 parameters, activations and gradients with fp32 "
+       "accumulation, fp32 master weights and optimizer state)")
       ("train.recompute", po::value<bool>()->default_value(false)->implicit_value(true),
        "activation checkpointing: recompute each block's forward in backward")
       ("train.peak_tflops", po::value<double>()->default_value(kDeviceIsHost ? 0.0 : 989.0),
@@ -114,6 +117,38 @@ std::unique_ptr<io::Tokenizer> tokenizer_from(const po::variables_map& vm, const
 
 }  // namespace
 
+template <class T>
+void train_and_sample(const po::variables_map& vm, const model::GptConfig& mc,
+                      const train::TrainConfig& tc, const io::TokenDataset& train_data,
+                      const io::TokenDataset* val_data, const std::string& out_dir,
+                      const std::string& tok_kind) {
+  model::GptT<T> m(mc, tc.micro_batch, tc.seq_len, vm["train.recompute"].as<bool>());
+  const std::string init = vm["model.init_from"].as<std::string>();
+  if (init.empty()) m.init_parameters(tc.seed);
+  else io::import_hf(m, init);
+  train::TrainerT<T> trainer(m, tc, train_data, val_data);
+  trainer.run();
+
+  if (vm["train.save"].as<bool>()) {
+    io::export_hf(m, out_dir + "/model", tok_kind);
+    logging::info("saved ", out_dir, "/model (model.safetensors + config.json, HuggingFace GPT-2)");
+  }
+  const int n_sample = vm["train.sample_tokens"].as<int>();
+  if (n_sample > 0) {
+    auto tok = tokenizer_from(vm, tok_kind);
+    train::SampleConfig sc;
+    sc.max_new_tokens = n_sample;
+    sc.temperature = static_cast<float>(vm["train.sample_temperature"].as<double>());
+    sc.top_k = vm["train.sample_top_k"].as<int>();
+    sc.seed = tc.seed;
+    auto prompt = tok->encode(vm["train.sample_prompt"].as<std::string>());
+    if (prompt.empty()) prompt.push_back(tok->eot() >= 0 ? tok->eot() : 0);
+    model::GptT<T> sampler(mc, 1, tc.seq_len);  // batch 1, sharing the trained weights
+    sampler.share_parameters(m);
+    logging::info("sample:\n", tok->decode(train::generate(sampler, prompt, sc)));
+  }
+}
+
 int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
   const auto desc = train_options();
   const config::Parsed p = config::parse(args, desc);
@@ -163,30 +198,20 @@ int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
     val_data->check_vocab(mc.vocab_size);
   }
 
-  model::Gpt m(mc, tc.micro_batch, tc.seq_len, p.vm["train.recompute"].as<bool>());
-  const std::string init = p.vm["model.init_from"].as<std::string>();
-  if (init.empty()) m.init_parameters(tc.seed);
-  else io::import_hf(m, init);
-  train::Trainer trainer(m, tc, train_data, val_data.get());
-  trainer.run();
-
-  if (p.vm["train.save"].as<bool>()) {
-    io::export_hf(m, out_dir + "/model", tok_kind);
-    logging::info("saved ", out_dir, "/model (model.safetensors + config.json, HuggingFace GPT-2)");
-  }
-  const int n_sample = p.vm["train.sample_tokens"].as<int>();
-  if (n_sample > 0) {
-    auto tok = tokenizer_from(p.vm, tok_kind);
-    train::SampleConfig sc;
-    sc.max_new_tokens = n_sample;
-    sc.temperature = static_cast<float>(p.vm["train.sample_temperature"].as<double>());
-    sc.top_k = p.vm["train.sample_top_k"].as<int>();
-    sc.seed = tc.seed;
-    auto prompt = tok->encode(p.vm["train.sample_prompt"].as<std::string>());
-    if (prompt.empty()) prompt.push_back(tok->eot() >= 0 ? tok->eot() : 0);
-    model::Gpt sampler(mc, 1, tc.seq_len);  // batch 1, sharing the trained weights
-    sampler.share_parameters(m);
-    logging::info("sample:\n", tok->decode(train::generate(sampler, prompt, sc)));
+  const std::string precision = p.vm["train.precision"].as<std::string>();
+  if (precision == "fp32") {
+    train_and_sample<float>(p.vm, mc, tc, train_data, val_data.get(), out_dir, tok_kind);
+  } else if (precision == "bf16") {
+#if MESHTRAIN_HAVE_BF16
+    MESHTRAIN_CONFIG_CHECK(!kDeviceIsHost, "train.precision=bf16 needs a GPU build; the CPU ",
+                           "build trains in fp32");
+    train_and_sample<bf16>(p.vm, mc, tc, train_data, val_data.get(), out_dir, tok_kind);
+#else
+    throw ConfigError("train.precision=bf16 needs a GPU build (Kokkos 4 with CUDA); the CPU "
+                      "build trains in fp32");
+#endif
+  } else {
+    throw ConfigError(cat("train.precision='", precision, "' is not one of fp32, bf16"));
   }
   return kExitOk;
 }

@@ -52,13 +52,14 @@ std::string read_hf_tokenizer(const std::string& dir) {
   return "gpt2";
 }
 
-void import_hf(model::Gpt& m, const std::string& dir) {
+template <class T>
+void import_hf(model::GptT<T>& m, const std::string& dir) {
   const std::string path = dir + "/model.safetensors";
   SafetensorsReader f(path);
   const auto& reg = m.registry();
   MESHTRAIN_CHECK(reg.tp_size() == 1, "import_hf loads whole tensors (tensor parallelism 1)");
   auto host = Kokkos::create_mirror_view(m.params());
-  Kokkos::deep_copy(host, 0.0f);
+  Kokkos::deep_copy(host, T(0.0f));
   for (const auto& p : reg.params()) {
     std::string name = p.name;
     if (!f.has(name) && f.has(name.substr(std::string("transformer.").size())))
@@ -76,12 +77,13 @@ void import_hf(model::Gpt& m, const std::string& dir) {
                             exp, "] (check config.json against the weights)"));
     }
     const auto v = f.read_f32(name);
-    std::copy(v.begin(), v.end(), host.data() + p.offset);
+    for (std::size_t i = 0; i < v.size(); ++i) host(p.offset + i) = static_cast<T>(v[i]);
   }
   Kokkos::deep_copy(m.params(), host);
 }
 
-void export_hf(const model::Gpt& m, const std::string& dir, const std::string& tokenizer) {
+template <class T>
+void export_hf(const model::GptT<T>& m, const std::string& dir, const std::string& tokenizer) {
   const auto& reg = m.registry();
   MESHTRAIN_CHECK(reg.tp_size() == 1, "export_hf writes whole tensors (tensor parallelism 1)");
   std::filesystem::create_directories(dir);
@@ -93,7 +95,9 @@ void export_hf(const model::Gpt& m, const std::string& dir, const std::string& t
     if (p.name == "transformer.wte.weight") shape[0] = c.vocab_size;  // drop the padding rows
     std::int64_t n = 1;
     for (auto d : shape) n *= d;
-    w.add_f32(p.name, shape, std::vector<float>(host.data() + p.offset, host.data() + p.offset + n));
+    std::vector<float> v(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) v[i] = static_cast<float>(host(p.offset + i));
+    w.add_f32(p.name, shape, std::move(v));
   }
   w.set_metadata("format", "pt");
   w.set_metadata("producer", "meshtrain");
@@ -110,5 +114,12 @@ void export_hf(const model::Gpt& m, const std::string& dir, const std::string& t
       << "  \"torch_dtype\": \"float32\",\n  \"meshtrain_tokenizer\": \"" << json_escape(tokenizer)
       << "\"\n}\n";
 }
+
+template void import_hf<float>(model::GptT<float>&, const std::string&);
+template void export_hf<float>(const model::GptT<float>&, const std::string&, const std::string&);
+#if MESHTRAIN_HAVE_BF16
+template void import_hf<bf16>(model::GptT<bf16>&, const std::string&);
+template void export_hf<bf16>(const model::GptT<bf16>&, const std::string&, const std::string&);
+#endif
 
 }  // namespace meshtrain::io

@@ -13,6 +13,13 @@ template <class G>
 void adamw_update(const ExecSpace& exec, View1<float> param, View1<const G> grad, View1<float> m,
                   View1<float> v, std::size_t n, const AdamWHyper& h, float decay,
                   Scalar<const float> grad_scale) {
+  adamw_update<G>(exec, param, grad, m, v, n, h, decay, grad_scale, View1<G>());
+}
+
+template <class G>
+void adamw_update(const ExecSpace& exec, View1<float> param, View1<const G> grad, View1<float> m,
+                  View1<float> v, std::size_t n, const AdamWHyper& h, float decay,
+                  Scalar<const float> grad_scale, View1<G> param_copy) {
   using detail::acc;
   const char* fn = "adamw_update";
   MESHTRAIN_CHECK(h.step >= 1, fn, ": step=", h.step, " (1-based: the first update is step 1)");
@@ -20,6 +27,8 @@ void adamw_update(const ExecSpace& exec, View1<float> param, View1<const G> grad
   detail::check_extent(grad, n, fn, "grad");
   detail::check_extent(m, n, fn, "m");
   detail::check_extent(v, n, fn, "v");
+  const bool copy = detail::present(param_copy);
+  if (copy) detail::check_extent(param_copy, n, fn, "param_copy");
   const float lr = h.lr, b1 = h.beta1, b2 = h.beta2, eps = h.eps;
   const float wd = h.weight_decay * decay;
   // Bias corrections on the host in double: pow(0.95, step) for large step is where float loses.
@@ -34,7 +43,9 @@ void adamw_update(const ExecSpace& exec, View1<float> param, View1<const G> grad
         m(i) = mi;
         v(i) = vi;
         const float mhat = mi / bc1, vhat = vi / bc2;
-        param(i) -= lr * (mhat / (kc::sqrt(vhat) + eps) + wd * param(i));
+        const float p = param(i) - lr * (mhat / (kc::sqrt(vhat) + eps) + wd * param(i));
+        param(i) = p;
+        if (copy) param_copy(i) = static_cast<G>(p);
       });
 }
 
@@ -65,5 +76,18 @@ template void adamw_update<float>(const ExecSpace&, View1<float>, View1<const fl
                                   float, Scalar<const float>);
 template void sum_squares<float>(const ExecSpace&, Scalar<float>, View1<const float>, std::size_t,
                                  bool);
+template void adamw_update<float>(const ExecSpace&, View1<float>, View1<const float>,
+                                  View1<float>, View1<float>, std::size_t, const AdamWHyper&,
+                                  float, Scalar<const float>, View1<float>);
+#if MESHTRAIN_HAVE_BF16
+template void adamw_update<bf16>(const ExecSpace&, View1<float>, View1<const bf16>, View1<float>,
+                                 View1<float>, std::size_t, const AdamWHyper&, float,
+                                 Scalar<const float>, View1<bf16>);
+template void adamw_update<bf16>(const ExecSpace&, View1<float>, View1<const bf16>, View1<float>,
+                                 View1<float>, std::size_t, const AdamWHyper&, float,
+                                 Scalar<const float>);
+template void sum_squares<bf16>(const ExecSpace&, Scalar<float>, View1<const bf16>, std::size_t,
+                                bool);
+#endif
 
 }  // namespace meshtrain::kernels

@@ -268,6 +268,9 @@ void attention_forward_reference(const ExecSpace& exec, View1<T> out, View1<cons
                                                int, int, int);
 MESHTRAIN_INSTANTIATE_ATTENTION(float)
 MESHTRAIN_INSTANTIATE_ATTENTION(double)
+#if MESHTRAIN_HAVE_BF16
+MESHTRAIN_INSTANTIATE_ATTENTION(bf16)
+#endif
 #undef MESHTRAIN_INSTANTIATE_ATTENTION
 
 }  // namespace meshtrain::kernels

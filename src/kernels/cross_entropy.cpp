@@ -142,6 +142,9 @@ void sum_losses(const ExecSpace& exec, Scalar<float> out, View1<const float> los
                                          View1<const std::int32_t>, int, int, int);
 MESHTRAIN_INSTANTIATE_CROSS_ENTROPY(float)
 MESHTRAIN_INSTANTIATE_CROSS_ENTROPY(double)
+#if MESHTRAIN_HAVE_BF16
+MESHTRAIN_INSTANTIATE_CROSS_ENTROPY(bf16)
+#endif
 #undef MESHTRAIN_INSTANTIATE_CROSS_ENTROPY
 
 }  // namespace meshtrain::kernels

@@ -87,6 +87,9 @@ void embedding_backward(const ExecSpace& exec, View1<T> dwte, View1<T> dwpe, Vie
                                       View1<const std::int32_t>, int, int, int, int, int);
 MESHTRAIN_INSTANTIATE_EMBEDDING(float)
 MESHTRAIN_INSTANTIATE_EMBEDDING(double)
+#if MESHTRAIN_HAVE_BF16
+MESHTRAIN_INSTANTIATE_EMBEDDING(bf16)
+#endif
 #undef MESHTRAIN_INSTANTIATE_EMBEDDING
 
 }  // namespace meshtrain::kernels

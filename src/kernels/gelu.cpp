@@ -55,6 +55,9 @@ void gelu_backward(const ExecSpace& exec, View1<T> dinp, View1<const T> inp, Vie
                                  std::size_t);
 MESHTRAIN_INSTANTIATE_GELU(float)
 MESHTRAIN_INSTANTIATE_GELU(double)
+#if MESHTRAIN_HAVE_BF16
+MESHTRAIN_INSTANTIATE_GELU(bf16)
+#endif
 #undef MESHTRAIN_INSTANTIATE_GELU
 
 }  // namespace meshtrain::kernels

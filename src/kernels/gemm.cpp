@@ -154,6 +154,17 @@ void gemm(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K, float 
     }
     return;
   }
+#if MESHTRAIN_HAVE_BF16
+  if constexpr (std::is_same_v<ExecSpace, Kokkos::Cuda> && std::is_same_v<T, bf16>) {
+    // bf16 operands on the tensor cores, fp32 accumulation and scaling, bf16 result.
+    cublasHandle_t h = cublas_handle(exec.cuda_stream());
+    MESHTRAIN_CUBLAS_CHECK(cublasGemmEx(h, cublas_op(tb), cublas_op(ta), N, M, K, &alpha, B,
+                                        CUDA_R_16BF, ldb, A, CUDA_R_16BF, lda, &beta, C,
+                                        CUDA_R_16BF, ldc, CUBLAS_COMPUTE_32F,
+                                        CUBLAS_GEMM_DEFAULT));
+    return;
+  }
+#endif
 #endif
   gemm_reference<T>(exec, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
@@ -165,6 +176,9 @@ void gemm(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K, float 
                                   const T*, int, const T*, int, float, T*, int);
 MESHTRAIN_INSTANTIATE_GEMM(float)
 MESHTRAIN_INSTANTIATE_GEMM(double)
+#if MESHTRAIN_HAVE_BF16
+MESHTRAIN_INSTANTIATE_GEMM(bf16)
+#endif
 #undef MESHTRAIN_INSTANTIATE_GEMM
 
 }  // namespace meshtrain::kernels

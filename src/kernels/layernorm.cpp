@@ -143,6 +143,9 @@ void layernorm_backward(const ExecSpace& exec, View1<T> dinp, View1<T> dweight, 
                                       View1<const float>, View1<const float>, int, int);
 MESHTRAIN_INSTANTIATE_LAYERNORM(float)
 MESHTRAIN_INSTANTIATE_LAYERNORM(double)
+#if MESHTRAIN_HAVE_BF16
+MESHTRAIN_INSTANTIATE_LAYERNORM(bf16)
+#endif
 #undef MESHTRAIN_INSTANTIATE_LAYERNORM
 
 }  // namespace meshtrain::kernels

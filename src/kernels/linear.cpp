@@ -90,6 +90,9 @@ void linear_backward(const ExecSpace& exec, View1<T> dinp, View1<T> dweight, Vie
                                    int, bool);
 MESHTRAIN_INSTANTIATE_LINEAR(float)
 MESHTRAIN_INSTANTIATE_LINEAR(double)
+#if MESHTRAIN_HAVE_BF16
+MESHTRAIN_INSTANTIATE_LINEAR(bf16)
+#endif
 #undef MESHTRAIN_INSTANTIATE_LINEAR
 
 }  // namespace meshtrain::kernels

@@ -34,6 +34,9 @@ void accumulate(const ExecSpace& exec, View1<T> y, View1<const T> x, std::size_t
   template void accumulate<T>(const ExecSpace&, View1<T>, View1<const T>, std::size_t);
 MESHTRAIN_INSTANTIATE_RESIDUAL(float)
 MESHTRAIN_INSTANTIATE_RESIDUAL(double)
+#if MESHTRAIN_HAVE_BF16
+MESHTRAIN_INSTANTIATE_RESIDUAL(bf16)
+#endif
 #undef MESHTRAIN_INSTANTIATE_RESIDUAL
 
 }  // namespace meshtrain::kernels

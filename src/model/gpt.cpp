@@ -18,33 +18,37 @@ namespace meshtrain::model {
 
 namespace k = meshtrain::kernels;
 
-BlockActivations::BlockActivations(int B, int T, int C, int NH) {
-  const std::size_t N = static_cast<std::size_t>(B) * T;
-  ln1 = alloc<float>("act.ln1", N * C);
+template <class T>
+BlockActivations<T>::BlockActivations(int B, int Tl, int C, int NH) {
+  const std::size_t N = static_cast<std::size_t>(B) * Tl;
+  ln1 = alloc<T>("act.ln1", N * C);
   ln1_mean = alloc<float>("act.ln1_mean", N);
   ln1_rstd = alloc<float>("act.ln1_rstd", N);
-  qkv = alloc<float>("act.qkv", N * 3 * C);
-  atty = alloc<float>("act.atty", N * C);
-  lse = alloc<float>("act.lse", static_cast<std::size_t>(B) * NH * T);
-  attproj = alloc<float>("act.attproj", N * C);
-  res2 = alloc<float>("act.res2", N * C);
-  ln2 = alloc<float>("act.ln2", N * C);
+  qkv = alloc<T>("act.qkv", N * 3 * C);
+  atty = alloc<T>("act.atty", N * C);
+  lse = alloc<float>("act.lse", static_cast<std::size_t>(B) * NH * Tl);
+  attproj = alloc<T>("act.attproj", N * C);
+  res2 = alloc<T>("act.res2", N * C);
+  ln2 = alloc<T>("act.ln2", N * C);
   ln2_mean = alloc<float>("act.ln2_mean", N);
   ln2_rstd = alloc<float>("act.ln2_rstd", N);
-  fch = alloc<float>("act.fch", N * 4 * C);
-  fch_gelu = alloc<float>("act.fch_gelu", N * 4 * C);
-  fcproj = alloc<float>("act.fcproj", N * C);
+  fch = alloc<T>("act.fch", N * 4 * C);
+  fch_gelu = alloc<T>("act.fch_gelu", N * 4 * C);
+  fcproj = alloc<T>("act.fcproj", N * C);
 }
 
-std::size_t BlockActivations::bytes() const {
+template <class T>
+std::size_t BlockActivations<T>::bytes() const {
   std::size_t n = 0;
-  for (const auto* v : {&ln1, &ln1_mean, &ln1_rstd, &qkv, &atty, &lse, &attproj, &res2, &ln2,
-                        &ln2_mean, &ln2_rstd, &fch, &fch_gelu, &fcproj})
-    n += v->span();
-  return n * sizeof(float);
+  for (const auto* v : {&ln1, &qkv, &atty, &attproj, &res2, &ln2, &fch, &fch_gelu, &fcproj})
+    n += v->span() * sizeof(T);
+  for (const auto* v : {&ln1_mean, &ln1_rstd, &lse, &ln2_mean, &ln2_rstd})
+    n += v->span() * sizeof(float);
+  return n;
 }
 
-Gpt::Gpt(const GptConfig& cfg, int micro_batch, int seq_len, bool recompute, ExecSpace exec)
+template <class T>
+GptT<T>::GptT(const GptConfig& cfg, int micro_batch, int seq_len, bool recompute, ExecSpace exec)
     : cfg_(cfg),
       B_(micro_batch),
       T_(seq_len),
@@ -56,43 +60,47 @@ Gpt::Gpt(const GptConfig& cfg, int micro_batch, int seq_len, bool recompute, Exe
   MESHTRAIN_CONFIG_CHECK(T_ > 0 && T_ <= cfg_.block_size, "train.seq_len=", T_,
                          " must be in [1, model.block_size=", cfg_.block_size, "]");
   const std::size_t N = static_cast<std::size_t>(B_) * T_, C = cfg_.n_embd;
-  params_ = zeros<float>("params", reg_.size());
-  grads_ = zeros<float>("grads", reg_.size());
-  encoded_ = alloc<float>("act.encoded", N * C);
-  for (int l = 0; l < cfg_.n_layer; ++l) block_out_.push_back(alloc<float>("act.block_out", N * C));
+  params_ = zeros<T>("params", reg_.size());
+  grads_ = zeros<T>("grads", reg_.size());
+  encoded_ = alloc<T>("act.encoded", N * C);
+  for (int l = 0; l < cfg_.n_layer; ++l) block_out_.push_back(alloc<T>("act.block_out", N * C));
   const int n_acts = recompute_ ? 1 : cfg_.n_layer;
   for (int i = 0; i < n_acts; ++i)
-    acts_.push_back(std::make_unique<BlockActivations>(B_, T_, cfg_.n_embd, cfg_.n_head));
-  lnf_ = alloc<float>("act.lnf", N * C);
+    acts_.push_back(std::make_unique<BlockActivations<T>>(B_, T_, cfg_.n_embd, cfg_.n_head));
+  lnf_ = alloc<T>("act.lnf", N * C);
   lnf_mean_ = alloc<float>("act.lnf_mean", N);
   lnf_rstd_ = alloc<float>("act.lnf_rstd", N);
-  logits_ = alloc<float>("act.logits", N * cfg_.padded_vocab());
+  logits_ = alloc<T>("act.logits", N * cfg_.padded_vocab());
   losses_ = alloc<float>("act.losses", N);
   inputs_ = alloc<std::int32_t>("act.inputs", N);
   targets_ = alloc<std::int32_t>("act.targets", N);
-  dres_ = alloc<float>("grad.dres", N * C);
-  dln_ = alloc<float>("grad.dln", N * C);
-  dqkv_ = alloc<float>("grad.dqkv", N * 3 * C);
-  datty_ = alloc<float>("grad.datty", N * C);
-  dfch_ = alloc<float>("grad.dfch", N * 4 * C);
-  dfch_gelu_ = alloc<float>("grad.dfch_gelu", N * 4 * C);
+  dres_ = alloc<T>("grad.dres", N * C);
+  dln_ = alloc<T>("grad.dln", N * C);
+  dqkv_ = alloc<T>("grad.dqkv", N * 3 * C);
+  datty_ = alloc<T>("grad.datty", N * C);
+  dfch_ = alloc<T>("grad.dfch", N * 4 * C);
+  dfch_gelu_ = alloc<T>("grad.dfch_gelu", N * 4 * C);
   loss_sum_ = Scalar<float>("meshtrain::loss_sum");
 }
 
-Gpt::~Gpt() = default;
+template <class T>
+GptT<T>::~GptT() = default;
 
-View1<float> Gpt::param(const std::string& name) const {
+template <class T>
+View1<T> GptT<T>::param(const std::string& name) const {
   const auto& p = reg_.get(name);
   return slice(params_, p.offset, p.numel);
 }
 
-View1<float> Gpt::grad(const std::string& name) const {
+template <class T>
+View1<T> GptT<T>::grad(const std::string& name) const {
   const auto& p = reg_.get(name);
   return slice(grads_, p.offset, p.numel);
 }
 
-void Gpt::init_parameters(std::uint64_t seed) {
-  Kokkos::deep_copy(exec_, params_, 0.0f);
+template <class T>
+void GptT<T>::init_parameters(std::uint64_t seed) {
+  Kokkos::deep_copy(exec_, params_, T(0.0f));
   const double resid_std = 0.02 / std::sqrt(2.0 * cfg_.n_layer);
   const int tp_rank = reg_.tp_rank();
   for (const auto& p : reg_.params()) {
@@ -101,7 +109,7 @@ void Gpt::init_parameters(std::uint64_t seed) {
     const bool is_bias = n.size() > 5 && n.compare(n.size() - 5, 5, ".bias") == 0;
     const bool is_ln = n.find(".ln_") != std::string::npos;
     if (is_ln && !is_bias) {
-      Kokkos::deep_copy(exec_, v, 1.0f);
+      Kokkos::deep_copy(exec_, v, T(1.0f));
       continue;
     }
     if (is_bias) continue;  // zeros
@@ -132,139 +140,158 @@ void Gpt::init_parameters(std::uint64_t seed) {
           }
           const std::int64_t grow = matrix ? g / gc : 0;
           if (is_wte && grow >= real_rows) {
-            v(i) = 0.0f;  // vocabulary padding stays zero
+            v(i) = T(0.0f);  // vocabulary padding stays zero
             return;
           }
-          v(i) = static_cast<float>(std_dev * rng::normal(seed, stream, static_cast<std::uint64_t>(g)));
+          v(i) = static_cast<T>(
+              static_cast<float>(std_dev * rng::normal(seed, stream, static_cast<std::uint64_t>(g))));
         });
   }
   exec_.fence();
 }
 
-void Gpt::share_parameters(const Gpt& other) {
+template <class T>
+void GptT<T>::share_parameters(const GptT& other) {
   MESHTRAIN_CHECK(other.reg_.size() == reg_.size() && other.cfg_.n_layer == cfg_.n_layer &&
                       other.cfg_.n_embd == cfg_.n_embd && other.cfg_.vocab_size == cfg_.vocab_size,
                   "share_parameters: the two models have different configurations");
   params_ = other.params_;
 }
 
-void Gpt::zero_grads() { Kokkos::deep_copy(exec_, grads_, 0.0f); }
+template <class T>
+void GptT<T>::zero_grads() { Kokkos::deep_copy(exec_, grads_, T(0.0f)); }
 
-void Gpt::reset_loss_sum() { Kokkos::deep_copy(exec_, loss_sum_, 0.0f); }
+template <class T>
+void GptT<T>::reset_loss_sum() { Kokkos::deep_copy(exec_, loss_sum_, 0.0f); }
 
-BlockActivations& Gpt::acts_for(int l) { return *acts_[recompute_ ? 0 : l]; }
+template <class T>
+BlockActivations<T>& GptT<T>::acts_for(int l) { return *acts_[recompute_ ? 0 : l]; }
 
-void Gpt::block_forward(int l, View1<const float> x, BlockActivations& a) {
+template <class T>
+void GptT<T>::block_forward(int l, View1<const T> x, BlockActivations<T>& a) {
   const int N = B_ * T_, C = cfg_.n_embd, NH = cfg_.n_head;
   const std::string p = "transformer.h." + std::to_string(l) + ".";
-  auto P = [&](const char* s) { return View1<const float>(param(p + s)); };
-  k::layernorm_forward<float>(exec_, a.ln1, a.ln1_mean, a.ln1_rstd, x, P("ln_1.weight"),
+  auto P = [&](const char* s) { return View1<const T>(param(p + s)); };
+  k::layernorm_forward<T>(exec_, a.ln1, a.ln1_mean, a.ln1_rstd, x, P("ln_1.weight"),
                               P("ln_1.bias"), N, C);
-  k::linear_forward<float>(exec_, a.qkv, a.ln1, P("attn.c_attn.weight"), P("attn.c_attn.bias"),
+  k::linear_forward<T>(exec_, a.qkv, a.ln1, P("attn.c_attn.weight"), P("attn.c_attn.bias"),
                            N, C, 3 * C);
-  k::attention_forward<float>(exec_, a.atty, a.lse, a.qkv, B_, T_, NH, C / NH);
-  k::linear_forward<float>(exec_, a.attproj, a.atty, P("attn.c_proj.weight"),
+  k::attention_forward<T>(exec_, a.atty, a.lse, a.qkv, B_, T_, NH, C / NH);
+  k::linear_forward<T>(exec_, a.attproj, a.atty, P("attn.c_proj.weight"),
                            P("attn.c_proj.bias"), N, C, C);
-  k::residual_forward<float>(exec_, a.res2, x, a.attproj, static_cast<std::size_t>(N) * C);
-  k::layernorm_forward<float>(exec_, a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P("ln_2.weight"),
+  k::residual_forward<T>(exec_, a.res2, x, a.attproj, static_cast<std::size_t>(N) * C);
+  k::layernorm_forward<T>(exec_, a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P("ln_2.weight"),
                               P("ln_2.bias"), N, C);
-  k::linear_forward<float>(exec_, a.fch, a.ln2, P("mlp.c_fc.weight"), P("mlp.c_fc.bias"), N, C,
+  k::linear_forward<T>(exec_, a.fch, a.ln2, P("mlp.c_fc.weight"), P("mlp.c_fc.bias"), N, C,
                            4 * C);
-  k::gelu_forward<float>(exec_, a.fch_gelu, a.fch, static_cast<std::size_t>(N) * 4 * C);
-  k::linear_forward<float>(exec_, a.fcproj, a.fch_gelu, P("mlp.c_proj.weight"),
+  k::gelu_forward<T>(exec_, a.fch_gelu, a.fch, static_cast<std::size_t>(N) * 4 * C);
+  k::linear_forward<T>(exec_, a.fcproj, a.fch_gelu, P("mlp.c_proj.weight"),
                            P("mlp.c_proj.bias"), N, 4 * C, C);
-  k::residual_forward<float>(exec_, block_out_[l], a.res2, a.fcproj,
+  k::residual_forward<T>(exec_, block_out_[l], a.res2, a.fcproj,
                              static_cast<std::size_t>(N) * C);
 }
 
 // dres holds d(loss)/d(block output) on entry and d(loss)/d(block input) on exit.
-void Gpt::block_backward(int l, View1<const float> x, BlockActivations& a, View1<float> dres) {
+template <class T>
+void GptT<T>::block_backward(int l, View1<const T> x, BlockActivations<T>& a, View1<T> dres) {
   const int N = B_ * T_, C = cfg_.n_embd, NH = cfg_.n_head;
   const std::string p = "transformer.h." + std::to_string(l) + ".";
-  auto P = [&](const char* s) { return View1<const float>(param(p + s)); };
+  auto P = [&](const char* s) { return View1<const T>(param(p + s)); };
   auto G = [&](const char* s) { return grad(p + s); };
   // MLP: res3 = res2 + proj(gelu(fc(ln2(res2))))
-  k::linear_backward<float>(exec_, dfch_gelu_, G("mlp.c_proj.weight"), G("mlp.c_proj.bias"), dres,
+  k::linear_backward<T>(exec_, dfch_gelu_, G("mlp.c_proj.weight"), G("mlp.c_proj.bias"), dres,
                             a.fch_gelu, P("mlp.c_proj.weight"), N, 4 * C, C);
-  k::gelu_backward<float>(exec_, dfch_, a.fch, dfch_gelu_, static_cast<std::size_t>(N) * 4 * C);
-  k::linear_backward<float>(exec_, dln_, G("mlp.c_fc.weight"), G("mlp.c_fc.bias"), dfch_, a.ln2,
+  k::gelu_backward<T>(exec_, dfch_, a.fch, dfch_gelu_, static_cast<std::size_t>(N) * 4 * C);
+  k::linear_backward<T>(exec_, dln_, G("mlp.c_fc.weight"), G("mlp.c_fc.bias"), dfch_, a.ln2,
                             P("mlp.c_fc.weight"), N, C, 4 * C);
-  k::layernorm_backward<float>(exec_, dres, G("ln_2.weight"), G("ln_2.bias"), dln_, a.res2,
+  k::layernorm_backward<T>(exec_, dres, G("ln_2.weight"), G("ln_2.bias"), dln_, a.res2,
                                P("ln_2.weight"), a.ln2_mean, a.ln2_rstd, N, C);
   // Attention: res2 = x + proj(attn(c_attn(ln1(x))))
-  k::linear_backward<float>(exec_, datty_, G("attn.c_proj.weight"), G("attn.c_proj.bias"), dres,
+  k::linear_backward<T>(exec_, datty_, G("attn.c_proj.weight"), G("attn.c_proj.bias"), dres,
                             a.atty, P("attn.c_proj.weight"), N, C, C);
-  k::attention_backward<float>(exec_, dqkv_, datty_, a.qkv, a.atty, a.lse, B_, T_, NH, C / NH);
-  k::linear_backward<float>(exec_, dln_, G("attn.c_attn.weight"), G("attn.c_attn.bias"), dqkv_,
+  k::attention_backward<T>(exec_, dqkv_, datty_, a.qkv, a.atty, a.lse, B_, T_, NH, C / NH);
+  k::linear_backward<T>(exec_, dln_, G("attn.c_attn.weight"), G("attn.c_attn.bias"), dqkv_,
                             a.ln1, P("attn.c_attn.weight"), N, C, 3 * C);
-  k::layernorm_backward<float>(exec_, dres, G("ln_1.weight"), G("ln_1.bias"), dln_, x,
+  k::layernorm_backward<T>(exec_, dres, G("ln_1.weight"), G("ln_1.bias"), dln_, x,
                                P("ln_1.weight"), a.ln1_mean, a.ln1_rstd, N, C);
 }
 
-void Gpt::forward_body(View1<const std::int32_t> inputs) {
+template <class T>
+void GptT<T>::forward_body(View1<const std::int32_t> inputs) {
   const int N = B_ * T_, C = cfg_.n_embd, Vp = cfg_.padded_vocab();
   MESHTRAIN_CHECK(inputs.span() == static_cast<std::size_t>(N), "model input has ", inputs.span(),
                   " tokens, expected micro_batch x seq_len = ", N);
   Kokkos::deep_copy(exec_, inputs_, inputs);
-  k::embedding_forward<float>(exec_, encoded_, inputs_, param("transformer.wte.weight"),
+  k::embedding_forward<T>(exec_, encoded_, inputs_, param("transformer.wte.weight"),
                               param("transformer.wpe.weight"), B_, T_, C, 0, Vp);
   for (int l = 0; l < cfg_.n_layer; ++l) {
-    View1<const float> x = l == 0 ? encoded_ : block_out_[l - 1];
+    View1<const T> x = l == 0 ? encoded_ : block_out_[l - 1];
     block_forward(l, x, acts_for(l));
   }
-  k::layernorm_forward<float>(exec_, lnf_, lnf_mean_, lnf_rstd_, block_out_[cfg_.n_layer - 1],
+  k::layernorm_forward<T>(exec_, lnf_, lnf_mean_, lnf_rstd_, block_out_[cfg_.n_layer - 1],
                               param("transformer.ln_f.weight"), param("transformer.ln_f.bias"), N,
                               C);
   // LM head tied to wte [Vp, C]: logits[N, Vp] = lnf[N, C] @ wte^T
   const auto wte = param("transformer.wte.weight");
-  k::gemm<float>(exec_, k::Trans::N, k::Trans::T, N, Vp, C, 1.0f, lnf_.data(), C, wte.data(), C,
+  k::gemm<T>(exec_, k::Trans::N, k::Trans::T, N, Vp, C, 1.0f, lnf_.data(), C, wte.data(), C,
                  0.0f, logits_.data(), Vp);
 }
 
-void Gpt::forward_train(View1<const std::int32_t> inputs, View1<const std::int32_t> targets,
+template <class T>
+void GptT<T>::forward_train(View1<const std::int32_t> inputs, View1<const std::int32_t> targets,
                         float grad_scale) {
   const int N = B_ * T_;
   forward_body(inputs);
   Kokkos::deep_copy(exec_, targets_, targets);
-  k::cross_entropy_forward_backward<float>(exec_, losses_, logits_, targets_, N,
+  k::cross_entropy_forward_backward<T>(exec_, losses_, logits_, targets_, N,
                                            cfg_.padded_vocab(), cfg_.vocab_size, grad_scale);
   k::sum_losses(exec_, loss_sum_, losses_, N, true);
 }
 
-void Gpt::forward_eval(View1<const std::int32_t> inputs, View1<const std::int32_t> targets) {
+template <class T>
+void GptT<T>::forward_eval(View1<const std::int32_t> inputs, View1<const std::int32_t> targets) {
   const int N = B_ * T_;
   forward_body(inputs);
   Kokkos::deep_copy(exec_, targets_, targets);
-  k::cross_entropy_forward<float>(exec_, losses_, logits_, targets_, N, cfg_.padded_vocab(),
+  k::cross_entropy_forward<T>(exec_, losses_, logits_, targets_, N, cfg_.padded_vocab(),
                                   cfg_.vocab_size);
   k::sum_losses(exec_, loss_sum_, losses_, N, true);
 }
 
-View1<const float> Gpt::forward_logits(View1<const std::int32_t> inputs) {
+template <class T>
+View1<const T> GptT<T>::forward_logits(View1<const std::int32_t> inputs) {
   forward_body(inputs);
   return logits_;
 }
 
-void Gpt::backward() {
+template <class T>
+void GptT<T>::backward() {
   const int N = B_ * T_, C = cfg_.n_embd, Vp = cfg_.padded_vocab();
   const auto wte = param("transformer.wte.weight");
   const auto dwte = grad("transformer.wte.weight");
   // LM head: logits_ now holds dlogits (written by the fused cross-entropy).
-  k::gemm<float>(exec_, k::Trans::N, k::Trans::N, N, C, Vp, 1.0f, logits_.data(), Vp, wte.data(),
+  k::gemm<T>(exec_, k::Trans::N, k::Trans::N, N, C, Vp, 1.0f, logits_.data(), Vp, wte.data(),
                  C, 0.0f, dln_.data(), C);
-  k::gemm<float>(exec_, k::Trans::T, k::Trans::N, Vp, C, N, 1.0f, logits_.data(), Vp, lnf_.data(),
+  k::gemm<T>(exec_, k::Trans::T, k::Trans::N, Vp, C, N, 1.0f, logits_.data(), Vp, lnf_.data(),
                  C, 1.0f, dwte.data(), C);
-  Kokkos::deep_copy(exec_, dres_, 0.0f);
-  k::layernorm_backward<float>(exec_, dres_, grad("transformer.ln_f.weight"),
+  Kokkos::deep_copy(exec_, dres_, T(0.0f));
+  k::layernorm_backward<T>(exec_, dres_, grad("transformer.ln_f.weight"),
                                grad("transformer.ln_f.bias"), dln_, block_out_[cfg_.n_layer - 1],
                                param("transformer.ln_f.weight"), lnf_mean_, lnf_rstd_, N, C);
   for (int l = cfg_.n_layer - 1; l >= 0; --l) {
-    View1<const float> x = l == 0 ? encoded_ : block_out_[l - 1];
+    View1<const T> x = l == 0 ? encoded_ : block_out_[l - 1];
     if (recompute_) block_forward(l, x, acts_for(l));  // rebuild the block's activations
     block_backward(l, x, acts_for(l), dres_);
   }
-  k::embedding_backward<float>(exec_, dwte, grad("transformer.wpe.weight"), dres_, inputs_, B_,
+  k::embedding_backward<T>(exec_, dwte, grad("transformer.wpe.weight"), dres_, inputs_, B_,
                                T_, C, 0, Vp);
 }
+
+template struct BlockActivations<float>;
+template class GptT<float>;
+#if MESHTRAIN_HAVE_BF16
+template struct BlockActivations<bf16>;
+template class GptT<bf16>;
+#endif
 
 }  // namespace meshtrain::model

@@ -1,6 +1,7 @@
 #include "meshtrain/optim/adamw.hpp"
 
 #include <cmath>
+#include <type_traits>
 
 namespace meshtrain::optim {
 
@@ -15,7 +16,8 @@ float lr_at(const AdamWConfig& c, std::int64_t step) {
   return static_cast<float>(c.min_lr + coeff * (c.lr - c.min_lr));
 }
 
-AdamW::AdamW(const model::ParameterRegistry& reg, const AdamWConfig& cfg, ExecSpace exec)
+template <class T>
+AdamWT<T>::AdamWT(const model::ParameterRegistry& reg, const AdamWConfig& cfg, ExecSpace exec)
     : cfg_(cfg), exec_(exec) {
   // Merge consecutive parameters with the same decay flag into one range: the alignment gaps
   // between them hold zeros in params and grads, which AdamW leaves at zero.
@@ -26,6 +28,7 @@ AdamW::AdamW(const model::ParameterRegistry& reg, const AdamWConfig& cfg, ExecSp
       ranges_.push_back(Range{p.offset, p.numel, p.decay});
     }
   }
+  if constexpr (!std::is_same_v<T, float>) master_ = zeros<float>("optim.master", reg.size());
   m_ = zeros<float>("optim.exp_avg", reg.size());
   v_ = zeros<float>("optim.exp_avg_sq", reg.size());
   sumsq_ = Scalar<float>("meshtrain::optim.sumsq");
@@ -33,8 +36,20 @@ AdamW::AdamW(const model::ParameterRegistry& reg, const AdamWConfig& cfg, ExecSp
   scale_ = Scalar<float>("meshtrain::optim.clip_scale");
 }
 
-void AdamW::step(View1<float> params, View1<const float> grads, std::int64_t step) {
-  kernels::sum_squares<float>(exec_, sumsq_, grads, grads.span(), false);
+template <class T>
+void AdamWT<T>::init_master(View1<const T> params) {
+  if constexpr (!std::is_same_v<T, float>) {
+    auto master = master_;
+    Kokkos::parallel_for(
+        "meshtrain::optim_init_master",
+        Kokkos::RangePolicy<ExecSpace>(exec_, 0, static_cast<std::int64_t>(params.span())),
+        KOKKOS_LAMBDA(const std::int64_t i) { master(i) = static_cast<float>(params(i)); });
+  }
+}
+
+template <class T>
+void AdamWT<T>::step(View1<T> params, View1<const T> grads, std::int64_t step) {
+  kernels::sum_squares<T>(exec_, sumsq_, grads, grads.span(), false);
   kernels::clip_scale(exec_, scale_, norm_, sumsq_, cfg_.grad_clip);
   kernels::AdamWHyper h;
   h.lr = lr_at(cfg_, step);
@@ -44,11 +59,23 @@ void AdamW::step(View1<float> params, View1<const float> grads, std::int64_t ste
   h.weight_decay = cfg_.weight_decay;
   h.step = static_cast<int>(step + 1);
   for (const Range& r : ranges_) {
-    kernels::adamw_update<float>(exec_, slice(params, r.offset, r.length),
-                                 slice(grads, r.offset, r.length), slice(m_, r.offset, r.length),
-                                 slice(v_, r.offset, r.length), r.length, h, r.decay ? 1.0f : 0.0f,
-                                 scale_);
+    const float decay = r.decay ? 1.0f : 0.0f;
+    if constexpr (std::is_same_v<T, float>) {
+      kernels::adamw_update<float>(exec_, slice(params, r.offset, r.length),
+                                   slice(grads, r.offset, r.length), slice(m_, r.offset, r.length),
+                                   slice(v_, r.offset, r.length), r.length, h, decay, scale_);
+    } else {
+      kernels::adamw_update<T>(exec_, slice(master_, r.offset, r.length),
+                               slice(grads, r.offset, r.length), slice(m_, r.offset, r.length),
+                               slice(v_, r.offset, r.length), r.length, h, decay, scale_,
+                               slice(params, r.offset, r.length));
+    }
   }
 }
+
+template class AdamWT<float>;
+#if MESHTRAIN_HAVE_BF16
+template class AdamWT<bf16>;
+#endif
 
 }  // namespace meshtrain::optim

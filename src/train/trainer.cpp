@@ -19,9 +19,11 @@ std::string format_duration(double s) {
   return buf;
 }
 
-Trainer::Trainer(model::Gpt& model, const TrainConfig& cfg, const io::TokenDataset& train,
-                 const io::TokenDataset* val)
+template <class T>
+TrainerT<T>::TrainerT(model::GptT<T>& model, const TrainConfig& cfg, const io::TokenDataset& train,
+                      const io::TokenDataset* val)
     : model_(model), cfg_(cfg), train_(train), val_(val), opt_(model.registry(), cfg.adamw, model.exec()) {
+  opt_.init_master(model_.params());
   MESHTRAIN_CONFIG_CHECK(cfg_.micro_batch == model.micro_batch(), "train.micro_batch mismatch");
   MESHTRAIN_CONFIG_CHECK(cfg_.seq_len == model.seq_len(), "train.seq_len mismatch");
   MESHTRAIN_CONFIG_CHECK(cfg_.grad_accum > 0, "train.grad_accum=", cfg_.grad_accum,
@@ -40,11 +42,13 @@ Trainer::Trainer(model::Gpt& model, const TrainConfig& cfg, const io::TokenDatas
   }
 }
 
-std::int64_t Trainer::tokens_per_step() const {
+template <class T>
+std::int64_t TrainerT<T>::tokens_per_step() const {
   return static_cast<std::int64_t>(cfg_.micro_batch) * cfg_.grad_accum * cfg_.seq_len;
 }
 
-StepMetrics Trainer::step(std::int64_t s, bool read_back) {
+template <class T>
+StepMetrics TrainerT<T>::step(std::int64_t s, bool read_back) {
   Timer t;
   const int global_batch = cfg_.micro_batch * cfg_.grad_accum;
   // Every target of a full window counts, so the global count is known without communication.
@@ -81,7 +85,8 @@ StepMetrics Trainer::step(std::int64_t s, bool read_back) {
   return m;
 }
 
-float Trainer::evaluate() {
+template <class T>
+float TrainerT<T>::evaluate() {
   if (!val_) return NAN;
   model_.reset_loss_sum();
   const std::size_t per_batch = static_cast<std::size_t>(cfg_.micro_batch) * cfg_.seq_len;
@@ -97,7 +102,8 @@ float Trainer::evaluate() {
   return sum / static_cast<float>(per_batch * cfg_.eval_batches);
 }
 
-void Trainer::log_step(const StepMetrics& m, double eta) {
+template <class T>
+void TrainerT<T>::log_step(const StepMetrics& m, double eta) {
   char line[320];
   std::snprintf(line, sizeof line,
                 "step %6lld/%lld | loss %.4f | lr %.2e | norm %.3f | %9.0f tok/s | %.3f TFLOP/s"
@@ -116,7 +122,8 @@ void Trainer::log_step(const StepMetrics& m, double eta) {
   }
 }
 
-StepMetrics Trainer::run() {
+template <class T>
+StepMetrics TrainerT<T>::run() {
   logging::info("training: ", cfg_.steps, " steps of ", tokens_per_step(), " tokens (micro-batch ",
             cfg_.micro_batch, " x ", cfg_.grad_accum, " accumulation x seq ", cfg_.seq_len,
             "), ", train_.num_windows(), " training windows");
@@ -146,5 +153,10 @@ StepMetrics Trainer::run() {
   }
   return last;
 }
+
+template class TrainerT<float>;
+#if MESHTRAIN_HAVE_BF16
+template class TrainerT<bf16>;
+#endif
 
 }  // namespace meshtrain::train

@@ -1,3 +1,7 @@
 # Tests of the model layer.
 meshtrain_add_test(NAME test_gpt_parity SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gpt_parity.cpp)
 target_compile_definitions(test_gpt_parity PRIVATE MESHTRAIN_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+if(MESHTRAIN_ENABLE_CUDA)  # bf16 needs Kokkos 4 (the CUDA build)
+  meshtrain_add_test(NAME test_gpt_bf16 SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gpt_bf16.cpp)
+  target_compile_definitions(test_gpt_bf16 PRIVATE MESHTRAIN_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+endif()

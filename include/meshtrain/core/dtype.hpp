@@ -2,6 +2,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <type_traits>
+
+#include "meshtrain/core/kokkos_compat.hpp"
 
 namespace meshtrain {
 
@@ -40,6 +43,9 @@ template <> struct dtype_of<double> { static constexpr DType value = DType::f64;
 template <> struct dtype_of<std::int32_t> { static constexpr DType value = DType::i32; };
 template <> struct dtype_of<std::int64_t> { static constexpr DType value = DType::i64; };
 template <> struct dtype_of<std::uint8_t> { static constexpr DType value = DType::u8; };
+#if MESHTRAIN_HAVE_BF16
+template <> struct dtype_of<bf16> { static constexpr DType value = DType::bf16; };
+#endif
 template <class T> inline constexpr DType dtype_of_v = dtype_of<std::remove_cv_t<T>>::value;
 
 }  // namespace meshtrain

@@ -19,6 +19,15 @@ using MemSpace = ExecSpace::memory_space;
 using HostExecSpace = Kokkos::DefaultHostExecutionSpace;
 using HostSpace = Kokkos::HostSpace;
 
+// bf16 storage type for mixed precision: Kokkos 4 only (Debian's 3.4 has none; the CPU build
+// trains in fp32). Same bits as CUDA's __nv_bfloat16.
+#if MESHTRAIN_KOKKOS4
+#define MESHTRAIN_HAVE_BF16 1
+using bf16 = Kokkos::Experimental::bhalf_t;
+#else
+#define MESHTRAIN_HAVE_BF16 0
+#endif
+
 // True when the default execution space runs on a GPU (host and device memory differ).
 inline constexpr bool kDeviceIsHost =
     Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;

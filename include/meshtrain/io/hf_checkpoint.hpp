@@ -18,9 +18,11 @@ std::string read_hf_tokenizer(const std::string& dir);
 // tensors). Accepts names with or without the "transformer." prefix; ignores HF's attention-mask
 // buffers and a separate lm_head.weight (tied). ConfigError naming the tensor on shape mismatch
 // or a missing tensor.
-void import_hf(model::Gpt& m, const std::string& dir);
+template <class T>
+void import_hf(model::GptT<T>& m, const std::string& dir);
 
 // Writes <dir>/model.safetensors and <dir>/config.json (creating <dir>).
-void export_hf(const model::Gpt& m, const std::string& dir, const std::string& tokenizer);
+template <class T>
+void export_hf(const model::GptT<T>& m, const std::string& dir, const std::string& tokenizer);
 
 }  // namespace meshtrain::io

@@ -21,6 +21,13 @@ void adamw_update(const ExecSpace& exec, View1<float> param, View1<const G> grad
                   View1<float> v, std::size_t n, const AdamWHyper& h, float decay,
                   Scalar<const float> grad_scale);
 
+// Mixed precision: the same update of the fp32 master `param`, then param_copy[i] = G(param[i]),
+// the compute-precision copy the model reads (bf16 parameters, fp32 master weights).
+template <class G>
+void adamw_update(const ExecSpace& exec, View1<float> param, View1<const G> grad, View1<float> m,
+                  View1<float> v, std::size_t n, const AdamWHyper& h, float decay,
+                  Scalar<const float> grad_scale, View1<G> param_copy);
+
 // out (+)= sum_i x[i]^2 (fp32 accumulation; out is a device scalar).
 template <class T>
 void sum_squares(const ExecSpace& exec, Scalar<float> out, View1<const T> x, std::size_t n,

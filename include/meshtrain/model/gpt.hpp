@@ -18,15 +18,21 @@
 
 namespace meshtrain::model {
 
+template <class T>
 struct BlockActivations;  // gpt_activations.hpp
 
-class Gpt {
+// T is the compute type of parameters, activations and gradients: float (fp32 mode, the CPU
+// build) or bf16 (mixed precision on GPUs, with fp32 master weights in the optimizer).
+// Statistics (LayerNorm mean/rstd, attention lse, per-token losses) stay fp32.
+template <class T>
+class GptT {
  public:
-  Gpt(const GptConfig& cfg, int micro_batch, int seq_len, bool recompute = false,
-      ExecSpace exec = ExecSpace{});
-  ~Gpt();
-  Gpt(const Gpt&) = delete;
-  Gpt& operator=(const Gpt&) = delete;
+  using value_type = T;
+  GptT(const GptConfig& cfg, int micro_batch, int seq_len, bool recompute = false,
+       ExecSpace exec = ExecSpace{});
+  ~GptT();
+  GptT(const GptT&) = delete;
+  GptT& operator=(const GptT&) = delete;
 
   const GptConfig& config() const { return cfg_; }
   const ParameterRegistry& registry() const { return reg_; }
@@ -34,10 +40,10 @@ class Gpt {
   int seq_len() const { return T_; }
   const ExecSpace& exec() const { return exec_; }
 
-  View1<float> params() const { return params_; }
-  View1<float> grads() const { return grads_; }
-  View1<float> param(const std::string& name) const;
-  View1<float> grad(const std::string& name) const;
+  View1<T> params() const { return params_; }
+  View1<T> grads() const { return grads_; }
+  View1<T> param(const std::string& name) const;
+  View1<T> grad(const std::string& name) const;
 
   // GPT-2 initialisation from the counter-based RNG keyed by (seed, name, global index):
   // weights N(0, 0.02), residual projections N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorm
@@ -45,7 +51,7 @@ class Gpt {
   void init_parameters(std::uint64_t seed);
   // Use `other`'s parameter buffer (same configuration), e.g. a batch-1 model for sampling that
   // shares the weights of the training model instead of copying them.
-  void share_parameters(const Gpt& other);
+  void share_parameters(const GptT& other);
   void zero_grads();
 
   // One training micro-batch (B*T tokens, device memory). grad_scale = 1 / (counted target
@@ -58,32 +64,38 @@ class Gpt {
   void forward_eval(View1<const std::int32_t> inputs, View1<const std::int32_t> targets);
   // Logits [B*T, padded_vocab] for generation (inputs of B*T tokens; shorter prompts padded by
   // the caller).
-  View1<const float> forward_logits(View1<const std::int32_t> inputs);
+  View1<const T> forward_logits(View1<const std::int32_t> inputs);
 
   Scalar<float> loss_sum() const { return loss_sum_; }
   void reset_loss_sum();
 
  private:
   void forward_body(View1<const std::int32_t> inputs);
-  void block_forward(int l, View1<const float> x, BlockActivations& a);
-  void block_backward(int l, View1<const float> x, BlockActivations& a, View1<float> dres);
-  BlockActivations& acts_for(int l);
+  void block_forward(int l, View1<const T> x, BlockActivations<T>& a);
+  void block_backward(int l, View1<const T> x, BlockActivations<T>& a, View1<T> dres);
+  BlockActivations<T>& acts_for(int l);
 
   GptConfig cfg_;
   int B_, T_;
   bool recompute_;
   ExecSpace exec_;
   ParameterRegistry reg_;
-  View1<float> params_, grads_;
+  View1<T> params_, grads_;
   // activations
-  View1<float> encoded_;                    // [N, C] input of block 0
-  std::vector<View1<float>> block_out_;     // [N, C] output of each block
-  std::vector<std::unique_ptr<BlockActivations>> acts_;  // one per block, or one shared
-  View1<float> lnf_, lnf_mean_, lnf_rstd_, logits_, losses_;
+  View1<T> encoded_;                        // [N, C] input of block 0
+  std::vector<View1<T>> block_out_;         // [N, C] output of each block
+  std::vector<std::unique_ptr<BlockActivations<T>>> acts_;  // one per block, or one shared
+  View1<T> lnf_, logits_;
+  View1<float> lnf_mean_, lnf_rstd_, losses_;
   View1<std::int32_t> inputs_, targets_;    // copies of the last micro-batch
   // gradient scratch
-  View1<float> dres_, dln_, dqkv_, datty_, dfch_, dfch_gelu_;
+  View1<T> dres_, dln_, dqkv_, datty_, dfch_, dfch_gelu_;
   Scalar<float> loss_sum_;
 };
+
+using Gpt = GptT<float>;
+#if MESHTRAIN_HAVE_BF16
+using GptBf16 = GptT<bf16>;
+#endif
 
 }  // namespace meshtrain::model

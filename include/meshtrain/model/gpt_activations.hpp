@@ -4,16 +4,20 @@
 
 namespace meshtrain::model {
 
+template <class T>
 struct BlockActivations {
-  View1<float> ln1, ln1_mean, ln1_rstd;  // [N,C], [N], [N]
-  View1<float> qkv;                      // [N,3C]
-  View1<float> atty, lse;                // [N,C], [B,NH,T]
-  View1<float> attproj, res2;            // [N,C]
-  View1<float> ln2, ln2_mean, ln2_rstd;  // [N,C], [N], [N]
-  View1<float> fch, fch_gelu;            // [N,4C]
-  View1<float> fcproj;                   // [N,C]
+  View1<T> ln1;                         // [N,C]
+  View1<float> ln1_mean, ln1_rstd;      // [N], [N]
+  View1<T> qkv;                         // [N,3C]
+  View1<T> atty;                        // [N,C]
+  View1<float> lse;                     // [B,NH,T]
+  View1<T> attproj, res2;               // [N,C]
+  View1<T> ln2;                         // [N,C]
+  View1<float> ln2_mean, ln2_rstd;      // [N], [N]
+  View1<T> fch, fch_gelu;               // [N,4C]
+  View1<T> fcproj;                      // [N,C]
 
-  BlockActivations(int B, int T, int C, int NH);
+  BlockActivations(int B, int Tlen, int C, int NH);
   std::size_t bytes() const;
 };
 

@@ -26,13 +26,21 @@ struct AdamWConfig {
 // of warmup), then cosine decay to min_lr at decay_steps, constant min_lr after.
 float lr_at(const AdamWConfig& c, std::int64_t step);
 
-class AdamW {
+// T is the model's compute type. For T = float the model's parameters are the master weights;
+// otherwise the optimizer keeps fp32 master weights (initialised from the model's parameters by
+// init_master) and writes the rounded copy back into the model's buffer after each update.
+template <class T>
+class AdamWT {
  public:
-  AdamW(const model::ParameterRegistry& reg, const AdamWConfig& cfg, ExecSpace exec = ExecSpace{});
+  AdamWT(const model::ParameterRegistry& reg, const AdamWConfig& cfg, ExecSpace exec = ExecSpace{});
+
+  // Mixed precision only: master = float(params). Call once after the model is initialised.
+  void init_master(View1<const T> params);
 
   // One update with the gradients in `grads` (0-based step index, for the schedule and bias
   // correction). Computes the global norm into grad_norm() (device scalar; no host sync).
-  void step(View1<float> params, View1<const float> grads, std::int64_t step);
+  void step(View1<T> params, View1<const T> grads, std::int64_t step);
+  View1<float> master() const { return master_; }
 
   Scalar<float> grad_norm() const { return norm_; }
   View1<float> exp_avg() const { return m_; }
@@ -49,8 +57,11 @@ class AdamW {
   AdamWConfig cfg_;
   ExecSpace exec_;
   std::vector<Range> ranges_;
+  View1<float> master_;  // empty for T = float
   View1<float> m_, v_;
   Scalar<float> sumsq_, norm_, scale_;
 };
+
+using AdamW = AdamWT<float>;
 
 }  // namespace meshtrain::optim

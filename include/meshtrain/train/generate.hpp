@@ -17,7 +17,8 @@ struct SampleConfig {
 
 // Continues `prompt` (non-empty) by up to max_new_tokens tokens, returns prompt + continuation.
 // The context is the last seq_len tokens; the model's first sequence row carries it.
-std::vector<std::int32_t> generate(model::Gpt& m, std::vector<std::int32_t> prompt,
+template <class T>
+std::vector<std::int32_t> generate(model::GptT<T>& m, std::vector<std::int32_t> prompt,
                                    const SampleConfig& cfg);
 
 // Index drawn from logits (host, length n) with temperature / top-k, using uniform u in (0, 1].

@@ -33,11 +33,12 @@ struct StepMetrics {
   std::size_t memory_bytes = 0;
 };
 
-class Trainer {
+template <class T>
+class TrainerT {
  public:
   // `val` may be null (no evaluation).
-  Trainer(model::Gpt& model, const TrainConfig& cfg, const io::TokenDataset& train,
-          const io::TokenDataset* val);
+  TrainerT(model::GptT<T>& model, const TrainConfig& cfg, const io::TokenDataset& train,
+           const io::TokenDataset* val);
 
   // Runs cfg.steps steps from step 0. Returns the metrics of the last step.
   StepMetrics run();
@@ -49,15 +50,17 @@ class Trainer {
 
  private:
   void log_step(const StepMetrics& m, double eta_seconds);
-  model::Gpt& model_;
+  model::GptT<T>& model_;
   TrainConfig cfg_;
   const io::TokenDataset& train_;
   const io::TokenDataset* val_;
-  optim::AdamW opt_;
+  optim::AdamWT<T> opt_;
   View1<std::int32_t> inputs_, targets_;
   HostView1<std::int32_t> h_inputs_, h_targets_;
   std::ofstream metrics_;
 };
+
+using Trainer = TrainerT<float>;
 
 // Human-readable duration: 45s, 3m12s, 1h04m.
 std::string format_duration(double seconds);
