@@ -65,17 +65,25 @@ void check_extent(const V& v, std::size_t need, const char* fn, const char* what
                   " elements, needs at least ", need);
 }
 
+// A device scalar kept for the whole run (allocated on first use, released by a Kokkos finalize
+// hook): reductions must not allocate per call, since a cudaMalloc/cudaFree synchronises the
+// device and the host.
+Scalar<float> persistent_scalar(int slot);
+
 // out = sum (or out += sum) where sum = sum_i f(i) over [0, n), reduced by Kokkos (a fixed tree
-// per backend and launch shape: the same bits on every run). The result stays on the device.
+// per backend and launch shape: the same bits on every run). The result stays on the device;
+// nothing is allocated and the host does not wait.
 template <class F>
 void reduce_to_scalar(const ExecSpace& exec, const std::string& label, Scalar<float> out,
                       std::size_t n, bool accumulate, const F& f) {
-  Scalar<float> partial(Kokkos::view_alloc(label + "_partial", Kokkos::WithoutInitializing));
+  if (!accumulate) {
+    Kokkos::parallel_reduce(label, Range(exec, 0, static_cast<Index>(n)), f, out);
+    return;
+  }
+  Scalar<float> partial = persistent_scalar(0);
   Kokkos::parallel_reduce(label, Range(exec, 0, static_cast<Index>(n)), f, partial);
   Kokkos::parallel_for(
-      label + "_store", Range(exec, 0, 1), KOKKOS_LAMBDA(Index) {
-        out() = accumulate ? out() + partial() : partial();
-      });
+      label + "_accumulate", Range(exec, 0, 1), KOKKOS_LAMBDA(Index) { out() += partial(); });
 }
 
 }  // namespace meshtrain::kernels::detail

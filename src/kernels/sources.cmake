@@ -3,6 +3,7 @@ target_sources(meshtrain_lib PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/adamw.cpp
   ${CMAKE_CURRENT_LIST_DIR}/attention.cpp
   ${CMAKE_CURRENT_LIST_DIR}/attention_host.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/common.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cross_entropy.cpp
   ${CMAKE_CURRENT_LIST_DIR}/embedding.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gelu.cpp
@@ -20,6 +21,7 @@ if(NOT MESHTRAIN_ENABLE_CUDA AND CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
     ${CMAKE_CURRENT_LIST_DIR}/adamw.cpp
     ${CMAKE_CURRENT_LIST_DIR}/attention.cpp
     ${CMAKE_CURRENT_LIST_DIR}/attention_host.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/common.cpp
     ${CMAKE_CURRENT_LIST_DIR}/cross_entropy.cpp
     ${CMAKE_CURRENT_LIST_DIR}/gelu.cpp
     ${CMAKE_CURRENT_LIST_DIR}/layernorm.cpp

@@ -1,0 +1,24 @@
+#include "common.hpp"
+
+#include <array>
+
+namespace meshtrain::kernels::detail {
+
+Scalar<float> persistent_scalar(int slot) {
+  // All kernels of a run go to one execution-space instance, whose queue orders every use of a
+  // slot after the previous one.
+  static std::array<Scalar<float>, 4> slots;
+  static bool hooked = false;
+  MESHTRAIN_CHECK(slot >= 0 && slot < static_cast<int>(slots.size()), "scratch slot ", slot);
+  if (!hooked) {
+    Kokkos::push_finalize_hook([] {
+      for (auto& s : slots) s = Scalar<float>();
+      hooked = false;
+    });
+    hooked = true;
+  }
+  if (!slots[slot].data()) slots[slot] = Scalar<float>("meshtrain::scratch_scalar");
+  return slots[slot];
+}
+
+}  // namespace meshtrain::kernels::detail
