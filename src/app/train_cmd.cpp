@@ -65,8 +65,14 @@ po::options_description train_options() {
       ("train.eval_batches", po::value<int>()->default_value(8), "validation micro-batches")
       ("train.log_every", po::value<int>()->default_value(1), "progress line every N steps")
       ("train.precision", po::value<std::string>()->default_value("fp32"),
-       "fp32, or bf16 (GPU builds: bf16 parameters, activations and gradients with fp32 "
-       "accumulation, fp32 master weights and optimizer state)")
+       "fp32, or bf16 / fp16 (GPU builds: 16-bit parameters, activations and gradients with "
+       "fp32 accumulation, fp32 master weights and optimizer state)")
+      ("train.loss_scaling", po::value<std::string>()->default_value("auto"),
+       "dynamic loss scaling: auto (on for fp16), on, off")
+      ("train.loss_scale_init", po::value<double>()->default_value(65536.0),
+       "initial loss scale (a power of two)")
+      ("train.loss_scale_window", po::value<int>()->default_value(1000),
+       "double the loss scale after this many steps without inf/nan")
       ("train.recompute", po::value<bool>()->default_value(false)->implicit_value(true),
        "activation checkpointing: recompute each block's forward in backward")
       ("train.peak_tflops", po::value<double>()->default_value(kDeviceIsHost ? 0.0 : 989.0),
@@ -199,6 +205,12 @@ int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
   }
 
   const std::string precision = p.vm["train.precision"].as<std::string>();
+  const std::string scaling = p.vm["train.loss_scaling"].as<std::string>();
+  MESHTRAIN_CONFIG_CHECK(scaling == "auto" || scaling == "on" || scaling == "off",
+                         "train.loss_scaling='", scaling, "' is not one of auto, on, off");
+  tc.loss_scaling = scaling == "on" || (scaling == "auto" && precision == "fp16");
+  tc.loss_scale_init = static_cast<float>(p.vm["train.loss_scale_init"].as<double>());
+  tc.loss_scale_window = p.vm["train.loss_scale_window"].as<int>();
   if (precision == "fp32") {
     train_and_sample<float>(p.vm, mc, tc, train_data, val_data.get(), out_dir, tok_kind);
   } else if (precision == "bf16") {
@@ -210,8 +222,17 @@ int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
     throw ConfigError("train.precision=bf16 needs a GPU build (Kokkos 4 with CUDA); the CPU "
                       "build trains in fp32");
 #endif
+  } else if (precision == "fp16") {
+#if MESHTRAIN_HAVE_FP16
+    MESHTRAIN_CONFIG_CHECK(!kDeviceIsHost, "train.precision=fp16 needs a GPU build; the CPU ",
+                           "build trains in fp32");
+    train_and_sample<fp16>(p.vm, mc, tc, train_data, val_data.get(), out_dir, tok_kind);
+#else
+    throw ConfigError("train.precision=fp16 needs a GPU build (Kokkos 4 with CUDA); the CPU "
+                      "build trains in fp32");
+#endif
   } else {
-    throw ConfigError(cat("train.precision='", precision, "' is not one of fp32, bf16"));
+    throw ConfigError(cat("train.precision='", precision, "' is not one of fp32, bf16, fp16"));
   }
   return kExitOk;
 }

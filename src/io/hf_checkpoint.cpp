@@ -120,6 +120,8 @@ template void export_hf<float>(const model::GptT<float>&, const std::string&, co
 #if MESHTRAIN_HAVE_BF16
 template void import_hf<bf16>(model::GptT<bf16>&, const std::string&);
 template void export_hf<bf16>(const model::GptT<bf16>&, const std::string&, const std::string&);
+template void import_hf<fp16>(model::GptT<fp16>&, const std::string&);
+template void export_hf<fp16>(const model::GptT<fp16>&, const std::string&, const std::string&);
 #endif
 
 }  // namespace meshtrain::io

@@ -62,12 +62,13 @@ void sum_squares(const ExecSpace& exec, Scalar<float> out, View1<const T> x, std
 }
 
 void clip_scale(const ExecSpace& exec, Scalar<float> scale, Scalar<float> norm,
-                Scalar<const float> sumsq, float max_norm) {
+                Scalar<const float> sumsq, float max_norm, float inv_loss_scale) {
   Kokkos::parallel_for(
       "meshtrain::clip_scale", detail::Range(exec, 0, 1), KOKKOS_LAMBDA(detail::Index) {
-        const float nrm = kc::sqrt(sumsq());
+        const float nrm = kc::sqrt(sumsq()) * inv_loss_scale;
         norm() = nrm;
-        scale() = max_norm > 0.0f ? max_norm / (nrm > max_norm ? nrm : max_norm) : 1.0f;
+        scale() = inv_loss_scale *
+                  (max_norm > 0.0f ? max_norm / (nrm > max_norm ? nrm : max_norm) : 1.0f);
       });
 }
 
@@ -87,6 +88,14 @@ template void adamw_update<bf16>(const ExecSpace&, View1<float>, View1<const bf1
                                  View1<float>, std::size_t, const AdamWHyper&, float,
                                  Scalar<const float>);
 template void sum_squares<bf16>(const ExecSpace&, Scalar<float>, View1<const bf16>, std::size_t,
+                                bool);
+template void adamw_update<fp16>(const ExecSpace&, View1<float>, View1<const fp16>, View1<float>,
+                                 View1<float>, std::size_t, const AdamWHyper&, float,
+                                 Scalar<const float>, View1<fp16>);
+template void adamw_update<fp16>(const ExecSpace&, View1<float>, View1<const fp16>, View1<float>,
+                                 View1<float>, std::size_t, const AdamWHyper&, float,
+                                 Scalar<const float>);
+template void sum_squares<fp16>(const ExecSpace&, Scalar<float>, View1<const fp16>, std::size_t,
                                 bool);
 #endif
 

@@ -155,13 +155,14 @@ void gemm(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K, float 
     return;
   }
 #if MESHTRAIN_HAVE_BF16
-  if constexpr (std::is_same_v<ExecSpace, Kokkos::Cuda> && std::is_same_v<T, bf16>) {
-    // bf16 operands on the tensor cores, fp32 accumulation and scaling, bf16 result.
+  if constexpr (std::is_same_v<ExecSpace, Kokkos::Cuda> &&
+                (std::is_same_v<T, bf16> || std::is_same_v<T, fp16>)) {
+    // 16-bit operands on the tensor cores, fp32 accumulation and scaling, 16-bit result.
+    const cudaDataType_t type = std::is_same_v<T, bf16> ? CUDA_R_16BF : CUDA_R_16F;
     cublasHandle_t h = cublas_handle(exec.cuda_stream());
-    MESHTRAIN_CUBLAS_CHECK(cublasGemmEx(h, cublas_op(tb), cublas_op(ta), N, M, K, &alpha, B,
-                                        CUDA_R_16BF, ldb, A, CUDA_R_16BF, lda, &beta, C,
-                                        CUDA_R_16BF, ldc, CUBLAS_COMPUTE_32F,
-                                        CUBLAS_GEMM_DEFAULT));
+    MESHTRAIN_CUBLAS_CHECK(cublasGemmEx(h, cublas_op(tb), cublas_op(ta), N, M, K, &alpha, B, type,
+                                        ldb, A, type, lda, &beta, C, type, ldc,
+                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return;
   }
 #endif
@@ -178,6 +179,7 @@ MESHTRAIN_INSTANTIATE_GEMM(float)
 MESHTRAIN_INSTANTIATE_GEMM(double)
 #if MESHTRAIN_HAVE_BF16
 MESHTRAIN_INSTANTIATE_GEMM(bf16)
+MESHTRAIN_INSTANTIATE_GEMM(fp16)
 #endif
 #undef MESHTRAIN_INSTANTIATE_GEMM
 

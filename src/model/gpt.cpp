@@ -292,6 +292,8 @@ template class GptT<float>;
 #if MESHTRAIN_HAVE_BF16
 template struct BlockActivations<bf16>;
 template class GptT<bf16>;
+template struct BlockActivations<fp16>;
+template class GptT<fp16>;
 #endif
 
 }  // namespace meshtrain::model

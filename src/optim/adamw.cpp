@@ -48,9 +48,19 @@ void AdamWT<T>::init_master(View1<const T> params) {
 }
 
 template <class T>
-void AdamWT<T>::step(View1<T> params, View1<const T> grads, std::int64_t step) {
+bool AdamWT<T>::step(View1<T> params, View1<const T> grads, std::int64_t step, float loss_scale,
+                     bool check_finite) {
   kernels::sum_squares<T>(exec_, sumsq_, grads, grads.span(), false);
-  kernels::clip_scale(exec_, scale_, norm_, sumsq_, cfg_.grad_clip);
+  if (check_finite) {
+    float sumsq = 0;
+    Kokkos::deep_copy(exec_, sumsq, sumsq_);
+    exec_.fence();
+    if (!std::isfinite(sumsq)) {
+      Kokkos::deep_copy(exec_, norm_, sumsq);  // report the non-finite norm
+      return false;
+    }
+  }
+  kernels::clip_scale(exec_, scale_, norm_, sumsq_, cfg_.grad_clip, 1.0f / loss_scale);
   kernels::AdamWHyper h;
   h.lr = lr_at(cfg_, step);
   h.beta1 = cfg_.beta1;
@@ -71,11 +81,13 @@ void AdamWT<T>::step(View1<T> params, View1<const T> grads, std::int64_t step) {
                                slice(params, r.offset, r.length));
     }
   }
+  return true;
 }
 
 template class AdamWT<float>;
 #if MESHTRAIN_HAVE_BF16
 template class AdamWT<bf16>;
+template class AdamWT<fp16>;
 #endif
 
 }  // namespace meshtrain::optim

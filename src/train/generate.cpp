@@ -58,6 +58,8 @@ template std::vector<std::int32_t> generate<float>(model::GptT<float>&, std::vec
 #if MESHTRAIN_HAVE_BF16
 template std::vector<std::int32_t> generate<bf16>(model::GptT<bf16>&, std::vector<std::int32_t>,
                                                   const SampleConfig&);
+template std::vector<std::int32_t> generate<fp16>(model::GptT<fp16>&, std::vector<std::int32_t>,
+                                                  const SampleConfig&);
 #endif
 
 }  // namespace meshtrain::train

@@ -22,7 +22,12 @@ std::string format_duration(double s) {
 template <class T>
 TrainerT<T>::TrainerT(model::GptT<T>& model, const TrainConfig& cfg, const io::TokenDataset& train,
                       const io::TokenDataset* val)
-    : model_(model), cfg_(cfg), train_(train), val_(val), opt_(model.registry(), cfg.adamw, model.exec()) {
+    : model_(model),
+      cfg_(cfg),
+      train_(train),
+      val_(val),
+      opt_(model.registry(), cfg.adamw, model.exec()),
+      scaler_(cfg.loss_scale_init, cfg.loss_scale_window) {
   opt_.init_master(model_.params());
   MESHTRAIN_CONFIG_CHECK(cfg_.micro_batch == model.micro_batch(), "train.micro_batch mismatch");
   MESHTRAIN_CONFIG_CHECK(cfg_.seq_len == model.seq_len(), "train.seq_len mismatch");
@@ -52,6 +57,7 @@ StepMetrics TrainerT<T>::step(std::int64_t s, bool read_back) {
   Timer t;
   const int global_batch = cfg_.micro_batch * cfg_.grad_accum;
   // Every target of a full window counts, so the global count is known without communication.
+  const float loss_scale = cfg_.loss_scaling ? scaler_.scale() : 1.0f;
   const float grad_scale = 1.0f / static_cast<float>(tokens_per_step());
   model_.zero_grads();
   model_.reset_loss_sum();
@@ -62,12 +68,15 @@ StepMetrics TrainerT<T>::step(std::int64_t s, bool read_back) {
                 h_inputs_.data(), h_targets_.data());
     Kokkos::deep_copy(model_.exec(), inputs_, h_inputs_);
     Kokkos::deep_copy(model_.exec(), targets_, h_targets_);
-    model_.forward_train(inputs_, targets_, grad_scale);
+    model_.forward_train(inputs_, targets_, grad_scale * loss_scale);
     model_.backward();
   }
-  opt_.step(model_.params(), model_.grads(), s);
+  const bool applied = opt_.step(model_.params(), model_.grads(), s, loss_scale, cfg_.loss_scaling);
+  if (cfg_.loss_scaling) scaler_.update(applied);
   StepMetrics m;
   m.step = s;
+  m.loss_scale = loss_scale;
+  m.skipped = !applied;
   m.lr = optim::lr_at(cfg_.adamw, s);
   if (read_back) {  // the one host synchronisation of a logged step
     float loss_sum = 0, norm = 0;
@@ -111,12 +120,16 @@ void TrainerT<T>::log_step(const StepMetrics& m, double eta) {
                 static_cast<long long>(m.step + 1), static_cast<long long>(cfg_.steps), m.loss,
                 m.lr, m.grad_norm, m.tokens_per_second, m.tflops, 100.0 * m.mfu,
                 m.memory_bytes / 1048576.0, m.step_seconds * 1e3, format_duration(eta).c_str());
-  logging::info(line);
+  std::string text = line;
+  if (cfg_.loss_scaling)
+    text += cat(" | scale ", m.loss_scale, m.skipped ? " (inf/nan: step skipped)" : "");
+  logging::info(text);
   if (metrics_) {
     metrics_ << "{\"step\": " << m.step + 1 << ", \"loss\": " << m.loss << ", \"lr\": " << m.lr
              << ", \"grad_norm\": " << m.grad_norm << ", \"step_ms\": " << m.step_seconds * 1e3
              << ", \"tokens_per_s\": " << m.tokens_per_second << ", \"tflops\": " << m.tflops
              << ", \"mfu\": " << m.mfu << ", \"memory_bytes\": " << m.memory_bytes
+             << ", \"loss_scale\": " << m.loss_scale << ", \"skipped\": " << (m.skipped ? 1 : 0)
              << ", \"tokens\": " << (m.step + 1) * tokens_per_step() << "}\n";
     metrics_.flush();
   }
@@ -157,6 +170,7 @@ StepMetrics TrainerT<T>::run() {
 template class TrainerT<float>;
 #if MESHTRAIN_HAVE_BF16
 template class TrainerT<bf16>;
+template class TrainerT<fp16>;
 #endif
 
 }  // namespace meshtrain::train

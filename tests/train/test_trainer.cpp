@@ -184,3 +184,75 @@ TEST_CASE("sampling: greedy, top-k and reproducible draws", "[train][generate]")
   REQUIRE(a.size() == 23);
   for (auto t : a) REQUIRE((t >= 0 && t < cfg.vocab_size));  // never a padding token
 }
+
+TEST_CASE("dynamic loss scaler: halve on overflow, double after a window", "[train][loss_scale]") {
+  optim::DynamicLossScaler s(1024.0f, 3);
+  s.update(true);
+  s.update(true);
+  REQUIRE(s.scale() == 1024.0f);
+  s.update(true);
+  REQUIRE(s.scale() == 2048.0f);
+  s.update(false);
+  REQUIRE(s.scale() == 1024.0f);
+  REQUIRE(s.skipped() == 1);
+  s.update(true);
+  s.update(true);
+  REQUIRE(s.scale() == 1024.0f);  // the window restarted at the overflow
+  optim::DynamicLossScaler floor(2.0f, 10, 1.0f);
+  floor.update(false);
+  floor.update(false);
+  REQUIRE(floor.scale() == 1.0f);
+}
+
+TEST_CASE("loss scaling by a power of two leaves fp32 training unchanged", "[train][loss_scale]") {
+  const std::string data = make_shard("scale");
+  io::TokenDataset ds(data, 16);
+  auto run = [&](bool scaling) {
+    model::Gpt m(tiny(), 4, 16);
+    m.init_parameters(3);
+    auto tc = base_config(4, 1, 5);
+    tc.loss_scaling = scaling;
+    tc.loss_scale_init = 1024.0f;
+    train::Trainer t(m, tc, ds, nullptr);
+    std::vector<float> out;
+    for (int s = 0; s < 5; ++s) {
+      const auto r = t.step(s, true);
+      REQUIRE(!r.skipped);
+      REQUIRE(r.loss_scale == (scaling ? 1024.0f : 1.0f));
+      out.push_back(r.loss);
+    }
+    return out;
+  };
+  const auto plain = run(false), scaled = run(true);
+  for (std::size_t s = 0; s < plain.size(); ++s) REQUIRE(scaled[s] == mt_test::Approx(plain[s]).epsilon(1e-6));
+}
+
+TEST_CASE("an overflowing loss scale skips the step and comes down", "[train][loss_scale]") {
+  const std::string data = make_shard("overflow");
+  io::TokenDataset ds(data, 16);
+  model::Gpt m(tiny(), 4, 16);
+  m.init_parameters(3);
+  auto tc = base_config(4, 1, 40);
+  tc.loss_scaling = true;
+  tc.loss_scale_init = 0x1p70f;  // squares of the scaled gradients overflow fp32
+  train::Trainer t(m, tc, ds, nullptr);
+  auto before = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, m.params());
+  const auto first = t.step(0, true);
+  REQUIRE(first.skipped);
+  REQUIRE(!std::isfinite(first.grad_norm));
+  auto after = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, m.params());
+  for (std::size_t i = 0; i < before.extent(0); ++i) REQUIRE(before(i) == after(i));
+  int s = 1;
+  float scale = first.loss_scale;
+  train::StepMetrics r;
+  do {
+    r = t.step(s++, true);
+    if (r.skipped) {
+      REQUIRE(r.loss_scale == scale * 0.5f);
+      scale = r.loss_scale;
+    }
+  } while (r.skipped && s < 40);
+  REQUIRE(!r.skipped);
+  REQUIRE(r.loss_scale < 0x1p70f);
+  REQUIRE(std::isfinite(r.grad_norm));
+}

@@ -45,6 +45,7 @@ template <> struct dtype_of<std::int64_t> { static constexpr DType value = DType
 template <> struct dtype_of<std::uint8_t> { static constexpr DType value = DType::u8; };
 #if MESHTRAIN_HAVE_BF16
 template <> struct dtype_of<bf16> { static constexpr DType value = DType::bf16; };
+template <> struct dtype_of<fp16> { static constexpr DType value = DType::f16; };
 #endif
 template <class T> inline constexpr DType dtype_of_v = dtype_of<std::remove_cv_t<T>>::value;
 

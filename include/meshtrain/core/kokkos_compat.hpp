@@ -27,6 +27,11 @@ using bf16 = Kokkos::Experimental::bhalf_t;
 #else
 #define MESHTRAIN_HAVE_BF16 0
 #endif
+// fp16 storage type (IEEE half) for mixed precision with dynamic loss scaling; Kokkos 4 only.
+#define MESHTRAIN_HAVE_FP16 MESHTRAIN_HAVE_BF16
+#if MESHTRAIN_HAVE_FP16
+using fp16 = Kokkos::Experimental::half_t;
+#endif
 
 // True when the default execution space runs on a GPU (host and device memory differ).
 inline constexpr bool kDeviceIsHost =

@@ -34,8 +34,9 @@ void sum_squares(const ExecSpace& exec, Scalar<float> out, View1<const T> x, std
                  bool accumulate);
 
 // scale = max_norm / max(norm, max_norm) with norm = sqrt(sumsq); writes norm too.
-// max_norm <= 0 disables clipping (scale = 1).
+// max_norm <= 0 disables clipping (scale = 1). With loss scaling the gradients carry a factor S:
+// pass inv_loss_scale = 1/S, the norm is then the true one and scale also removes S.
 void clip_scale(const ExecSpace& exec, Scalar<float> scale, Scalar<float> norm,
-                Scalar<const float> sumsq, float max_norm);
+                Scalar<const float> sumsq, float max_norm, float inv_loss_scale = 1.0f);
 
 }  // namespace meshtrain::kernels

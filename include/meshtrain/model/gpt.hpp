@@ -96,6 +96,7 @@ class GptT {
 using Gpt = GptT<float>;
 #if MESHTRAIN_HAVE_BF16
 using GptBf16 = GptT<bf16>;
+using GptFp16 = GptT<fp16>;
 #endif
 
 }  // namespace meshtrain::model

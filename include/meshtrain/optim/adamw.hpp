@@ -39,7 +39,11 @@ class AdamWT {
 
   // One update with the gradients in `grads` (0-based step index, for the schedule and bias
   // correction). Computes the global norm into grad_norm() (device scalar; no host sync).
-  void step(View1<T> params, View1<const T> grads, std::int64_t step);
+  // With loss scaling the gradients carry the factor loss_scale: the norm and the update remove
+  // it. check_finite reads the sum of squares back to the host (the one synchronisation loss
+  // scaling needs) and skips the update when it is not finite. Returns whether it was applied.
+  bool step(View1<T> params, View1<const T> grads, std::int64_t step, float loss_scale = 1.0f,
+            bool check_finite = false);
   View1<float> master() const { return master_; }
 
   Scalar<float> grad_norm() const { return norm_; }

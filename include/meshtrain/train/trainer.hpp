@@ -9,6 +9,7 @@
 #include "meshtrain/io/dataset.hpp"
 #include "meshtrain/model/gpt.hpp"
 #include "meshtrain/optim/adamw.hpp"
+#include "meshtrain/optim/loss_scaler.hpp"
 
 namespace meshtrain::train {
 
@@ -24,6 +25,9 @@ struct TrainConfig {
   double peak_tflops = 0;     // for MFU; 0: not reported
   std::string metrics_file;   // JSON lines; empty: none
   optim::AdamWConfig adamw;
+  bool loss_scaling = false;  // dynamic loss scaling (fp16)
+  float loss_scale_init = 65536.0f;
+  int loss_scale_window = 1000;
 };
 
 struct StepMetrics {
@@ -31,6 +35,8 @@ struct StepMetrics {
   float loss = 0, lr = 0, grad_norm = 0;
   double step_seconds = 0, tokens_per_second = 0, tflops = 0, mfu = 0;
   std::size_t memory_bytes = 0;
+  float loss_scale = 1;   // the scale this step used (1 without loss scaling)
+  bool skipped = false;   // inf/nan gradients: the update was skipped
 };
 
 template <class T>
@@ -55,6 +61,7 @@ class TrainerT {
   const io::TokenDataset& train_;
   const io::TokenDataset* val_;
   optim::AdamWT<T> opt_;
+  optim::DynamicLossScaler scaler_;
   View1<std::int32_t> inputs_, targets_;
   HostView1<std::int32_t> h_inputs_, h_targets_;
   std::ofstream metrics_;
