@@ -42,15 +42,16 @@ __device__ __forceinline__ float dot8(const uint4& a, const uint4& b, const __nv
   return s;
 }
 
-// D[(b*NH + h)*T + t] = dout[b, t, h, :] . out[b, t, h, :] in fp32. A row of HS elements is
-// HS * sizeof(E) / 16 lanes (a power of two <= 32) reading 16 bytes each, summed by shuffles.
+// D_i = dout[b, i, h, :] . out[b, i, h, :] in fp32, stored in dqkv's q slot of row (b, i) and
+// head h (d_slot). A row of HS elements is HS * sizeof(E) / 16 lanes (a power of two <= 32)
+// reading 16 bytes each, summed by shuffles.
 template <class E>
-__global__ void row_dot_kernel(const E* __restrict__ dout, const E* __restrict__ out,
-                               float* __restrict__ Dd, int T, int NH, int HS, long nrows) {
+__global__ void row_dot_kernel(const E* __restrict__ dout, const E* __restrict__ out, E* dqkv,
+                               int NH, int HS, long nrows) {
   constexpr int kVec = 16 / int(sizeof(E));
   const int lanes = HS / kVec;
   const long gid = long(blockIdx.x) * blockDim.x + threadIdx.x;
-  const long r = gid / lanes;  // (b*T + t)*NH + h: the row's offset in [B, T, C] is r*HS
+  const long r = gid / lanes;  // (b*T + i)*NH + h: the row's offset in [B, T, C] is r*HS
   const int l = int(gid % lanes);
   float acc = 0.f;
   if (r < nrows) {
@@ -60,20 +61,20 @@ __global__ void row_dot_kernel(const E* __restrict__ dout, const E* __restrict__
   }
   for (int m = lanes / 2; m > 0; m >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, m);
   if (r < nrows && l == 0) {
-    const long bt = r / NH, t = bt % T, b = bt / T;
+    const long bi = r / NH;
     const int h = int(r % NH);
-    Dd[(b * NH + h) * T + t] = acc;
+    *reinterpret_cast<float*>(dqkv + bi * 3 * NH * HS + long(h) * HS) = acc;
   }
 }
 
 template <class E>
-void row_dot(cudaStream_t st, const E* dout, const E* out, float* Dd, int B, int T, int NH,
+void row_dot(cudaStream_t st, const E* dout, const E* out, E* dqkv, int B, int T, int NH,
              int HS) {
   const long nrows = long(B) * T * NH;
   const long threads = nrows * (HS * long(sizeof(E)) / 16);
   constexpr int kBlock = 256;
-  row_dot_kernel<E><<<unsigned((threads + kBlock - 1) / kBlock), kBlock, 0, st>>>(dout, out, Dd,
-                                                                                 T, NH, HS, nrows);
+  row_dot_kernel<E><<<unsigned((threads + kBlock - 1) / kBlock), kBlock, 0, st>>>(dout, out, dqkv,
+                                                                                 NH, HS, nrows);
   MESHTRAIN_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -97,20 +98,16 @@ bool attention_backward_cuda(const ExecSpace& exec, View1<T> dqkv, View1<const T
                              int B, int Tlen, int NH, int HS) {
   if (!supported(HS, {dqkv.data(), dout.data(), qkv.data(), out.data()})) return false;
   if (B == 0 || Tlen == 0) return true;
-  // D_i, one per (b, h, i) like lse: read by both backward kernels.
-  View1<float> Dd = alloc<float>("attention_backward_D", std::size_t(B) * Tlen * NH);
   cudaStream_t st = exec.cuda_stream();
   if constexpr (std::is_same_v<T, float>) {
-    row_dot<float>(st, dout.data(), out.data(), Dd.data(), B, Tlen, NH, HS);
-    cuda::backward_f32(st, qkv.data(), dout.data(), lse.data(), Dd.data(), dqkv.data(), B, Tlen,
-                       NH, HS);
+    row_dot<float>(st, dout.data(), out.data(), dqkv.data(), B, Tlen, NH, HS);
+    cuda::backward_f32(st, qkv.data(), dout.data(), lse.data(), dqkv.data(), B, Tlen, NH, HS);
   } else {
     using E = __nv_bfloat16;
     static_assert(sizeof(T) == sizeof(E), "bf16 storage must be CUDA's __nv_bfloat16 bits");
     row_dot<E>(st, reinterpret_cast<const E*>(dout.data()), reinterpret_cast<const E*>(out.data()),
-               Dd.data(), B, Tlen, NH, HS);
-    cuda::backward_bf16(st, qkv.data(), dout.data(), lse.data(), Dd.data(), dqkv.data(), B, Tlen,
-                        NH, HS);
+               reinterpret_cast<E*>(dqkv.data()), B, Tlen, NH, HS);
+    cuda::backward_bf16(st, qkv.data(), dout.data(), lse.data(), dqkv.data(), B, Tlen, NH, HS);
   }
   return true;
 }

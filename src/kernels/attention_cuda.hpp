@@ -39,15 +39,16 @@ bool attention_backward_cuda(const ExecSpace& exec, View1<T> dqkv, View1<const T
 
 namespace cuda {
 // Raw launchers, one per element type (bf16 as CUDA's __nv_bfloat16, the same bits as
-// Kokkos' bhalf_t). Dd is D_i = dO_i . O_i, [B, NH, T] like lse, computed by the caller.
+// Kokkos' bhalf_t). The backward expects D_i = dO_i . O_i already in dqkv's q slots
+// (attention_cuda_device.hpp, d_slot).
 void forward_f32(cudaStream_t st, const float* qkv, float* out, float* lse, int B, int T, int NH,
                  int HS);
 void backward_f32(cudaStream_t st, const float* qkv, const float* dout, const float* lse,
-                  const float* Dd, float* dqkv, int B, int T, int NH, int HS);
+                  float* dqkv, int B, int T, int NH, int HS);
 void forward_bf16(cudaStream_t st, const void* qkv, void* out, float* lse, int B, int T, int NH,
                   int HS);
 void backward_bf16(cudaStream_t st, const void* qkv, const void* dout, const float* lse,
-                   const float* Dd, void* dqkv, int B, int T, int NH, int HS);
+                   void* dqkv, int B, int T, int NH, int HS);
 }  // namespace cuda
 
 #endif  // KOKKOS_ENABLE_CUDA

@@ -8,7 +8,7 @@
 // entirely above a warp's diagonal are skipped; only the tiles that cross the diagonal or the
 // sequence end are masked. Query blocks run heaviest (last) first.
 //
-// Backward, with P recomputed from lse and D_i = dO_i . O_i precomputed:
+// Backward, with P recomputed from lse and D_i = dO_i . O_i precomputed (into dqkv, d_slot):
 //   dkdv: a CTA per (key block of 16 * kWarps keys, head, batch); each warp owns 16 keys and
 //     accumulates dK, dV in registers over the query tiles at or below the diagonal:
 //     S^T = K Q^T, dP^T = V dO^T, dS^T = P^T (dP^T - D), dV += P^T dO, dK += dS^T Q.
@@ -180,8 +180,8 @@ struct Dkdv {
 template <int D, int kWarps, int BQ>
 __global__ void __launch_bounds__(32 * kWarps)
     dkdv_kernel(const bf16_t* __restrict__ qkv, const bf16_t* __restrict__ dout,
-                const float* __restrict__ lse, const float* __restrict__ Dd,
-                bf16_t* __restrict__ dqkv, int T, int NH, float scale, float scale_log2) {
+                const float* __restrict__ lse, bf16_t* dqkv, int T, int NH, float scale,
+                float scale_log2) {
   using Cfg = Dkdv<D, kWarps, BQ>;
   constexpr int BN = Cfg::BN, SD = Cfg::SD, NT = Cfg::kThreads;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -199,7 +199,7 @@ __global__ void __launch_bounds__(32 * kWarps)
   const bf16_t* Qg = qkv + long(b) * T * ld + h * D;
   const bf16_t* Og = dout + long(b) * T * C + h * D;
   const float* Lg = lse + (long(b) * NH + h) * T;
-  const float* Dg = Dd + (long(b) * NH + h) * T;
+  const float* Dg = d_slot(dqkv, b, h, T, ld, D);
   const int qb0 = n0 / BQ, nqb = (T + BQ - 1) / BQ;
 
   // Query tile qb into buffer buf: rows past T are zero, with lse = +inf so that P = 0.
@@ -210,7 +210,7 @@ __global__ void __launch_bounds__(32 * kWarps)
     for (int i = threadIdx.x; i < BQ; i += NT) {
       const bool ok = q0 + i < T;
       sL[buf * BQ + i] = ok ? Lg[q0 + i] * kLog2e : INFINITY;
-      sD[buf * BQ + i] = ok ? Dg[q0 + i] : 0.f;
+      sD[buf * BQ + i] = ok ? Dg[(q0 + i) * (ld / 2)] : 0.f;
     }
   };
   load_tile_async<bf16_t, BN, D, SD, NT>(sK, Qg + C + n0 * ld, ld, T - n0);
@@ -319,8 +319,8 @@ struct Dq {
 template <int D, int kWarps, int BN>
 __global__ void __launch_bounds__(32 * kWarps)
     dq_kernel(const bf16_t* __restrict__ qkv, const bf16_t* __restrict__ dout,
-              const float* __restrict__ lse, const float* __restrict__ Dd,
-              bf16_t* __restrict__ dqkv, int T, int NH, float scale, float scale_log2) {
+              const float* __restrict__ lse, bf16_t* dqkv, int T, int NH, float scale,
+              float scale_log2) {
   using Cfg = Dq<D, kWarps, BN>;
   constexpr int BM = Cfg::BM, SD = Cfg::SD, NT = Cfg::kThreads;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -345,13 +345,15 @@ __global__ void __launch_bounds__(32 * kWarps)
   cp_async_commit();
 
   const int r0 = m0 + 16 * warp;
-  float lrow[2], drow[2];  // lse * log2(e) (+inf past the end: P = 0) and D of rows g, g + 8
+  // lse * log2(e) (+inf past the end: P = 0) and D of rows g, g + 8. D is read here, before
+  // this block overwrites its slot with dq (no other block reads it: see d_slot).
+  float lrow[2], drow[2];
+  const float* Dg = d_slot(dqkv, b, h, T, ld, D);
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int row = r0 + g + 8 * i;
-    const long idx = (long(b) * NH + h) * T + row;
-    lrow[i] = row < T ? lse[idx] * kLog2e : INFINITY;
-    drow[i] = row < T ? Dd[idx] : 0.f;
+    lrow[i] = row < T ? lse[(long(b) * NH + h) * T + row] * kLog2e : INFINITY;
+    drow[i] = row < T ? Dg[row * (ld / 2)] : 0.f;
   }
   unsigned qf[D / 16][4], of[D / 16][4];
   float dq[D / 8][4];
@@ -451,7 +453,7 @@ void forward(cudaStream_t st, const bf16_t* qkv, bf16_t* out, float* lse, int B,
 
 template <int D>
 void backward(cudaStream_t st, const bf16_t* qkv, const bf16_t* dout, const float* lse,
-              const float* Dd, bf16_t* dqkv, int B, int T, int NH) {
+              bf16_t* dqkv, int B, int T, int NH) {
   const float scale = 1.f / std::sqrt(float(D));
   {
     constexpr int kWarps = 4, BQ = D <= 64 ? 64 : 32;
@@ -459,7 +461,7 @@ void backward(cudaStream_t st, const bf16_t* qkv, const bf16_t* dout, const floa
     auto kernel = dkdv_kernel<D, kWarps, BQ>;
     set_smem(kernel, Cfg::kSmem);
     const dim3 grid((T + Cfg::BN - 1) / Cfg::BN, NH, B);
-    kernel<<<grid, Cfg::kThreads, Cfg::kSmem, st>>>(qkv, dout, lse, Dd, dqkv, T, NH, scale,
+    kernel<<<grid, Cfg::kThreads, Cfg::kSmem, st>>>(qkv, dout, lse, dqkv, T, NH, scale,
                                                     scale * kLog2e);
     MESHTRAIN_CUDA_CHECK(cudaGetLastError());
   }
@@ -469,7 +471,7 @@ void backward(cudaStream_t st, const bf16_t* qkv, const bf16_t* dout, const floa
     auto kernel = dq_kernel<D, kWarps, BN>;
     set_smem(kernel, Cfg::kSmem);
     const dim3 grid((T + Cfg::BM - 1) / Cfg::BM, NH, B);
-    kernel<<<grid, Cfg::kThreads, Cfg::kSmem, st>>>(qkv, dout, lse, Dd, dqkv, T, NH, scale,
+    kernel<<<grid, Cfg::kThreads, Cfg::kSmem, st>>>(qkv, dout, lse, dqkv, T, NH, scale,
                                                     scale * kLog2e);
     MESHTRAIN_CUDA_CHECK(cudaGetLastError());
   }
@@ -490,14 +492,14 @@ void forward_bf16(cudaStream_t st, const void* qkv, void* out, float* lse, int B
 }
 
 void backward_bf16(cudaStream_t st, const void* qkv, const void* dout, const float* lse,
-                   const float* Dd, void* dqkv, int B, int T, int NH, int HS) {
+                   void* dqkv, int B, int T, int NH, int HS) {
   const auto* q = static_cast<const bf16_t*>(qkv);
   const auto* o = static_cast<const bf16_t*>(dout);
   auto* dq = static_cast<bf16_t*>(dqkv);
   switch (HS) {
-    case 32: return backward<32>(st, q, o, lse, Dd, dq, B, T, NH);
-    case 64: return backward<64>(st, q, o, lse, Dd, dq, B, T, NH);
-    case 128: return backward<128>(st, q, o, lse, Dd, dq, B, T, NH);
+    case 32: return backward<32>(st, q, o, lse, dq, B, T, NH);
+    case 64: return backward<64>(st, q, o, lse, dq, B, T, NH);
+    case 128: return backward<128>(st, q, o, lse, dq, B, T, NH);
   }
   MESHTRAIN_CHECK(false, "attention backward_bf16: unsupported HS=", HS);
 }

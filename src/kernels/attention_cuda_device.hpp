@@ -132,6 +132,17 @@ __device__ __forceinline__ float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
+// Where the backward keeps D_i = dO_i . O_i (fp32) between its pre-pass and the dq kernel: the
+// first 4 bytes of row i's dq slot for head h in dqkv (columns h*HS.. of the q part). dqkv is
+// overwritten anyway, the dkdv kernel writes only the k and v parts, and the one writer of those
+// bytes is the dq block that owns row i of head h, which reads its D before it stores dq. So no
+// scratch buffer: no cudaMalloc/cudaFree (a device synchronisation) per call. Returns row 0's
+// slot; row i's is i * ld * sizeof(E) / 4 floats further.
+template <class E>
+__device__ __forceinline__ float* d_slot(E* dqkv, int b, int h, int T, long ld, int D) {
+  return reinterpret_cast<float*>(dqkv + long(b) * T * ld + long(h) * D);
+}
+
 // Opt in to more than the default 48 KiB of dynamic shared memory (per kernel, idempotent).
 template <class Kernel>
 inline void set_smem(Kernel* kernel, int bytes) {

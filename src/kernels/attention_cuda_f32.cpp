@@ -219,8 +219,7 @@ __global__ void __launch_bounds__(Tile<D>::NT)
 template <int D>
 __global__ void __launch_bounds__(Tile<D>::NT)
     dkdv_kernel(const float* __restrict__ qkv, const float* __restrict__ dout,
-                const float* __restrict__ lse, const float* __restrict__ Dd,
-                float* __restrict__ dqkv, int T, int NH, float scale) {
+                const float* __restrict__ lse, float* dqkv, int T, int NH, float scale) {
   using Tl = Tile<D>;
   constexpr int R = Tl::R, BQ = Tl::B, SD = Tl::SD, NT = Tl::NT;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -240,7 +239,7 @@ __global__ void __launch_bounds__(Tile<D>::NT)
   const float* Qg = qkv + long(b) * T * ld + h * D;
   const float* Og = dout + long(b) * T * C + h * D;
   const float* Lg = lse + (long(b) * NH + h) * T;
-  const float* Dg = Dd + (long(b) * NH + h) * T;
+  const float* Dg = d_slot(dqkv, b, h, T, ld, D);
 
   load_tile_async<float, Tl::B, D, SD, NT>(sK, Qg + C + n0 * ld, ld, T - n0);
   load_tile_async<float, Tl::B, D, SD, NT>(sV, Qg + 2 * C + n0 * ld, ld, T - n0);
@@ -256,7 +255,7 @@ __global__ void __launch_bounds__(Tile<D>::NT)
     for (int i = threadIdx.x; i < BQ; i += NT) {
       const bool ok = q0 + i < T;
       sL[i] = ok ? Lg[q0 + i] : INFINITY;
-      sD[i] = ok ? Dg[q0 + i] : 0.f;
+      sD[i] = ok ? Dg[(q0 + i) * ld] : 0.f;
     }
     cp_async_wait<0>();
     __syncthreads();
@@ -294,8 +293,7 @@ __global__ void __launch_bounds__(Tile<D>::NT)
 template <int D>
 __global__ void __launch_bounds__(Tile<D>::NT)
     dq_kernel(const float* __restrict__ qkv, const float* __restrict__ dout,
-              const float* __restrict__ lse, const float* __restrict__ Dd,
-              float* __restrict__ dqkv, int T, int NH, float scale) {
+              const float* __restrict__ lse, float* dqkv, int T, int NH, float scale) {
   using Tl = Tile<D>;
   constexpr int R = Tl::R, BN = Tl::B, SD = Tl::SD, NT = Tl::NT;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -314,13 +312,14 @@ __global__ void __launch_bounds__(Tile<D>::NT)
   load_tile_async<float, Tl::B, D, SD, NT>(sQ, Kg - C + long(m0) * ld, ld, T - m0);
   load_tile_async<float, Tl::B, D, SD, NT>(sO, dout + (long(b) * T + m0) * C + h * D, C, T - m0);
 
+  // D is read before this block overwrites its slot with dq (see d_slot).
   float lrow[R], drow[R];
+  const float* Dg = d_slot(dqkv, b, h, T, ld, D);
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const int row = m0 + ty * R + r;
-    const long idx = (long(b) * NH + h) * T + row;
-    lrow[r] = row < T ? lse[idx] : INFINITY;
-    drow[r] = row < T ? Dd[idx] : 0.f;
+    lrow[r] = row < T ? lse[(long(b) * NH + h) * T + row] : INFINITY;
+    drow[r] = row < T ? Dg[row * ld] : 0.f;
   }
   float4 dq[R][Tl::DV];
   zero<D>(dq);
@@ -372,17 +371,17 @@ void forward(cudaStream_t st, const float* qkv, float* out, float* lse, int B, i
 
 template <int D>
 void backward(cudaStream_t st, const float* qkv, const float* dout, const float* lse,
-              const float* Dd, float* dqkv, int B, int T, int NH) {
+              float* dqkv, int B, int T, int NH) {
   using Tl = Tile<D>;
   const float scale = 1.f / std::sqrt(float(D));
   const dim3 grid((T + Tl::B - 1) / Tl::B, NH, B);
   constexpr int kSmemKV = (4 * Tl::kTile + 2 * Tl::kPTile + 2 * Tl::B) * int(sizeof(float));
   set_smem(dkdv_kernel<D>, kSmemKV);
-  dkdv_kernel<D><<<grid, Tl::NT, kSmemKV, st>>>(qkv, dout, lse, Dd, dqkv, T, NH, scale);
+  dkdv_kernel<D><<<grid, Tl::NT, kSmemKV, st>>>(qkv, dout, lse, dqkv, T, NH, scale);
   MESHTRAIN_CUDA_CHECK(cudaGetLastError());
   constexpr int kSmemQ = (4 * Tl::kTile + Tl::kPTile) * int(sizeof(float));
   set_smem(dq_kernel<D>, kSmemQ);
-  dq_kernel<D><<<grid, Tl::NT, kSmemQ, st>>>(qkv, dout, lse, Dd, dqkv, T, NH, scale);
+  dq_kernel<D><<<grid, Tl::NT, kSmemQ, st>>>(qkv, dout, lse, dqkv, T, NH, scale);
   MESHTRAIN_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -399,11 +398,11 @@ void forward_f32(cudaStream_t st, const float* qkv, float* out, float* lse, int 
 }
 
 void backward_f32(cudaStream_t st, const float* qkv, const float* dout, const float* lse,
-                  const float* Dd, float* dqkv, int B, int T, int NH, int HS) {
+                  float* dqkv, int B, int T, int NH, int HS) {
   switch (HS) {
-    case 32: return backward<32>(st, qkv, dout, lse, Dd, dqkv, B, T, NH);
-    case 64: return backward<64>(st, qkv, dout, lse, Dd, dqkv, B, T, NH);
-    case 128: return backward<128>(st, qkv, dout, lse, Dd, dqkv, B, T, NH);
+    case 32: return backward<32>(st, qkv, dout, lse, dqkv, B, T, NH);
+    case 64: return backward<64>(st, qkv, dout, lse, dqkv, B, T, NH);
+    case 128: return backward<128>(st, qkv, dout, lse, dqkv, B, T, NH);
   }
   MESHTRAIN_CHECK(false, "attention backward_f32: unsupported HS=", HS);
 }
