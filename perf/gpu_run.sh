@@ -22,6 +22,9 @@ fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   mpirun -np 1 "$bundle/bin/bench_collectives" --max-bytes 1073741824 --iters 20 \
     2>&1 | tee "$out/bench_collectives.txt"
+  if [ -x "$bundle/bin/bench_attention" ]; then
+    mpirun -np 1 "$bundle/bin/bench_attention" 2>&1 | tee "$out/bench_attention.txt" || status=1
+  fi
 fi
 if [ "$what" = train ] || [ "$what" = all ]; then
   prec=${PRECISION:-fp32}

@@ -13,10 +13,13 @@
 // output row is summed by exactly one team in a fixed order, so there are no atomics and the
 // result is the same bit for bit on every run.
 //
-// This is the portable baseline (a warp per row, keys streamed from global memory); blocked
-// tiles in shared memory are the GPU performance follow-up and must keep these results.
+// This is the portable baseline (a warp per row, keys streamed from global memory) and the
+// oracle of the tiled paths: attention_host.cpp (CBLAS) and attention_cuda*.cpp (CUDA).
 #include "meshtrain/kernels/attention.hpp"
 
+#include <type_traits>
+
+#include "attention_cuda.hpp"
 #include "attention_host.hpp"
 #include "common.hpp"
 
@@ -174,39 +177,71 @@ void attention_backward_flash(const ExecSpace& exec, View1<T> dqkv, View1<const 
 }
 
 // Dispatch (like gemm): host memory goes to the blocked CBLAS path of attention_host.cpp, which
-// vectorises where these kernels' per-pair dot products cannot; devices run the kernels above.
+// vectorises where these kernels' per-pair dot products cannot; a CUDA device to the tiled
+// FlashAttention-2 kernels of attention_cuda*.cpp (HS in {32, 64, 128}, float and bf16);
+// everything else to the portable kernels above.
+namespace detail {
+// Element types of the CBLAS host path (bf16 has no BLAS; it runs the portable kernels).
+template <class T>
+inline constexpr bool kHostBlasType = std::is_same_v<T, float> || std::is_same_v<T, double>;
+
+template <class T>
+void check_forward(const char* fn, View1<T> out, View1<float> lse, View1<const T> qkv, int B,
+                   int Tlen, int NH, int HS) {
+  const AttnShape s = check_attention(fn, B, Tlen, NH, HS);
+  const std::size_t rows = std::size_t(B) * Tlen;
+  check_extent(out, rows * s.C, fn, "out");
+  check_extent(qkv, rows * s.C3, fn, "qkv");
+  check_extent(lse, rows * NH, fn, "lse");
+}
+
+template <class T>
+void check_backward(const char* fn, View1<T> dqkv, View1<const T> dout, View1<const T> qkv,
+                    View1<const T> out, View1<const float> lse, int B, int Tlen, int NH, int HS) {
+  const AttnShape s = check_attention(fn, B, Tlen, NH, HS);
+  const std::size_t rows = std::size_t(B) * Tlen;
+  check_extent(dqkv, rows * s.C3, fn, "dqkv");
+  check_extent(dout, rows * s.C, fn, "dout");
+  check_extent(qkv, rows * s.C3, fn, "qkv");
+  check_extent(out, rows * s.C, fn, "out");
+  check_extent(lse, rows * NH, fn, "lse");
+}
+}  // namespace detail
+
 template <class T>
 void attention_forward(const ExecSpace& exec, View1<T> out, View1<float> lse, View1<const T> qkv,
                        int B, int Tlen, int NH, int HS) {
-  if constexpr (kDeviceIsHost) {
-    const detail::AttnShape s = detail::check_attention("attention_forward", B, Tlen, NH, HS);
-    const std::size_t rows = std::size_t(B) * Tlen;
-    detail::check_extent(out, rows * s.C, "attention_forward", "out");
-    detail::check_extent(qkv, rows * s.C3, "attention_forward", "qkv");
-    detail::check_extent(lse, rows * NH, "attention_forward", "lse");
+  if constexpr (kDeviceIsHost && detail::kHostBlasType<T>) {
+    detail::check_forward("attention_forward", out, lse, qkv, B, Tlen, NH, HS);
     detail::attention_forward_host<T>(exec, out, lse, qkv, B, Tlen, NH, HS);
-  } else {
-    attention_forward_flash<T>(exec, out, lse, qkv, B, Tlen, NH, HS);
+    return;
   }
+#if defined(KOKKOS_ENABLE_CUDA)
+  if constexpr (detail::kCudaAttentionType<T>) {
+    detail::check_forward("attention_forward", out, lse, qkv, B, Tlen, NH, HS);
+    if (detail::attention_forward_cuda<T>(exec, out, lse, qkv, B, Tlen, NH, HS)) return;
+  }
+#endif
+  attention_forward_flash<T>(exec, out, lse, qkv, B, Tlen, NH, HS);
 }
 
 template <class T>
 void attention_backward(const ExecSpace& exec, View1<T> dqkv, View1<const T> dout,
                         View1<const T> qkv, View1<const T> out, View1<const float> lse, int B,
                         int Tlen, int NH, int HS) {
-  if constexpr (kDeviceIsHost) {
-    const char* fn = "attention_backward";
-    const detail::AttnShape s = detail::check_attention(fn, B, Tlen, NH, HS);
-    const std::size_t rows = std::size_t(B) * Tlen;
-    detail::check_extent(dqkv, rows * s.C3, fn, "dqkv");
-    detail::check_extent(dout, rows * s.C, fn, "dout");
-    detail::check_extent(qkv, rows * s.C3, fn, "qkv");
-    detail::check_extent(out, rows * s.C, fn, "out");
-    detail::check_extent(lse, rows * NH, fn, "lse");
+  if constexpr (kDeviceIsHost && detail::kHostBlasType<T>) {
+    detail::check_backward("attention_backward", dqkv, dout, qkv, out, lse, B, Tlen, NH, HS);
     detail::attention_backward_host<T>(exec, dqkv, dout, qkv, out, lse, B, Tlen, NH, HS);
-  } else {
-    attention_backward_flash<T>(exec, dqkv, dout, qkv, out, lse, B, Tlen, NH, HS);
+    return;
   }
+#if defined(KOKKOS_ENABLE_CUDA)
+  if constexpr (detail::kCudaAttentionType<T>) {
+    detail::check_backward("attention_backward", dqkv, dout, qkv, out, lse, B, Tlen, NH, HS);
+    if (detail::attention_backward_cuda<T>(exec, dqkv, dout, qkv, out, lse, B, Tlen, NH, HS))
+      return;
+  }
+#endif
+  attention_backward_flash<T>(exec, dqkv, dout, qkv, out, lse, B, Tlen, NH, HS);
 }
 
 template <class T>
@@ -268,6 +303,8 @@ void attention_forward_reference(const ExecSpace& exec, View1<T> out, View1<cons
                                                int, int, int);
 MESHTRAIN_INSTANTIATE_ATTENTION(float)
 MESHTRAIN_INSTANTIATE_ATTENTION(double)
+// bf16 (the same bits as CUDA's __nv_bfloat16): tensor-core kernels on CUDA, the portable
+// kernels elsewhere. fp16: the portable kernels.
 #if MESHTRAIN_HAVE_BF16
 MESHTRAIN_INSTANTIATE_ATTENTION(bf16)
 MESHTRAIN_INSTANTIATE_ATTENTION(fp16)

@@ -12,6 +12,15 @@ target_sources(meshtrain_lib PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/linear.cpp
   ${CMAKE_CURRENT_LIST_DIR}/residual.cpp
 )
+# CUDA flash-attention kernels: plain .cpp compiled by nvcc_wrapper (the project enables no CUDA
+# language); each file is empty unless KOKKOS_ENABLE_CUDA.
+if(MESHTRAIN_ENABLE_CUDA)
+  target_sources(meshtrain_lib PRIVATE
+    ${CMAKE_CURRENT_LIST_DIR}/attention_cuda.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/attention_cuda_bf16.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/attention_cuda_f32.cpp
+  )
+endif()
 # The kernels never read errno. Without -fno-math-errno GCC must treat every exp/sqrt call as a
 # write to errno, which keeps it from inlining sqrt and from scheduling the loops around libm
 # calls; glibc's expf then costs ~4x more per element (PyTorch builds with this flag too).

@@ -1,0 +1,139 @@
+// Causal attention on one GPU: the CUDA flash kernels (what attention_forward/backward run on a
+// CUDA build, src/kernels/attention_cuda*.cpp) against the portable Kokkos flash kernels
+// (attention_*_flash) measured in the same run, fp32 and bf16, at GPT-2 124M shapes.
+//
+//   bench_attention [--batch 16] [--seq-len 1024] [--heads 12] [--head-size 64] [--iters 20]
+//                   [--warmup 3] [--flash-iters 3]
+//
+// Each figure is the median of --iters calls (--flash-iters for the slow portable kernels) after
+// --warmup, timed with CUDA events on the execution space's stream. FLOPs are those of the
+// causal products: forward 4 B NH T^2 HS / 2 (QK^T and PV over the lower triangle), backward
+// 2.5x that (FlashAttention's convention; the deterministic dq pass recomputes QK^T and dO V^T,
+// which this count does not credit).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "meshtrain/core/cuda_check.hpp"
+#include "meshtrain/core/kokkos_compat.hpp"
+#include "meshtrain/core/view.hpp"
+#include "meshtrain/kernels/attention.hpp"
+
+using namespace meshtrain;
+using namespace meshtrain::kernels;
+
+namespace {
+
+struct Args {
+  int B = 16, T = 1024, NH = 12, HS = 64;
+  int iters = 20, warmup = 3, flash_iters = 3;
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i];
+    const int v = std::stoi(argv[i + 1]);
+    if (k == "--batch") a.B = v;
+    else if (k == "--seq-len") a.T = v;
+    else if (k == "--heads") a.NH = v;
+    else if (k == "--head-size") a.HS = v;
+    else if (k == "--iters") a.iters = v;
+    else if (k == "--warmup") a.warmup = v;
+    else if (k == "--flash-iters") a.flash_iters = v;
+    else {
+      std::fprintf(stderr, "bench_attention: unknown option %s\n", k.c_str());
+      std::exit(2);
+    }
+  }
+  return a;
+}
+
+template <class T>
+View1<T> random_view(const std::string& label, std::size_t n, unsigned seed, float lo, float hi) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  View1<T> d(label, n);
+  auto m = Kokkos::create_mirror_view(d);
+  for (std::size_t i = 0; i < n; ++i) m(i) = static_cast<T>(dist(gen));
+  Kokkos::deep_copy(d, m);
+  return d;
+}
+
+// Median milliseconds of `iters` calls of fn after `warmup`, each bracketed by CUDA events.
+template <class F>
+double median_ms(const ExecSpace& exec, int warmup, int iters, const F& fn) {
+  cudaStream_t st = exec.cuda_stream();
+  for (int i = 0; i < warmup; ++i) fn();
+  exec.fence();
+  cudaEvent_t start, stop;
+  MESHTRAIN_CUDA_CHECK(cudaEventCreate(&start));
+  MESHTRAIN_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<double> ms;
+  for (int i = 0; i < iters; ++i) {
+    MESHTRAIN_CUDA_CHECK(cudaEventRecord(start, st));
+    fn();
+    MESHTRAIN_CUDA_CHECK(cudaEventRecord(stop, st));
+    MESHTRAIN_CUDA_CHECK(cudaEventSynchronize(stop));
+    float t = 0;
+    MESHTRAIN_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+    ms.push_back(t);
+  }
+  MESHTRAIN_CUDA_CHECK(cudaEventDestroy(start));
+  MESHTRAIN_CUDA_CHECK(cudaEventDestroy(stop));
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+void row(const char* dtype, const char* pass, double flops, double ms, double ref_ms) {
+  std::printf("%-5s %-8s %10.3f ms %8.2f TFLOP/s | flash %10.3f ms %8.2f TFLOP/s | x%.1f\n", dtype,
+              pass, ms, flops / (ms * 1e9), ref_ms, flops / (ref_ms * 1e9), ref_ms / ms);
+}
+
+template <class T>
+void bench(const char* dtype, const Args& a) {
+  const std::size_t rows = std::size_t(a.B) * a.T, C = std::size_t(a.NH) * a.HS;
+  const auto qkv = random_view<T>("bench_qkv", rows * 3 * C, 1, -2.f, 2.f);
+  const auto dout = random_view<T>("bench_dout", rows * C, 2, -1.f, 1.f);
+  View1<T> out("bench_out", rows * C), dqkv("bench_dqkv", rows * 3 * C);
+  View1<float> lse("bench_lse", rows * a.NH);
+  ExecSpace exec;
+  const int B = a.B, Tl = a.T, NH = a.NH, HS = a.HS;
+  const double fwd_flops = 4.0 * B * NH * double(Tl) * Tl * HS / 2, bwd_flops = 2.5 * fwd_flops;
+
+  const double f = median_ms(exec, a.warmup, a.iters, [&] {
+    attention_forward<T>(exec, out, lse, qkv, B, Tl, NH, HS);
+  });
+  const double fr = median_ms(exec, 1, a.flash_iters, [&] {
+    attention_forward_flash<T>(exec, out, lse, qkv, B, Tl, NH, HS);
+  });
+  const double b = median_ms(exec, a.warmup, a.iters, [&] {
+    attention_backward<T>(exec, dqkv, dout, qkv, out, lse, B, Tl, NH, HS);
+  });
+  const double br = median_ms(exec, 1, a.flash_iters, [&] {
+    attention_backward_flash<T>(exec, dqkv, dout, qkv, out, lse, B, Tl, NH, HS);
+  });
+  row(dtype, "forward", fwd_flops, f, fr);
+  row(dtype, "backward", bwd_flops, b, br);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args a = parse(argc, argv);
+  Kokkos::ScopeGuard kokkos(argc, argv);
+  const bool cuda_path = a.HS == 32 || a.HS == 64 || a.HS == 128;
+  std::printf("causal attention B=%d T=%d NH=%d HS=%d: %s vs the portable Kokkos flash kernels; "
+              "median of %d (flash: %d) after %d warm-up\n",
+              a.B, a.T, a.NH, a.HS,
+              cuda_path ? "CUDA kernels" : "HS unsupported by the CUDA kernels (both portable)",
+              a.iters, a.flash_iters, a.warmup);
+  bench<Kokkos::Experimental::bhalf_t>("bf16", a);
+  bench<float>("fp32", a);
+  return 0;
+}
