@@ -164,6 +164,20 @@ int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
                          "the job has ", rt.size(), " ranks");
   const model::GptConfig mc = model_config(p.vm);
   train::TrainConfig tc;
+  const std::string precision = p.vm["train.precision"].as<std::string>();
+  const std::string scaling = p.vm["train.loss_scaling"].as<std::string>();
+  MESHTRAIN_CONFIG_CHECK(scaling == "auto" || scaling == "on" || scaling == "off",
+                         "train.loss_scaling='", scaling, "' is not one of auto, on, off");
+  tc.loss_scaling = scaling == "on" || (scaling == "auto" && precision == "fp16");
+  tc.loss_scale_init = static_cast<float>(p.vm["train.loss_scale_init"].as<double>());
+  tc.loss_scale_window = p.vm["train.loss_scale_window"].as<int>();
+  MESHTRAIN_CONFIG_CHECK(precision == "fp32" || precision == "bf16" || precision == "fp16",
+                         "train.precision='", precision, "' is not one of fp32, bf16, fp16");
+  // 16-bit training exists where Kokkos has the types (Kokkos 4) and runs on GPUs only: the CPU
+  // build trains in fp32.
+  MESHTRAIN_CONFIG_CHECK(precision == "fp32" || (MESHTRAIN_HAVE_BF16 && !kDeviceIsHost),
+                         "train.precision=", precision,
+                         " needs a GPU build (Kokkos 4 with CUDA); the CPU build trains in fp32");
   tc.micro_batch = p.vm["train.micro_batch"].as<int>();
   tc.grad_accum = p.vm["train.grad_accum"].as<int>();
   tc.seq_len = p.vm["train.seq_len"].as<int>();
@@ -204,36 +218,14 @@ int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
     val_data->check_vocab(mc.vocab_size);
   }
 
-  const std::string precision = p.vm["train.precision"].as<std::string>();
-  const std::string scaling = p.vm["train.loss_scaling"].as<std::string>();
-  MESHTRAIN_CONFIG_CHECK(scaling == "auto" || scaling == "on" || scaling == "off",
-                         "train.loss_scaling='", scaling, "' is not one of auto, on, off");
-  tc.loss_scaling = scaling == "on" || (scaling == "auto" && precision == "fp16");
-  tc.loss_scale_init = static_cast<float>(p.vm["train.loss_scale_init"].as<double>());
-  tc.loss_scale_window = p.vm["train.loss_scale_window"].as<int>();
-  if (precision == "fp32") {
+  if (precision == "fp32")
     train_and_sample<float>(p.vm, mc, tc, train_data, val_data.get(), out_dir, tok_kind);
-  } else if (precision == "bf16") {
 #if MESHTRAIN_HAVE_BF16
-    MESHTRAIN_CONFIG_CHECK(!kDeviceIsHost, "train.precision=bf16 needs a GPU build; the CPU ",
-                           "build trains in fp32");
+  else if (precision == "bf16")
     train_and_sample<bf16>(p.vm, mc, tc, train_data, val_data.get(), out_dir, tok_kind);
-#else
-    throw ConfigError("train.precision=bf16 needs a GPU build (Kokkos 4 with CUDA); the CPU "
-                      "build trains in fp32");
-#endif
-  } else if (precision == "fp16") {
-#if MESHTRAIN_HAVE_FP16
-    MESHTRAIN_CONFIG_CHECK(!kDeviceIsHost, "train.precision=fp16 needs a GPU build; the CPU ",
-                           "build trains in fp32");
+  else
     train_and_sample<fp16>(p.vm, mc, tc, train_data, val_data.get(), out_dir, tok_kind);
-#else
-    throw ConfigError("train.precision=fp16 needs a GPU build (Kokkos 4 with CUDA); the CPU "
-                      "build trains in fp32");
 #endif
-  } else {
-    throw ConfigError(cat("train.precision='", precision, "' is not one of fp32, bf16, fp16"));
-  }
   return kExitOk;
 }
 

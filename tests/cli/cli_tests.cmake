@@ -85,3 +85,9 @@ meshtrain_cli_test(train_seq_too_long 1 2 "train.seq_len=4096 must be in \\[1, m
   train --train.seq_len 4096 --data.train ${CMAKE_BINARY_DIR}/cli_prep/kjv_train_*.bin
   --data.val ${CMAKE_BINARY_DIR}/cli_prep/kjv_val_*.bin --train.out_dir ${CMAKE_BINARY_DIR}/cli_train_bad)
 set_tests_properties(cli_train_seq_too_long PROPERTIES FIXTURES_REQUIRED kjv_shards)
+if(NOT MESHTRAIN_ENABLE_CUDA)
+  meshtrain_cli_test(train_bf16_on_cpu 1 2 "train.precision=bf16 needs a GPU build" train
+    --train.precision bf16)
+endif()
+meshtrain_cli_test(train_bad_precision 1 2 "train.precision='fp8' is not one of fp32, bf16, fp16"
+  train --train.precision fp8)
