@@ -10,11 +10,51 @@
 
 #include <limits>
 
+#include <cmath>
+#include <type_traits>
+
 #include "common.hpp"
+#include "host_exp.hpp"
 
 namespace meshtrain::kernels {
 
 namespace detail {
+
+// Host fp32 path: per row, a max pass and an exp-and-sum pass over 8 fixed lanes (lane k takes
+// columns c = k mod 8; lanes merged in order), written as plain loops so that the compiler
+// vectorises them with the vectorisable exp. With kStore the exponentials are written to `e`
+// (which may be the row itself): the gradient pass then only scales them, one exp per logit.
+// Returns (max, sum); forward-only and forward-backward share it, so their losses agree bit for
+// bit.
+template <bool kStore>
+inline void host_row_stats(const float* x, int V, float* e, float& mx_out, float& sum_out) {
+  constexpr int L = 8;
+  float m[L];
+  for (int k = 0; k < L; ++k) m[k] = kLowest<float>;
+  int c = 0;
+  for (; c + L <= V; c += L)
+    for (int k = 0; k < L; ++k) m[k] = x[c + k] > m[k] ? x[c + k] : m[k];
+  for (int k = 0; c + k < V; ++k) m[k] = x[c + k] > m[k] ? x[c + k] : m[k];
+  float mx = m[0];
+  for (int k = 1; k < L; ++k) mx = m[k] > mx ? m[k] : mx;
+  float s[L] = {0, 0, 0, 0, 0, 0, 0, 0};
+  c = 0;
+  for (; c + L <= V; c += L)
+    for (int k = 0; k < L; ++k) {
+      const float v = host_exp(x[c + k] - mx);
+      if constexpr (kStore) e[c + k] = v;
+      s[k] += v;
+    }
+  for (int k = 0; c + k < V; ++k) {
+    const float v = host_exp(x[c + k] - mx);
+    if constexpr (kStore) e[c + k] = v;
+    s[k] += v;
+  }
+  float sum = 0;
+  for (int k = 0; k < L; ++k) sum += s[k];
+  mx_out = mx;
+  sum_out = sum;
+}
 
 inline constexpr int kCeParts = 64;
 
@@ -75,6 +115,28 @@ void cross_entropy_forward_backward(const ExecSpace& exec, View1<float> losses, 
   const Acc lowest = detail::kLowest<Acc>, gs = grad_scale;
   // A target outside [0, V) other than "ignore" is corrupt input: a NaN loss makes it loud.
   const float nan = std::numeric_limits<float>::quiet_NaN();
+  if constexpr (kDeviceIsHost && std::is_same_v<T, float>) {
+    kc::fence(exec, "meshtrain::cross_entropy_forward_backward: host loop");
+    for (Index row = 0; row < N; ++row) {
+      float* x = logits.data() + row * Vp;
+      const int tgt = targets(row);
+      float loss = 0;
+      if (tgt >= 0) {
+        const float xt = tgt < V ? x[tgt] : nan;
+        float mx, sum;
+        detail::host_row_stats<true>(x, V, x, mx, sum);
+        loss = mx + std::log(sum) - xt;
+        const float scale = gs / sum;
+        for (int c = 0; c < V; ++c) x[c] *= scale;
+        if (tgt < V) x[tgt] -= gs;
+        for (int c = V; c < Vp; ++c) x[c] = 0.0f;
+      } else {
+        for (int c = 0; c < Vp; ++c) x[c] = 0.0f;
+      }
+      losses(row) = loss;
+    }
+    return;
+  }
   Kokkos::parallel_for(
       "meshtrain::cross_entropy_forward_backward", detail::ce_policy<T>(exec, N),
       KOKKOS_LAMBDA(const detail::Member& m) {
@@ -110,6 +172,21 @@ void cross_entropy_forward(const ExecSpace& exec, View1<float> losses, View1<con
   detail::check_extent(targets, N, fn, "targets");
   const Acc lowest = detail::kLowest<Acc>;
   const float nan = std::numeric_limits<float>::quiet_NaN();
+  if constexpr (kDeviceIsHost && std::is_same_v<T, float>) {
+    kc::fence(exec, "meshtrain::cross_entropy_forward: host loop");
+    for (Index row = 0; row < N; ++row) {
+      const float* x = logits.data() + row * Vp;
+      const int tgt = targets(row);
+      float loss = 0;
+      if (tgt >= 0) {
+        float mx, sum;
+        detail::host_row_stats<false>(x, V, nullptr, mx, sum);
+        loss = mx + std::log(sum) - (tgt < V ? x[tgt] : nan);
+      }
+      losses(row) = loss;
+    }
+    return;
+  }
   Kokkos::parallel_for(
       "meshtrain::cross_entropy_forward", detail::ce_policy<T>(exec, N),
       KOKKOS_LAMBDA(const detail::Member& m) {

@@ -9,7 +9,10 @@
 // overflow to inf for very negative x: sig is then 0, as it should be.
 #include "meshtrain/kernels/gelu.hpp"
 
+#include <type_traits>
+
 #include "common.hpp"
+#include "host_exp.hpp"
 
 namespace meshtrain::kernels {
 
@@ -19,6 +22,18 @@ void gelu_forward(const ExecSpace& exec, View1<T> out, View1<const T> inp, std::
   using detail::acc;
   detail::check_extent(out, n, "gelu_forward", "out");
   detail::check_extent(inp, n, "gelu_forward", "inp");
+  if constexpr (kDeviceIsHost && std::is_same_v<T, float>) {
+    // Host fp32: a plain loop with the vectorisable exp (glibc's expf call is what blocks
+    // vectorisation); the same formula as the kernel below.
+    kc::fence(exec, "meshtrain::gelu_forward: host loop");
+    float* __restrict o = out.data();
+    const float* __restrict x = inp.data();
+    for (std::size_t i = 0; i < n; ++i) {
+      const float u = 0.7978845608028654f * (x[i] + 0.044715f * x[i] * x[i] * x[i]);
+      o[i] = x[i] / (1.0f + detail::host_exp(-2.0f * u));
+    }
+    return;
+  }
   Kokkos::parallel_for(
       "meshtrain::gelu_forward", detail::Range(exec, 0, detail::Index(n)),
       KOKKOS_LAMBDA(detail::Index i) {
@@ -37,6 +52,19 @@ void gelu_backward(const ExecSpace& exec, View1<T> dinp, View1<const T> inp, Vie
   detail::check_extent(dinp, n, "gelu_backward", "dinp");
   detail::check_extent(inp, n, "gelu_backward", "inp");
   detail::check_extent(dout, n, "gelu_backward", "dout");
+  if constexpr (kDeviceIsHost && std::is_same_v<T, float>) {
+    kc::fence(exec, "meshtrain::gelu_backward: host loop");
+    float* __restrict di = dinp.data();
+    const float* __restrict x = inp.data();
+    const float* __restrict d = dout.data();
+    for (std::size_t i = 0; i < n; ++i) {
+      const float s = 0.7978845608028654f;
+      const float sig = 1.0f / (1.0f + detail::host_exp(-2.0f * s * (x[i] + 0.044715f * x[i] * x[i] * x[i])));
+      const float g = sig + 2.0f * x[i] * sig * (1.0f - sig) * s * (1.0f + 3.0f * 0.044715f * x[i] * x[i]);
+      di[i] = g * d[i];
+    }
+    return;
+  }
   Kokkos::parallel_for(
       "meshtrain::gelu_backward", detail::Range(exec, 0, detail::Index(n)),
       KOKKOS_LAMBDA(detail::Index i) {

@@ -35,4 +35,11 @@ if(NOT MESHTRAIN_ENABLE_CUDA AND CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
     ${CMAKE_CURRENT_LIST_DIR}/gelu.cpp
     ${CMAKE_CURRENT_LIST_DIR}/layernorm.cpp
     APPEND PROPERTY COMPILE_OPTIONS -fno-math-errno)
+  # The host loops of GELU and cross-entropy clamp and select with comparisons; -ftrapping-math
+  # (the default) forbids evaluating them speculatively, which is what vectorising them needs.
+  # Nothing here enables floating-point traps.
+  set_property(SOURCE
+    ${CMAKE_CURRENT_LIST_DIR}/cross_entropy.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/gelu.cpp
+    APPEND PROPERTY COMPILE_OPTIONS -fno-trapping-math)
 endif()
