@@ -117,6 +117,8 @@ void cross_entropy_forward_backward(const ExecSpace& exec, View1<float> losses, 
   const float nan = std::numeric_limits<float>::quiet_NaN();
   if constexpr (kDeviceIsHost && std::is_same_v<T, float>) {
     kc::fence(exec, "meshtrain::cross_entropy_forward_backward: host loop");
+    // Not a Kokkos kernel: a region keeps it visible to Kokkos Tools (perf/bench_train_step).
+    Kokkos::Profiling::pushRegion("meshtrain::cross_entropy_forward_backward");
     for (Index row = 0; row < N; ++row) {
       float* x = logits.data() + row * Vp;
       const int tgt = targets(row);
@@ -135,6 +137,7 @@ void cross_entropy_forward_backward(const ExecSpace& exec, View1<float> losses, 
       }
       losses(row) = loss;
     }
+    Kokkos::Profiling::popRegion();
     return;
   }
   Kokkos::parallel_for(
@@ -174,6 +177,8 @@ void cross_entropy_forward(const ExecSpace& exec, View1<float> losses, View1<con
   const float nan = std::numeric_limits<float>::quiet_NaN();
   if constexpr (kDeviceIsHost && std::is_same_v<T, float>) {
     kc::fence(exec, "meshtrain::cross_entropy_forward: host loop");
+    // Not a Kokkos kernel: a region keeps it visible to Kokkos Tools (perf/bench_train_step).
+    Kokkos::Profiling::pushRegion("meshtrain::cross_entropy_forward");
     for (Index row = 0; row < N; ++row) {
       const float* x = logits.data() + row * Vp;
       const int tgt = targets(row);
@@ -185,6 +190,7 @@ void cross_entropy_forward(const ExecSpace& exec, View1<float> losses, View1<con
       }
       losses(row) = loss;
     }
+    Kokkos::Profiling::popRegion();
     return;
   }
   Kokkos::parallel_for(

@@ -26,12 +26,15 @@ void gelu_forward(const ExecSpace& exec, View1<T> out, View1<const T> inp, std::
     // Host fp32: a plain loop with the vectorisable exp (glibc's expf call is what blocks
     // vectorisation); the same formula as the kernel below.
     kc::fence(exec, "meshtrain::gelu_forward: host loop");
+    // Not a Kokkos kernel: a region keeps it visible to Kokkos Tools (perf/bench_train_step).
+    Kokkos::Profiling::pushRegion("meshtrain::gelu_forward");
     float* __restrict o = out.data();
     const float* __restrict x = inp.data();
     for (std::size_t i = 0; i < n; ++i) {
       const float u = 0.7978845608028654f * (x[i] + 0.044715f * x[i] * x[i] * x[i]);
       o[i] = x[i] / (1.0f + detail::host_exp(-2.0f * u));
     }
+    Kokkos::Profiling::popRegion();
     return;
   }
   Kokkos::parallel_for(
@@ -54,6 +57,8 @@ void gelu_backward(const ExecSpace& exec, View1<T> dinp, View1<const T> inp, Vie
   detail::check_extent(dout, n, "gelu_backward", "dout");
   if constexpr (kDeviceIsHost && std::is_same_v<T, float>) {
     kc::fence(exec, "meshtrain::gelu_backward: host loop");
+    // Not a Kokkos kernel: a region keeps it visible to Kokkos Tools (perf/bench_train_step).
+    Kokkos::Profiling::pushRegion("meshtrain::gelu_backward");
     float* __restrict di = dinp.data();
     const float* __restrict x = inp.data();
     const float* __restrict d = dout.data();
@@ -63,6 +68,7 @@ void gelu_backward(const ExecSpace& exec, View1<T> dinp, View1<const T> inp, Vie
       const float g = sig + 2.0f * x[i] * sig * (1.0f - sig) * s * (1.0f + 3.0f * 0.044715f * x[i] * x[i]);
       di[i] = g * d[i];
     }
+    Kokkos::Profiling::popRegion();
     return;
   }
   Kokkos::parallel_for(
