@@ -190,9 +190,10 @@ std::vector<double> qkv_part(const std::vector<E>& v, const Shape& s, int part) 
   return r;
 }
 
-double max_abs(const std::vector<double>& v) {
+template <class A>
+double max_abs(const std::vector<A>& v) {
   double m = 0;
-  for (double x : v) m = std::max(m, std::fabs(x));
+  for (A x : v) m = std::max(m, std::fabs(static_cast<double>(x)));
   return m;
 }
 
@@ -227,11 +228,14 @@ TEST_CASE("attention fp32 at training shapes matches the portable flash and refe
     auto out_r = kt::nan_view<float>(s.out());
     attention_forward_reference<float>(exec, out_r, qkv, s.B, s.T, s.NH, s.HS);
     // Both sides are fp32 FMA arithmetic in different orders (blocked online softmax vs one
-    // key at a time): ~1e-6 relative. atol 1e-6 covers outputs that average to ~0.
+    // key at a time): ~1e-6 relative to the output's scale. Elements that average to ~0 carry
+    // that absolute error (seen on an H200: 1.4e-6 at T=333, HS=128, on |out| <= ~0.4), so the
+    // element-wise absolute tolerance is 1e-5 of max|want|, as for the gradients below; the
+    // norm-wise checks stay at 1e-5.
     const auto got = kt::to_host(out), want = kt::to_host(out_f);
     CHECK(rel_l2(got, want) <= 1e-5);
     CHECK(rel_l2(got, kt::to_host(out_r)) <= 1e-5);
-    kt::require_close(got, want, 1e-5, 1e-6, "out vs flash");
+    kt::require_close(got, want, 1e-5, 1e-5 * max_abs(want), "out vs flash");
     kt::require_close(kt::to_host(lse), kt::to_host(lse_f), 1e-5, 1e-5, "lse vs flash");
 
     // Backward on identical inputs (the flash forward's out and lse) on both sides.
