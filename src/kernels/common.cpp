@@ -21,4 +21,19 @@ Scalar<float> persistent_scalar(int slot) {
   return slots[slot];
 }
 
+View1<float> persistent_buffer(int slot, std::size_t n) {
+  static std::array<View1<float>, 4> slots;
+  static bool hooked = false;
+  MESHTRAIN_CHECK(slot >= 0 && slot < static_cast<int>(slots.size()), "scratch slot ", slot);
+  if (!hooked) {
+    Kokkos::push_finalize_hook([] {
+      for (auto& s : slots) s = View1<float>();
+      hooked = false;
+    });
+    hooked = true;
+  }
+  if (slots[slot].extent(0) < n) slots[slot] = View1<float>("meshtrain::scratch_buffer", n);
+  return slots[slot];
+}
+
 }  // namespace meshtrain::kernels::detail

@@ -2,6 +2,8 @@
 // beta = 1 adds the product to it (no second pass over out). dbias is a column sum.
 #include "meshtrain/kernels/linear.hpp"
 
+#include <type_traits>
+
 #include "common.hpp"
 #include "meshtrain/kernels/gemm.hpp"
 
@@ -57,12 +59,38 @@ void linear_backward(const ExecSpace& exec, View1<T> dinp, View1<T> dweight, Vie
           dweight.data(), OC);
   if (detail::present(dbias)) {
     detail::check_extent(dbias, OC, fn, "dbias");
-    // Each column's rows summed in order: deterministic without atomics. On a GPU one thread
-    // per column (neighbouring threads read neighbouring addresses); on a CPU core one thread
-    // per kCols columns, so the inner loop runs over contiguous columns and vectorises instead
-    // of striding down one column. Same additions in the same order either way, so the same
-    // bits. (A two-stage row-blocked sum is the GPU follow-up if OC alone does not fill it.)
-    constexpr int kCols = kDeviceIsHost ? 16 : 1;
+    if constexpr (!kDeviceIsHost) {
+      // GPU: two-stage column sum (common.hpp), deterministic, enough threads to fill the GPU.
+      using detail::Index;
+      const Index chunks = (Index(N) + detail::kColumnChunkRows - 1) / detail::kColumnChunkRows;
+      // fp32 partials from the persistent scratch; the double instantiation (gradient-check tests)
+      // keeps double partials in a buffer of its own.
+      auto part = [&] {
+        if constexpr (std::is_same_v<Acc, float>) return detail::persistent_buffer(0, std::size_t(chunks) * OC);
+        else return View1<Acc>("meshtrain::column_sum_partials", std::size_t(chunks) * OC);
+      }();
+      Kokkos::parallel_for(
+          "meshtrain::linear_backward_dbias_chunks", detail::Range(exec, 0, chunks * OC),
+          KOKKOS_LAMBDA(Index i) {
+            const Index k = i / OC, o = i % OC;
+            const Index n1 = (k + 1) * detail::kColumnChunkRows < N
+                                 ? (k + 1) * detail::kColumnChunkRows
+                                 : Index(N);
+            Acc s = 0;
+            for (Index n = k * detail::kColumnChunkRows; n < n1; ++n) s += acc(dout(n * OC + o));
+            part(i) = s;
+          });
+      Kokkos::parallel_for(
+          "meshtrain::linear_backward_dbias", detail::Range(exec, 0, OC), KOKKOS_LAMBDA(Index o) {
+            Acc s = 0;
+            for (Index k = 0; k < chunks; ++k) s += part(k * OC + o);
+            dbias(o) = static_cast<T>(acc(dbias(o)) + s);
+          });
+      return;
+    }
+    // Host: each column's rows summed in order by one thread per kCols columns, so the inner
+    // loop runs over contiguous columns and vectorises instead of striding down one column.
+    constexpr int kCols = 16;
     const int blocks = (OC + kCols - 1) / kCols;
     Kokkos::parallel_for(
         "meshtrain::linear_backward_dbias", detail::Range(exec, 0, blocks),
