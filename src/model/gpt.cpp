@@ -120,24 +120,16 @@ void GptT<T>::init_parameters(std::uint64_t seed) {
     const bool is_wte = n == "transformer.wte.weight";
     const std::int64_t gcols = p.global_shape.size() == 2 ? p.global_shape[1] : 1;
     const std::int64_t real_rows = cfg_.vocab_size;
-    // ParamInfo::global_index, inlined for the device.
     const int split = static_cast<int>(p.split);
-    const std::int64_t lrows = p.local_shape[0];
-    const std::int64_t lcols = p.local_shape.size() == 2 ? p.local_shape[1] : p.local_shape[0];
     const bool matrix = p.local_shape.size() == 2;
+    const std::int64_t lrows = p.local_shape[0];
+    const std::int64_t lcols = matrix ? p.local_shape[1] : p.local_shape[0];
     const std::int64_t gc = matrix ? gcols : p.global_shape[0];
     Kokkos::parallel_for(
         "meshtrain::init_normal",
         Kokkos::RangePolicy<ExecSpace>(exec_, 0, static_cast<std::int64_t>(p.numel)),
         KOKKOS_LAMBDA(const std::int64_t i) {
-          const std::int64_t r = matrix ? i / lcols : 0, c = matrix ? i % lcols : i;
-          std::int64_t g = i;
-          if (split == static_cast<int>(Split::rows)) g = (tp_rank * lrows + r) * gc + c;
-          else if (split == static_cast<int>(Split::cols)) g = r * gc + tp_rank * lcols + c;
-          else if (split == static_cast<int>(Split::qkv_cols)) {
-            const std::int64_t part = lcols / 3, which = c / part, within = c % part;
-            g = r * gc + which * (gc / 3) + tp_rank * part + within;
-          }
+          const std::int64_t g = split_global_index(split, i, matrix, lrows, lcols, gc, tp_rank);
           const std::int64_t grow = matrix ? g / gc : 0;
           if (is_wte && grow >= real_rows) {
             v(i) = T(0.0f);  // vocabulary padding stays zero

@@ -20,25 +20,11 @@ std::int64_t ParamInfo::global_numel() const {
   return n;
 }
 
-std::int64_t ParamInfo::global_index(std::int64_t i, int tp_rank, int tp_size) const {
-  (void)tp_size;
-  if (split == Split::replicated) return i;
+std::int64_t ParamInfo::global_index(std::int64_t i, int tp_rank, int /*tp_size*/) const {
   const bool matrix = local_shape.size() == 2;
-  const std::int64_t lcols = matrix ? local_shape[1] : local_shape[0];
-  const std::int64_t gcols = matrix ? global_shape[1] : global_shape[0];
-  const std::int64_t r = matrix ? i / lcols : 0, c = matrix ? i % lcols : i;
-  switch (split) {
-    case Split::rows:  // whole rows; the local block starts at row tp_rank * local_rows
-      return (tp_rank * local_shape[0] + r) * gcols + c;
-    case Split::cols:
-      return r * gcols + tp_rank * lcols + c;
-    case Split::qkv_cols: {  // local columns are [q_l | k_l | v_l], each lcols / 3 wide
-      const std::int64_t part = lcols / 3, which = c / part, within = c % part;
-      return r * gcols + which * (gcols / 3) + tp_rank * part + within;
-    }
-    case Split::replicated: break;
-  }
-  return i;
+  return split_global_index(static_cast<int>(split), i, matrix, local_shape[0],
+                            matrix ? local_shape[1] : local_shape[0],
+                            matrix ? global_shape[1] : global_shape[0], tp_rank);
 }
 
 ParameterRegistry::ParameterRegistry(const GptConfig& cfg, int tp_rank, int tp_size, int stage,

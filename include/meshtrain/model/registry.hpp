@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "meshtrain/core/kokkos_compat.hpp"
 #include "meshtrain/model/config.hpp"
 
 namespace meshtrain::model {
@@ -21,6 +22,22 @@ enum class Split {
 };
 
 const char* split_name(Split s);
+
+// Global row-major index of local element i of a tensor split by `split` (a Split value) across
+// the tp group: local shape [lrows, lcols] (a vector when !matrix: lcols elements), global row
+// length gcols. Host and device (parameter initialisation draws each element by global index).
+KOKKOS_INLINE_FUNCTION std::int64_t split_global_index(int split, std::int64_t i, bool matrix,
+                                                       std::int64_t lrows, std::int64_t lcols,
+                                                       std::int64_t gcols, int tp_rank) {
+  const std::int64_t r = matrix ? i / lcols : 0, c = matrix ? i % lcols : i;
+  if (split == static_cast<int>(Split::rows)) return (tp_rank * lrows + r) * gcols + c;
+  if (split == static_cast<int>(Split::cols)) return r * gcols + tp_rank * lcols + c;
+  if (split == static_cast<int>(Split::qkv_cols)) {  // each of q, k, v split by heads
+    const std::int64_t part = lcols / 3, which = c / part, within = c % part;
+    return r * gcols + which * (gcols / 3) + tp_rank * part + within;
+  }
+  return i;  // replicated
+}
 
 struct ParamInfo {
   std::string name;                        // HF name, e.g. transformer.h.0.attn.c_attn.weight
