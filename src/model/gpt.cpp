@@ -62,6 +62,7 @@ GptT<T>::GptT(const GptConfig& cfg, int micro_batch, int seq_len, bool recompute
   const std::size_t N = static_cast<std::size_t>(B_) * T_, C = cfg_.n_embd;
   params_ = zeros<T>("params", reg_.size());
   grads_ = zeros<T>("grads", reg_.size());
+  bind_block_tensors();
   encoded_ = alloc<T>("act.encoded", N * C);
   for (int l = 0; l < cfg_.n_layer; ++l) block_out_.push_back(alloc<T>("act.block_out", N * C));
   const int n_acts = recompute_ ? 1 : cfg_.n_layer;
@@ -148,6 +149,30 @@ void GptT<T>::share_parameters(const GptT& other) {
                       other.cfg_.n_embd == cfg_.n_embd && other.cfg_.vocab_size == cfg_.vocab_size,
                   "share_parameters: the two models have different configurations");
   params_ = other.params_;
+  bind_block_tensors();
+}
+
+template <class T>
+void GptT<T>::bind_block_tensors() {
+  auto bind = [&](const View1<T>& flat, int l) {
+    const std::string p = "transformer.h." + std::to_string(l) + ".";
+    auto at = [&](const char* s) {
+      const auto& info = reg_.get(p + s);
+      return View1<T>(slice(flat, info.offset, info.numel));
+    };
+    return BlockTensors<T>{at("ln_1.weight"),        at("ln_1.bias"),
+                           at("attn.c_attn.weight"), at("attn.c_attn.bias"),
+                           at("attn.c_proj.weight"), at("attn.c_proj.bias"),
+                           at("ln_2.weight"),        at("ln_2.bias"),
+                           at("mlp.c_fc.weight"),    at("mlp.c_fc.bias"),
+                           at("mlp.c_proj.weight"),  at("mlp.c_proj.bias")};
+  };
+  block_params_.clear();
+  block_grads_.clear();
+  for (int l = 0; l < cfg_.n_layer; ++l) {
+    block_params_.push_back(bind(params_, l));
+    block_grads_.push_back(bind(grads_, l));
+  }
 }
 
 template <class T>
@@ -162,50 +187,41 @@ BlockActivations<T>& GptT<T>::acts_for(int l) { return *acts_[recompute_ ? 0 : l
 template <class T>
 void GptT<T>::block_forward(int l, View1<const T> x, BlockActivations<T>& a) {
   const int N = B_ * T_, C = cfg_.n_embd, NH = cfg_.n_head;
-  const std::string p = "transformer.h." + std::to_string(l) + ".";
-  auto P = [&](const char* s) { return View1<const T>(param(p + s)); };
-  k::layernorm_forward<T>(exec_, a.ln1, a.ln1_mean, a.ln1_rstd, x, P("ln_1.weight"),
-                              P("ln_1.bias"), N, C);
-  k::linear_forward<T>(exec_, a.qkv, a.ln1, P("attn.c_attn.weight"), P("attn.c_attn.bias"),
-                           N, C, 3 * C);
+  const BlockTensors<T>& w = block_params_[l];
+  k::layernorm_forward<T>(exec_, a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln_1_w, w.ln_1_b, N, C);
+  k::linear_forward<T>(exec_, a.qkv, a.ln1, w.c_attn_w, w.c_attn_b, N, C, 3 * C);
   k::attention_forward<T>(exec_, a.atty, a.lse, a.qkv, B_, T_, NH, C / NH);
-  k::linear_forward<T>(exec_, a.attproj, a.atty, P("attn.c_proj.weight"),
-                           P("attn.c_proj.bias"), N, C, C);
+  k::linear_forward<T>(exec_, a.attproj, a.atty, w.attn_proj_w, w.attn_proj_b, N, C, C);
   k::residual_forward<T>(exec_, a.res2, x, a.attproj, static_cast<std::size_t>(N) * C);
-  k::layernorm_forward<T>(exec_, a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P("ln_2.weight"),
-                              P("ln_2.bias"), N, C);
-  k::linear_forward<T>(exec_, a.fch, a.ln2, P("mlp.c_fc.weight"), P("mlp.c_fc.bias"), N, C,
-                           4 * C);
+  k::layernorm_forward<T>(exec_, a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln_2_w, w.ln_2_b, N, C);
+  k::linear_forward<T>(exec_, a.fch, a.ln2, w.c_fc_w, w.c_fc_b, N, C, 4 * C);
   k::gelu_forward<T>(exec_, a.fch_gelu, a.fch, static_cast<std::size_t>(N) * 4 * C);
-  k::linear_forward<T>(exec_, a.fcproj, a.fch_gelu, P("mlp.c_proj.weight"),
-                           P("mlp.c_proj.bias"), N, 4 * C, C);
+  k::linear_forward<T>(exec_, a.fcproj, a.fch_gelu, w.mlp_proj_w, w.mlp_proj_b, N, 4 * C, C);
   k::residual_forward<T>(exec_, block_out_[l], a.res2, a.fcproj,
-                             static_cast<std::size_t>(N) * C);
+                         static_cast<std::size_t>(N) * C);
 }
 
 // dres holds d(loss)/d(block output) on entry and d(loss)/d(block input) on exit.
 template <class T>
 void GptT<T>::block_backward(int l, View1<const T> x, BlockActivations<T>& a, View1<T> dres) {
   const int N = B_ * T_, C = cfg_.n_embd, NH = cfg_.n_head;
-  const std::string p = "transformer.h." + std::to_string(l) + ".";
-  auto P = [&](const char* s) { return View1<const T>(param(p + s)); };
-  auto G = [&](const char* s) { return grad(p + s); };
+  const BlockTensors<T>& w = block_params_[l];
+  const BlockTensors<T>& g = block_grads_[l];
   // MLP: res3 = res2 + proj(gelu(fc(ln2(res2))))
-  k::linear_backward<T>(exec_, dfch_gelu_, G("mlp.c_proj.weight"), G("mlp.c_proj.bias"), dres,
-                            a.fch_gelu, P("mlp.c_proj.weight"), N, 4 * C, C);
+  k::linear_backward<T>(exec_, dfch_gelu_, g.mlp_proj_w, g.mlp_proj_b, dres, a.fch_gelu,
+                        w.mlp_proj_w, N, 4 * C, C);
   k::gelu_backward<T>(exec_, dfch_, a.fch, dfch_gelu_, static_cast<std::size_t>(N) * 4 * C);
-  k::linear_backward<T>(exec_, dln_, G("mlp.c_fc.weight"), G("mlp.c_fc.bias"), dfch_, a.ln2,
-                            P("mlp.c_fc.weight"), N, C, 4 * C);
-  k::layernorm_backward<T>(exec_, dres, G("ln_2.weight"), G("ln_2.bias"), dln_, a.res2,
-                               P("ln_2.weight"), a.ln2_mean, a.ln2_rstd, N, C);
+  k::linear_backward<T>(exec_, dln_, g.c_fc_w, g.c_fc_b, dfch_, a.ln2, w.c_fc_w, N, C, 4 * C);
+  k::layernorm_backward<T>(exec_, dres, g.ln_2_w, g.ln_2_b, dln_, a.res2, w.ln_2_w, a.ln2_mean,
+                           a.ln2_rstd, N, C);
   // Attention: res2 = x + proj(attn(c_attn(ln1(x))))
-  k::linear_backward<T>(exec_, datty_, G("attn.c_proj.weight"), G("attn.c_proj.bias"), dres,
-                            a.atty, P("attn.c_proj.weight"), N, C, C);
+  k::linear_backward<T>(exec_, datty_, g.attn_proj_w, g.attn_proj_b, dres, a.atty, w.attn_proj_w,
+                        N, C, C);
   k::attention_backward<T>(exec_, dqkv_, datty_, a.qkv, a.atty, a.lse, B_, T_, NH, C / NH);
-  k::linear_backward<T>(exec_, dln_, G("attn.c_attn.weight"), G("attn.c_attn.bias"), dqkv_,
-                            a.ln1, P("attn.c_attn.weight"), N, C, 3 * C);
-  k::layernorm_backward<T>(exec_, dres, G("ln_1.weight"), G("ln_1.bias"), dln_, x,
-                               P("ln_1.weight"), a.ln1_mean, a.ln1_rstd, N, C);
+  k::linear_backward<T>(exec_, dln_, g.c_attn_w, g.c_attn_b, dqkv_, a.ln1, w.c_attn_w, N, C,
+                        3 * C);
+  k::layernorm_backward<T>(exec_, dres, g.ln_1_w, g.ln_1_b, dln_, x, w.ln_1_w, a.ln1_mean,
+                           a.ln1_rstd, N, C);
 }
 
 template <class T>
@@ -279,6 +295,7 @@ void GptT<T>::backward() {
                                T_, C, 0, Vp);
 }
 
+template struct BlockTensors<float>;
 template struct BlockActivations<float>;
 template class GptT<float>;
 #if MESHTRAIN_HAVE_BF16

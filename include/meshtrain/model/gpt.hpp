@@ -20,6 +20,8 @@ namespace meshtrain::model {
 
 template <class T>
 struct BlockActivations;  // gpt_activations.hpp
+template <class T>
+struct BlockTensors;      // gpt_activations.hpp
 
 // T is the compute type of parameters, activations and gradients: float (fp32 mode, the CPU
 // build) or bf16 (mixed precision on GPUs, with fp32 master weights in the optimizer).
@@ -74,6 +76,7 @@ class GptT {
   void block_forward(int l, View1<const T> x, BlockActivations<T>& a);
   void block_backward(int l, View1<const T> x, BlockActivations<T>& a, View1<T> dres);
   BlockActivations<T>& acts_for(int l);
+  void bind_block_tensors();
 
   GptConfig cfg_;
   int B_, T_;
@@ -81,6 +84,7 @@ class GptT {
   ExecSpace exec_;
   ParameterRegistry reg_;
   View1<T> params_, grads_;
+  std::vector<BlockTensors<T>> block_params_, block_grads_;  // slices of params_ / grads_
   // activations
   View1<T> encoded_;                        // [N, C] input of block 0
   std::vector<View1<T>> block_out_;         // [N, C] output of each block

@@ -4,6 +4,14 @@
 
 namespace meshtrain::model {
 
+// Views of one transformer block's parameters (or gradients) in the flat buffer, looked up in
+// the registry once when the model is built, not by name on every forward and backward.
+template <class T>
+struct BlockTensors {
+  View1<T> ln_1_w, ln_1_b, c_attn_w, c_attn_b, attn_proj_w, attn_proj_b;
+  View1<T> ln_2_w, ln_2_b, c_fc_w, c_fc_b, mlp_proj_w, mlp_proj_b;
+};
+
 template <class T>
 struct BlockActivations {
   View1<T> ln1;                         // [N,C]
