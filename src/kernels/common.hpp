@@ -79,6 +79,35 @@ View1<float> persistent_buffer(int slot, std::size_t n);
 // sum over 16k rows ran 768 threads and was two thirds of a GPT-2 training step.
 inline constexpr int kColumnChunkRows = 64;
 
+// Device column sums of K quantities: for every column c, v[j] = sum over rows n (in order) of
+// the terms that term(n, c, v) adds into v[0..K) (an Acc*), then store(c, v). Stage 1 sums 64-row chunks
+// into partials (fp32 from the persistent scratch `slot`; a buffer of its own for double), stage
+// 2 adds the chunks in order: deterministic, with chunks x C threads.
+template <class Acc, int K, class Term, class Store>
+void column_sums(const ExecSpace& exec, const std::string& label, Index N, Index C, int slot,
+                 const Term& term, const Store& store) {
+  const Index chunks = (N + kColumnChunkRows - 1) / kColumnChunkRows;
+  const Index stride = chunks * C;  // partials of quantity j start at j * stride
+  View1<Acc> part;
+  if constexpr (std::is_same_v<Acc, float>) part = persistent_buffer(slot, K * std::size_t(stride));
+  else part = View1<Acc>("meshtrain::column_sum_partials", K * std::size_t(stride));
+  Kokkos::parallel_for(
+      label + "_chunks", Range(exec, 0, stride), KOKKOS_LAMBDA(Index i) {
+        const Index k = i / C, c = i % C;
+        const Index n1 = (k + 1) * kColumnChunkRows < N ? (k + 1) * kColumnChunkRows : N;
+        Acc v[K] = {};
+        for (Index n = k * kColumnChunkRows; n < n1; ++n) term(n, c, v);
+        for (int j = 0; j < K; ++j) part(j * stride + i) = v[j];
+      });
+  Kokkos::parallel_for(
+      label, Range(exec, 0, C), KOKKOS_LAMBDA(Index c) {
+        Acc v[K] = {};
+        for (Index k = 0; k < chunks; ++k)
+          for (int j = 0; j < K; ++j) v[j] += part(j * stride + k * C + c);
+        store(c, v);
+      });
+}
+
 // out = sum (or out += sum) where sum = sum_i f(i) over [0, n), reduced by Kokkos (a fixed tree
 // per backend and launch shape: the same bits on every run). The result stays on the device;
 // nothing is allocated and the host does not wait.

@@ -111,40 +111,16 @@ void layernorm_backward(const ExecSpace& exec, View1<T> dinp, View1<T> dweight, 
   if constexpr (!kDeviceIsHost) {
     // GPU: two-stage column sums (common.hpp), deterministic, enough threads to fill the GPU.
     using detail::Index;
-    const Index chunks = (Index(N) + detail::kColumnChunkRows - 1) / detail::kColumnChunkRows;
-    // fp32 partials from the persistent scratch; the double instantiation (gradient-check tests)
-    // keeps double partials in a buffer of its own.
-    auto part = [&] {
-      if constexpr (std::is_same_v<Acc, float>) return detail::persistent_buffer(1, 2 * std::size_t(chunks) * C);
-      else return View1<Acc>("meshtrain::column_sum_partials", 2 * std::size_t(chunks) * C);
-    }();
-    const Index half = chunks * C;
-    Kokkos::parallel_for(
-        "meshtrain::layernorm_backward_dweight_dbias_chunks", detail::Range(exec, 0, half),
-        KOKKOS_LAMBDA(Index i) {
-          const Index k = i / C, c = i % C;
-          const Index n1 = (k + 1) * detail::kColumnChunkRows < N
-                               ? (k + 1) * detail::kColumnChunkRows
-                               : Index(N);
-          Acc dw = 0, db = 0;
-          for (Index n = k * detail::kColumnChunkRows; n < n1; ++n) {
-            const Acc d = acc(dout(n * C + c));
-            dw += d * ((acc(inp(n * C + c)) - Acc(mean(n))) * Acc(rstd(n)));
-            db += d;
-          }
-          part(i) = dw;
-          part(half + i) = db;
-        });
-    Kokkos::parallel_for(
-        "meshtrain::layernorm_backward_dweight_dbias", detail::Range(exec, 0, C),
-        KOKKOS_LAMBDA(Index c) {
-          Acc dw = 0, db = 0;
-          for (Index k = 0; k < chunks; ++k) {
-            dw += part(k * C + c);
-            db += part(half + k * C + c);
-          }
-          dweight(c) = static_cast<T>(acc(dweight(c)) + dw);
-          dbias(c) = static_cast<T>(acc(dbias(c)) + db);
+    detail::column_sums<Acc, 2>(
+        exec, "meshtrain::layernorm_backward_dweight_dbias", Index(N), Index(C), 1,
+        KOKKOS_LAMBDA(Index n, Index c, Acc* v) {
+          const Acc d = acc(dout(n * C + c));
+          v[0] += d * ((acc(inp(n * C + c)) - Acc(mean(n))) * Acc(rstd(n)));
+          v[1] += d;
+        },
+        KOKKOS_LAMBDA(Index c, const Acc* v) {
+          dweight(c) = static_cast<T>(acc(dweight(c)) + v[0]);
+          dbias(c) = static_cast<T>(acc(dbias(c)) + v[1]);
         });
     return;
   }

@@ -62,29 +62,11 @@ void linear_backward(const ExecSpace& exec, View1<T> dinp, View1<T> dweight, Vie
     if constexpr (!kDeviceIsHost) {
       // GPU: two-stage column sum (common.hpp), deterministic, enough threads to fill the GPU.
       using detail::Index;
-      const Index chunks = (Index(N) + detail::kColumnChunkRows - 1) / detail::kColumnChunkRows;
-      // fp32 partials from the persistent scratch; the double instantiation (gradient-check tests)
-      // keeps double partials in a buffer of its own.
-      auto part = [&] {
-        if constexpr (std::is_same_v<Acc, float>) return detail::persistent_buffer(0, std::size_t(chunks) * OC);
-        else return View1<Acc>("meshtrain::column_sum_partials", std::size_t(chunks) * OC);
-      }();
-      Kokkos::parallel_for(
-          "meshtrain::linear_backward_dbias_chunks", detail::Range(exec, 0, chunks * OC),
-          KOKKOS_LAMBDA(Index i) {
-            const Index k = i / OC, o = i % OC;
-            const Index n1 = (k + 1) * detail::kColumnChunkRows < N
-                                 ? (k + 1) * detail::kColumnChunkRows
-                                 : Index(N);
-            Acc s = 0;
-            for (Index n = k * detail::kColumnChunkRows; n < n1; ++n) s += acc(dout(n * OC + o));
-            part(i) = s;
-          });
-      Kokkos::parallel_for(
-          "meshtrain::linear_backward_dbias", detail::Range(exec, 0, OC), KOKKOS_LAMBDA(Index o) {
-            Acc s = 0;
-            for (Index k = 0; k < chunks; ++k) s += part(k * OC + o);
-            dbias(o) = static_cast<T>(acc(dbias(o)) + s);
+      detail::column_sums<Acc, 1>(
+          exec, "meshtrain::linear_backward_dbias", Index(N), Index(OC), 0,
+          KOKKOS_LAMBDA(Index n, Index o, Acc* v) { v[0] += acc(dout(n * OC + o)); },
+          KOKKOS_LAMBDA(Index o, const Acc* v) {
+            dbias(o) = static_cast<T>(acc(dbias(o)) + v[0]);
           });
       return;
     }
