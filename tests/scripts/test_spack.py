@@ -9,6 +9,8 @@ import sys
 import tempfile
 import unittest
 
+sys.dont_write_bytecode = True  # keep the source tree clean (tests run in it)
+
 import yaml
 
 SRC = os.path.abspath(sys.argv.pop(1) if len(sys.argv) > 1 else ".")

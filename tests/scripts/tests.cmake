@@ -25,6 +25,9 @@ meshtrain_script_test(slurm_jobs bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/test_s
 if(Python3_Interpreter_FOUND)
   meshtrain_script_test(spack ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/scripts/test_spack.py
     ${PROJECT_SOURCE_DIR})
+  meshtrain_script_test(scaling ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/scripts/test_scaling.py
+    ${PROJECT_SOURCE_DIR})
 else()
   meshtrain_script_test(spack ${_missing} python3)
+  meshtrain_script_test(scaling ${_missing} python3)
 endif()
