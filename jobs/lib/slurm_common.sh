@@ -140,7 +140,9 @@ mt_layout() {
     MT_RANKS=${MT_RANKS:-$all}
     mt_int "--ranks" "$MT_RANKS"
     [ "$MT_RANKS" -le "$all" ] || mt_die "--ranks $MT_RANKS > the job's $all tasks (--ntasks)"
-    MT_RPN=$(((MT_RANKS + MT_NODES - 1) / MT_NODES))
+    # Fill nodes as the allocation does; fewer ranks than a node's tasks use one node.
+    MT_RPN=${SLURM_NTASKS_PER_NODE:-$(((all + MT_NODES - 1) / MT_NODES))}
+    [ "$MT_RANKS" -ge "$MT_RPN" ] || MT_RPN=$MT_RANKS
     MT_NODES=$(((MT_RANKS + MT_RPN - 1) / MT_RPN))
   fi
 }

@@ -120,12 +120,16 @@ hasnt meshtrain "--ckpt.dir"          # only train gets checkpoint arguments
 run_job part_of_a_node 0 slurm-gpu.sh SLURM_NNODES=1 SLURM_JOB_NUM_NODES=1 SLURM_NTASKS=4 -- --ranks 2 --tp 2
 has srun "--nodes=1 --ntasks=2 --ntasks-per-node=2"
 
-run_job cpu_job 0 slurm-cpu.sh SLURM_NNODES=1 SLURM_JOB_NUM_NODES=1 SLURM_GPUS_ON_NODE= \
+run_job cpu_job 0 slurm-cpu.sh SLURM_NNODES=1 SLURM_JOB_NUM_NODES=1 SLURM_NTASKS_PER_NODE=8 SLURM_GPUS_ON_NODE= \
   SLURM_GPUS_PER_NODE= SLURM_CPUS_PER_TASK=2 MESHTRAIN_EXE= -- --dp 8 --config inputs/cpu-bench.ini
 has srun "--nodes=1 --ntasks=8 --ntasks-per-node=8 --cpus-per-task=2"
 hasnt srun "--gpu-bind"
 has srun "$work/checkout/build/cpu/src/meshtrain train --mesh.dp 8"   # the checkout's cpu build
 has env "OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2"
+
+run_job cpu_part_of_two_nodes 0 slurm-cpu.sh SLURM_GPUS_ON_NODE= SLURM_GPUS_PER_NODE= \
+  SLURM_NTASKS_PER_NODE= -- --ranks 2
+has srun "--nodes=1 --ntasks=2 --ntasks-per-node=2 --cpus-per-task=8"
 
 # A --config file's out_dir is the run's; no --train.out_dir is added, the checkpoints go there.
 mkdir -p "$work/checkout/cfg"
