@@ -46,14 +46,17 @@ def write_data(rows, plot_dir):
     return files
 
 
-def gnuplot_script(files, ranks, title):
+def gnuplot_script(files, ranks, title, failed=()):
     """The gnuplot program (paths relative to the plot folder, where it runs): each figure once
-    per terminal (pngcairo, svg)."""
+    per terminal (pngcairo, svg). `ranks`: every rank count of the sweep; `failed`: those where
+    no run succeeded, marked on the rank axis."""
     xt = ", ".join(f'"{n}" {n}' for n in sorted(set(ranks)))
     # Half a doubling of margin either side, so one rank count still gives a proper range.
     xr = f"set xrange [{min(ranks) / 1.41:g}:{max(ranks) * 1.41:g}]"
     common = ["set logscale x 2", xr, f"set xtics ({xt})", "set xlabel 'ranks (log2 scale)'",
               "set grid", "set key outside right top", "set pointsize 1.2"]
+    common += [f"set label 'failed' at {n}, graph 0.04 center textcolor rgb 'red'"
+               for n in sorted(set(failed))]
     plots = {}
     thr = [f"'{p}' using 1:2 with linespoints lw 2 title '{lab}'" for p, lab in files]
     thr += [f"'{p}' using 1:3 with lines dt 2 lc rgb 'gray40' notitle" for p, _ in files]
@@ -61,7 +64,7 @@ def gnuplot_script(files, ranks, title):
                                     f"set title '{title}: throughput (dashed: ideal)'",
                                     "plot " + ", \\\n     ".join(thr)]
     eff = [f"'{p}' using 1:4 with linespoints lw 2 title '{lab}'" for p, lab in files]
-    plots["efficiency"] = common + ["set yrange [0:*]", "set ylabel 'scaling efficiency'",
+    plots["efficiency"] = common + ["set yrange [0:1.15<*]", "set ylabel 'scaling efficiency'",
                                     f"set title '{title}: efficiency'",
                                     "plot 1 with lines dt 2 lc rgb 'gray40' title 'ideal', \\\n     "
                                     + ", \\\n     ".join(eff)]
@@ -98,10 +101,12 @@ def plot(rows, plot_dir, title, log=print):
     if not files:
         log("plot: no successful runs, nothing to plot")
         return []
-    ranks = [r["ranks"] for r in rows if r["status"] == "ok"]
+    ranks = [r["ranks"] for r in rows]
+    ok = {r["ranks"] for r in rows if r["status"] == "ok"}
+    failed = [r["ranks"] for r in rows if r["status"] == "failed" and r["ranks"] not in ok]
     gp = os.path.join(plot_dir, "plots.gp")
     with open(gp, "w") as f:
-        f.write(gnuplot_script(files, ranks, title))
+        f.write(gnuplot_script(files, ranks, title, failed))
     if not shutil.which("gnuplot"):
         log(f"plot: gnuplot not found (apt-get install gnuplot-nox); wrote {gp}")
         return []
