@@ -16,7 +16,7 @@
 ##SBATCH --exclusive
 ##SBATCH --partition=gpu --account=PROJECT
 set -euo pipefail
-for MT_ROOT in "${MESHTRAIN_HOME:-}" "${SLURM_SUBMIT_DIR:-$PWD}" "$(dirname "$0")/.." ""; do
+for MT_ROOT in "${SLURM_SUBMIT_DIR:-$PWD}" "${MESHTRAIN_HOME:-}" "$(dirname "$0")/.." ""; do
   [ -z "$MT_ROOT" ] || [ ! -f "$MT_ROOT/jobs/lib/slurm_common.sh" ] || break
 done
 [ -n "$MT_ROOT" ] || { echo "submit from the meshtrain checkout or set MESHTRAIN_HOME" >&2; exit 2; }

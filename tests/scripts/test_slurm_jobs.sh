@@ -142,6 +142,12 @@ run_job no_checkpoint_support 0 slurm-multinode.sh FAKE_NO_CKPT=1 -- --tp 2
 hasnt meshtrain "--ckpt.dir"
 has meshtrain "--train.out_dir $out"
 
+# Submitted from elsewhere (an installed copy): the library comes from MESHTRAIN_HOME.
+mkdir -p "$work/elsewhere"
+run_job meshtrain_home 0 slurm-gpu.sh SLURM_SUBMIT_DIR="$work/elsewhere" MESHTRAIN_HOME="$work/checkout" \
+  SLURM_NNODES=1 SLURM_JOB_NUM_NODES=1 SLURM_NTASKS=4 -- --tp 2
+has meshtrain "train --mesh.tp 2 --train.out_dir $work/elsewhere/out/meshtrain-4242"
+
 # ---- resume and requeue ---------------------------------------------------------------------
 mkdir -p "$out/ckpt" && echo step_00000100.h5 > "$out/ckpt/latest"
 run_job resume_latest 0 slurm-multinode.sh SLURM_RESTART_COUNT=1 -- --tp 2
