@@ -19,7 +19,7 @@ set -euo pipefail
 for MT_ROOT in "${SLURM_SUBMIT_DIR:-$PWD}" "${MESHTRAIN_HOME:-}" "$(dirname "$0")/.." ""; do
   [ -z "$MT_ROOT" ] || [ ! -f "$MT_ROOT/jobs/lib/slurm_common.sh" ] || break
 done
-[ -n "$MT_ROOT" ] || { echo "submit from the meshtrain checkout or set MESHTRAIN_HOME" >&2; exit 2; }
+[ -n "$MT_ROOT" ] || { echo "submit from a meshtrain checkout, or set MESHTRAIN_HOME" >&2; exit 2; }
 # shellcheck source=lib/slurm_common.sh
 . "$MT_ROOT/jobs/lib/slurm_common.sh"
 

@@ -4,7 +4,7 @@
 # copy. Debugging variables stay off for production runs (they cost start-up time and log volume).
 
 # ---- NCCL (GPU collectives) -------------------------------------------------------------------
-# export NCCL_SOCKET_IFNAME=ib0          # interface for NCCL's bootstrap (e.g. ib0, hsn0, ^lo,docker)
+# export NCCL_SOCKET_IFNAME=ib0          # NCCL's bootstrap interface (ib0, hsn0, ^lo,docker)
 # export NCCL_IB_HCA=mlx5_0,mlx5_1       # InfiniBand adapters NCCL may use (one per GPU pair, typ.)
 # export NCCL_NET_GDR_LEVEL=PHB          # GPUDirect RDMA when GPU and NIC share a PCIe host bridge
 # export NCCL_CROSS_NIC=1                # rings may leave through a different NIC than they came in

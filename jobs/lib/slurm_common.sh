@@ -18,9 +18,10 @@
 #   MESHTRAIN_OUT_DIR     train.out_dir; default $SLURM_SUBMIT_DIR/out/<job name>-<job id>
 #   MESHTRAIN_CKPT_DIR    ckpt.dir; default <out_dir>/ckpt
 #   MESHTRAIN_CHECKPOINTS auto (default: on when `meshtrain train --help` lists --ckpt.dir),
-#                         on, off: pass --ckpt.dir and `--resume latest` when <ckpt.dir>/latest exists
+#                         on, off: pass --ckpt.dir, and `--resume latest` when
+#                         <ckpt.dir>/latest exists
 #   MESHTRAIN_MAX_REQUEUES stop requeueing after this many restarts (default 50)
-#   MESHTRAIN_SITE_ENV    file sourced for the site's NCCL/MPI settings (default jobs/lib/site_env.sh)
+#   MESHTRAIN_SITE_ENV    file with the site's NCCL/MPI settings (default jobs/lib/site_env.sh)
 #   SRUN_FLAGS, MPIRUN_FLAGS extra launcher flags (word-split)
 #
 # Exit codes of meshtrain the scripts act on (README "Exit codes"; issue 8):
@@ -133,7 +134,8 @@ mt_layout() {
       # Part of the allocation (a sweep's small runs): fill whole nodes, then the rest.
       MT_NODES=$(((MT_RANKS + gpn - 1) / gpn))
       [ "$MT_RANKS" -ge "$gpn" ] || MT_RPN=$MT_RANKS
-      [ $((MT_RANKS % MT_RPN)) -eq 0 ] || mt_die "--ranks $MT_RANKS is not a multiple of $gpn GPUs per node"
+      [ $((MT_RANKS % MT_RPN)) -eq 0 ] ||
+        mt_die "--ranks $MT_RANKS is not a multiple of $gpn GPUs per node"
     fi
   else
     local all=${SLURM_NTASKS:-${SLURM_NPROCS:-1}}
@@ -159,7 +161,8 @@ mt_mesh_args() {
     fi
     [ -z "$v" ] || { mt_int "--$axis" "$v"; MT_MESH+=("--mesh.$axis" "$v"); }
   done
-  local pp=${MT_PP:-$(mt_option mesh.pp)} tp=${MT_TP:-$(mt_option mesh.tp)} dp=${MT_DP:-$(mt_option mesh.dp)}
+  local pp=${MT_PP:-$(mt_option mesh.pp)} tp=${MT_TP:-$(mt_option mesh.tp)}
+  local dp=${MT_DP:-$(mt_option mesh.dp)}
   pp=${pp:-1} tp=${tp:-1}
   if [ -z "$dp" ] || [ "$dp" = 0 ]; then
     [ $((MT_RANKS % (pp * tp))) -eq 0 ] ||
@@ -178,7 +181,8 @@ mt_train_args() {
   local out ckpt mode=${MESHTRAIN_CHECKPOINTS:-auto}
   out=$(mt_option train.out_dir)
   if [ -z "$out" ]; then
-    out=${MESHTRAIN_OUT_DIR:-${SLURM_SUBMIT_DIR:-$PWD}/out/${SLURM_JOB_NAME:-meshtrain}-${SLURM_JOB_ID:-0}}
+    out=${SLURM_SUBMIT_DIR:-$PWD}/out/${SLURM_JOB_NAME:-meshtrain}-${SLURM_JOB_ID:-0}
+    out=${MESHTRAIN_OUT_DIR:-$out}
     MT_TRAIN+=(--train.out_dir "$out")
   fi
   mkdir -p "$out"
@@ -187,7 +191,10 @@ mt_train_args() {
     help=$("$MT_EXE" train --help 2>/dev/null || true)
     case $help in *--ckpt.dir*) mode=on ;; *) mode=off ;; esac
   fi
-  [ "$mode" = on ] || { mt_log "checkpoints off (MESHTRAIN_CHECKPOINTS=${MESHTRAIN_CHECKPOINTS:-auto})"; return 0; }
+  if [ "$mode" != on ]; then
+    mt_log "checkpoints off (MESHTRAIN_CHECKPOINTS=${MESHTRAIN_CHECKPOINTS:-auto})"
+    return 0
+  fi
   ckpt=$(mt_option ckpt.dir)
   if [ -z "$ckpt" ]; then
     ckpt=${MESHTRAIN_CKPT_DIR:-$out/ckpt}
@@ -230,8 +237,8 @@ mt_run() {
   mt_log "$(printf '%q ' "${MT_CMD[@]}")"
   "${MT_CMD[@]}" &
   MT_PID=$!
-  trap 'mt_log "SIGUSR1: asking meshtrain to checkpoint"; kill -USR1 "$MT_PID" 2>/dev/null || true' USR1
-  trap 'mt_log "SIGTERM: asking meshtrain to checkpoint"; kill -TERM "$MT_PID" 2>/dev/null || true' TERM
+  trap 'mt_log "SIGUSR1 forwarded: checkpoint asked"; kill -USR1 "$MT_PID" 2>/dev/null || true' USR1
+  trap 'mt_log "SIGTERM forwarded: checkpoint asked"; kill -TERM "$MT_PID" 2>/dev/null || true' TERM
   # wait returns early (status > 128) when a trapped signal arrives: wait again until the
   # launcher is gone, then once more for its status (bash keeps it).
   while kill -0 "$MT_PID" 2>/dev/null; do wait "$MT_PID" || true; done
@@ -251,10 +258,12 @@ mt_finish() {
     exit "$rc"
   fi
   if [ "$restarts" -ge "$max" ]; then
-    mt_log "checkpoint saved, but this job was restarted $restarts times (MESHTRAIN_MAX_REQUEUES=$max): not requeued"
+    mt_log "checkpoint saved, but this job was restarted $restarts times" \
+      "(MESHTRAIN_MAX_REQUEUES=$max): not requeued"
     exit "$rc"
   fi
-  mt_log "checkpoint saved (exit $rc): requeueing job ${SLURM_JOB_ID:-?} (restart $((restarts + 1)))"
+  mt_log "checkpoint saved (exit $rc): requeueing job ${SLURM_JOB_ID:-?}" \
+    "(restart $((restarts + 1)))"
   if scontrol requeue "${SLURM_JOB_ID:?not in a Slurm job}"; then
     exit 0
   fi
@@ -280,7 +289,8 @@ mt_setup() {
   [ "$MT_SUB" != train ] || mt_train_args
   mt_launch_cmd
   mt_log "job ${SLURM_JOB_ID:-none} restart ${SLURM_RESTART_COUNT:-0}: $MT_RANKS rank(s) on" \
-    "$MT_NODES node(s), $MT_RPN per node, $MT_CPT CPU(s) per rank, $MT_MODE, ${MESHTRAIN_LAUNCHER:-srun}"
+    "$MT_NODES node(s), $MT_RPN per node, $MT_CPT CPU(s) per rank, $MT_MODE," \
+    "${MESHTRAIN_LAUNCHER:-srun}"
 }
 
 # The whole job: set up, run, requeue or exit.

@@ -43,7 +43,8 @@ class Meshtrain(CMakePackage, CudaPackage):
         depends_on(f"kokkos +cuda +wrapper cuda_arch={_arch}", when=f"+cuda cuda_arch={_arch}")
         depends_on(f"nccl cuda_arch={_arch}", when=f"+cuda cuda_arch={_arch}")
     depends_on("nccl@2.18:", when="+cuda")
-    conflicts("+cuda", when="cuda_arch=none", msg="meshtrain +cuda needs cuda_arch (e.g. 90 for Hopper)")
+    conflicts("+cuda", when="cuda_arch=none",
+              msg="meshtrain +cuda needs cuda_arch (e.g. 90 for Hopper)")
 
     def cmake_args(self):
         args = [
