@@ -1,0 +1,4 @@
+# Sources of the parallel layer: data parallelism and ZeRO (zero_*, grad_*, dp_*).
+target_sources(meshtrain_lib PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/zero_partition.cpp
+)
