@@ -13,6 +13,7 @@
 // backward. Row-parallel biases are added by tp rank 0 only, before the reduction, and their
 // gradients come from the full-row output gradient, so every rank has the whole of it.
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/timer.hpp"
 #include "meshtrain/kernels/attention.hpp"
 #include "meshtrain/kernels/cross_entropy.hpp"
 #include "meshtrain/kernels/embedding.hpp"
@@ -28,10 +29,21 @@ namespace meshtrain::model {
 
 namespace k = meshtrain::kernels;
 
+namespace {
+// Adds the wall time of a tensor-parallel communication call to a counter. Host time: exact for
+// the MPI backend (calls return when done); launch time only for NCCL on a GPU.
+struct TpTimer {
+  explicit TpTimer(double& acc) : acc_(acc) {}
+  ~TpTimer() { acc_ += t_.seconds(); }
+  double& acc_;
+  Timer t_;
+};
+}  // namespace
+
 template <class T>
 View1<const T> GptT<T>::gather_rows(View1<const T> local, View1<T> full) {
   if (!(layout_.sequence_parallel && tp_active())) return local;
-  layout_.tp->all_gather(local, full);
+  { TpTimer t(tp_comm_seconds_); layout_.tp->all_gather(local, full); }
   return full;
 }
 
@@ -45,6 +57,7 @@ void GptT<T>::row_parallel_forward(View1<T> out, View1<const T> inp, View1<const
   }
   k::linear_forward<T>(exec_, partial_, inp, w, tp_rank_ == 0 ? b : View1<const T>{}, N_,
                        in_cols, C);
+  TpTimer t(tp_comm_seconds_);
   if (layout_.sequence_parallel) layout_.tp->reduce_scatter(partial_, out);
   else layout_.tp->all_reduce(partial_, out);
 }
@@ -63,7 +76,7 @@ void GptT<T>::column_parallel_backward(View1<T> dx, View1<T> dw, View1<T> db, Vi
   comm::Request r = layout_.sequence_parallel ? layout_.tp->ireduce_scatter(dln_, dx)
                                               : layout_.tp->iall_reduce(dln_, dx);
   k::linear_backward<T>(exec_, View1<T>{}, dw, db, dout, inp, w, N_, C, out_cols);
-  r.wait();
+  { TpTimer t(tp_comm_seconds_); r.wait(); }
 }
 
 template <class T>
@@ -79,8 +92,8 @@ void GptT<T>::layernorm_backward_tp(View1<T> dx, View1<T> dw, View1<T> db, View1
   Kokkos::deep_copy(exec_, ln_dw_, T(0.0f));
   Kokkos::deep_copy(exec_, ln_db_, T(0.0f));
   k::layernorm_backward<T>(exec_, dx, ln_dw_, ln_db_, dout, x, w, mean, rstd, Nl_, C);
-  layout_.tp->all_reduce(ln_dw_);
-  layout_.tp->all_reduce(ln_db_);
+  { TpTimer t(tp_comm_seconds_); layout_.tp->all_reduce(ln_dw_); }
+  { TpTimer t(tp_comm_seconds_); layout_.tp->all_reduce(ln_db_); }
   k::accumulate<T>(exec_, dw, ln_dw_, static_cast<std::size_t>(C));
   k::accumulate<T>(exec_, db, ln_db_, static_cast<std::size_t>(C));
 }
@@ -93,14 +106,14 @@ void GptT<T>::block_forward(int l, View1<const T> x, BlockActivations<T>& a, Vie
   const std::size_t local = static_cast<std::size_t>(Nl) * C;
   k::layernorm_forward<T>(exec_, sp ? ln_local_ : a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln_1_w,
                           w.ln_1_b, Nl, C);
-  if (sp) layout_.tp->all_gather(ln_local_, a.ln1);
+  if (sp) { TpTimer t(tp_comm_seconds_); layout_.tp->all_gather(ln_local_, a.ln1); }
   k::linear_forward<T>(exec_, a.qkv, a.ln1, w.c_attn_w, w.c_attn_b, N, C, 3 * C / P);
   k::attention_forward<T>(exec_, a.atty, a.lse, a.qkv, B_, T_, NHl_, HS);
   row_parallel_forward(a.attproj, a.atty, w.attn_proj_w, w.attn_proj_b, C / P);
   k::residual_forward<T>(exec_, a.res2, x, a.attproj, local);
   k::layernorm_forward<T>(exec_, sp ? ln_local_ : a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln_2_w,
                           w.ln_2_b, Nl, C);
-  if (sp) layout_.tp->all_gather(ln_local_, a.ln2);
+  if (sp) { TpTimer t(tp_comm_seconds_); layout_.tp->all_gather(ln_local_, a.ln2); }
   k::linear_forward<T>(exec_, a.fch, a.ln2, w.c_fc_w, w.c_fc_b, N, C, 4 * C / P);
   k::gelu_forward<T>(exec_, a.fch_gelu, a.fch, static_cast<std::size_t>(N) * 4 * C / P);
   row_parallel_forward(a.fcproj, a.fch_gelu, w.mlp_proj_w, w.mlp_proj_b, 4 * C / P);
@@ -142,6 +155,7 @@ void GptT<T>::embedding_forward(SlotActivations<T>& s) {
   // Vocabulary-parallel: tokens outside this rank's rows contribute 0; wpe added once.
   k::embedding_forward<T>(exec_, partial_, s.tokens, wte_, tp_rank_ == 0 ? wpe_ : View1<T>{}, B_,
                           T_, C, v0_, Vl_);
+  TpTimer t(tp_comm_seconds_);
   if (layout_.sequence_parallel) layout_.tp->reduce_scatter(partial_, s.input);
   else layout_.tp->all_reduce(partial_, s.input);
 }
@@ -165,7 +179,7 @@ void GptT<T>::head_forward(SlotActivations<T>& s, View1<const T> x,
   hook_before_forward(eu);
   k::layernorm_forward<T>(exec_, sp ? ln_local_ : lnf_, lnf_mean_, lnf_rstd_, x, lnf_w_, lnf_b_, Nl,
                           C);
-  if (sp) layout_.tp->all_gather(ln_local_, lnf_);
+  if (sp) { TpTimer t(tp_comm_seconds_); layout_.tp->all_gather(ln_local_, lnf_); }
   // LM head tied to wte [Vl, C]: logits[N, Vl] = lnf[N, C] @ wte^T (this rank's vocabulary rows)
   k::gemm<T>(exec_, k::Trans::N, k::Trans::T, N, Vl_, C, 1.0f, lnf_.data(), C, wte_.data(), C,
              0.0f, logits_.data(), Vl_);
@@ -182,9 +196,9 @@ void GptT<T>::head_forward(SlotActivations<T>& s, View1<const T> x,
       k::cross_entropy_forward<T>(exec_, losses_, logits_, targets_, N, Vl_, V);
   } else {
     k::vp_ce_max<T>(exec_, ce_max_, logits_, N, Vl_, v0_, V);
-    layout_.tp->all_reduce(ce_max_, comm::ReduceOp::max);
+    { TpTimer t(tp_comm_seconds_); layout_.tp->all_reduce(ce_max_, comm::ReduceOp::max); }
     k::vp_ce_sums<T>(exec_, ce_sums_, logits_, targets_, ce_max_, N, Vl_, v0_, V);
-    layout_.tp->all_reduce(ce_sums_);
+    { TpTimer t(tp_comm_seconds_); layout_.tp->all_reduce(ce_sums_); }
     k::vp_ce_finish<T>(exec_, losses_, logits_, targets_, ce_max_, ce_sums_, N, Vl_, v0_, V,
                        grad_scale, train);
   }
@@ -200,7 +214,7 @@ void GptT<T>::head_forward(SlotActivations<T>& s, View1<const T> x,
     r = sp ? layout_.tp->ireduce_scatter(dln_, dln_local_) : layout_.tp->iall_reduce(dln_);
   k::gemm<T>(exec_, k::Trans::T, k::Trans::N, Vl_, C, N, 1.0f, logits_.data(), Vl_, lnf_.data(),
              C, 1.0f, dwte_.data(), C);
-  r.wait();
+  { TpTimer t(tp_comm_seconds_); r.wait(); }
   Kokkos::deep_copy(exec_, s.dhead, T(0.0f));
   layernorm_backward_tp(s.dhead, dlnf_w_, dlnf_b_, sp ? dln_local_ : dln_, x, lnf_w_, lnf_mean_,
                         lnf_rstd_);

@@ -102,6 +102,9 @@ class GptT {
   View1<T> param(const std::string& name) const;
   View1<T> grad(const std::string& name) const;
 
+  // Seconds spent in tensor-parallel communication since construction (host wall time).
+  double tp_comm_seconds() const { return tp_comm_seconds_; }
+
   void set_hooks(LayerHooks* hooks) { hooks_ = hooks; }
   // Storage of unit u (registry().units()[u]): views of units[u].size() elements laid out like
   // the flat buffer's range [begin, end). Either may be empty to keep the current binding.
@@ -184,6 +187,7 @@ class GptT {
   ExecSpace exec_;
   ParameterRegistry reg_;
   LayerHooks* hooks_ = nullptr;
+  double tp_comm_seconds_ = 0;
   View1<T> params_, grads_;
   // Per-layer views of parameters / gradients (indexed by global layer; empty when not held).
   std::vector<BlockTensors<T>> block_params_, block_grads_;
