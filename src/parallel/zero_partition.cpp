@@ -6,43 +6,16 @@
 
 namespace meshtrain::parallel {
 
-std::vector<UnitSpan> units_of(const model::ParameterRegistry& reg) {
-  std::vector<UnitSpan> units;
-  bool seen_block = false;
-  for (const auto& p : reg.params()) {
-    std::string name;
-    if (p.layer >= 0) {
-      name = "h." + std::to_string(p.layer);
-      seen_block = true;
-    } else {
-      name = seen_block || p.name == "transformer.ln_f.weight" || p.name == "transformer.ln_f.bias"
-                 ? "head"
-                 : "embedding";
-    }
-    if (units.empty() || units.back().name != name) {
-      units.push_back(UnitSpan{name, p.layer, FlatRange{p.offset, p.offset}});
-    }
-    units.back().range.end = p.offset + p.numel;
-  }
-  return units;
-}
-
-bool counts_in_norm(const model::ParameterRegistry& reg, const model::ParamInfo& p) {
-  if (p.split == model::Split::replicated && reg.tp_rank() != 0) return false;
-  if (p.name == "transformer.wte.weight" && !reg.find("transformer.wpe.weight")) return false;
-  return true;
-}
-
-std::vector<Bucket> plan_buckets(const std::vector<UnitSpan>& units, std::size_t elem_bytes,
+std::vector<Bucket> plan_buckets(const std::vector<model::UnitInfo>& units, std::size_t elem_bytes,
                                  std::size_t bucket_bytes, bool per_unit) {
   std::vector<Bucket> out;
   const int n = static_cast<int>(units.size());
   int hi = n - 1;
   std::size_t bytes = 0;
   for (int u = n - 1; u >= 0; --u) {
-    bytes += units[u].range.size() * elem_bytes;
+    bytes += units[u].size() * elem_bytes;
     if (per_unit || bytes >= bucket_bytes || u == 0) {
-      out.push_back(Bucket{u, hi, FlatRange{units[u].range.begin, units[hi].range.end}});
+      out.push_back(Bucket{u, hi, FlatRange{units[u].begin, units[hi].end}});
       hi = u - 1;
       bytes = 0;
     }

@@ -30,25 +30,7 @@ struct FlatRange {
   std::size_t size() const { return end - begin; }
 };
 
-// A layer unit: what the model's hooks are called for (embedding, each block, the head), as a
-// range of the flat buffer.
-struct UnitSpan {
-  std::string name;
-  int layer = -1;
-  FlatRange range;
-};
-
-// Units of a registry: the embedding (wte [+ wpe]) when the rank holds wte, one per block, the
-// head (ln_f) when it holds the head. Each begins at its first parameter's offset and ends at its
-// last parameter's end.
-std::vector<UnitSpan> units_of(const model::ParameterRegistry& reg);
-
-// Whether a parameter counts in the global gradient norm on this rank: replicated tensor-parallel
-// parameters count on tp rank 0 only, and the copy of wte a last pipeline stage keeps for the
-// tied head does not count (its first stage's wte does). Everything else counts where it lives.
-bool counts_in_norm(const model::ParameterRegistry& reg, const model::ParamInfo& p);
-
-// A DP bucket: units [first_unit, last_unit] (consecutive), covering `range`.
+// A DP bucket: units [first_unit, last_unit] (consecutive, registry().units()), covering `range`.
 struct Bucket {
   int first_unit = 0, last_unit = 0;
   FlatRange range;
@@ -58,7 +40,7 @@ struct Bucket {
 // the current bucket until it holds at least `bucket_bytes`; a unit larger than that is a bucket
 // by itself. per_unit: one bucket per unit (ZeRO-3, whose gathers are per unit). Returned in
 // launch order (last units first).
-std::vector<Bucket> plan_buckets(const std::vector<UnitSpan>& units, std::size_t elem_bytes,
+std::vector<Bucket> plan_buckets(const std::vector<model::UnitInfo>& units, std::size_t elem_bytes,
                                  std::size_t bucket_bytes, bool per_unit);
 
 struct ZeroGroup {
