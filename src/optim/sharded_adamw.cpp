@@ -99,6 +99,15 @@ void ShardedAdamWT<T>::init_master(View1<const T> params, Index where) {
 template <class T>
 Scalar<float> ShardedAdamWT<T>::local_sumsq(View1<const T> grads, Index where) {
   if (placement_ == StatePlacement::device) {
+    // The unsharded buffer with every parameter counted (one rank, or tp = pp = 1 at ZeRO-0):
+    // one reduction over the whole buffer, as AdamWT, so that this path is bit-identical to it.
+    bool whole = pieces_.size() == 1 && pieces_[0].flat == 0 && pieces_[0].shard == 0 &&
+                 pieces_[0].length == grads.span();
+    for (const auto& r : ranges_) whole = whole && r.counted;
+    if (whole) {
+      kernels::sum_squares<T>(exec_, sumsq_, grads, grads.span(), false);
+      return sumsq_;
+    }
     bool first = true;
     for (const auto& r : ranges_) {
       if (!r.counted || r.length == 0) continue;
