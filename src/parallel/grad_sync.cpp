@@ -14,6 +14,19 @@ CommStats& CommStats::operator+=(const CommStats& o) {
   return *this;
 }
 
+namespace {
+
+// dst(i) += src(i). A free function: CUDA lambdas cannot live in private member functions.
+template <class T>
+void accumulate(const ExecSpace& exec, View1<T> dst, View1<T> src) {
+  Kokkos::parallel_for(
+      "meshtrain::zero_grad_accumulate",
+      Kokkos::RangePolicy<ExecSpace>(exec, 0, static_cast<std::int64_t>(dst.span())),
+      KOKKOS_LAMBDA(const std::int64_t i) { dst(i) += src(i); });
+}
+
+}  // namespace
+
 namespace detail {
 
 template <class T>
@@ -224,10 +237,7 @@ void GradSync<T>::launch(int b) {
     auto shard = slice(shard_grads_, soff, piece);
     // Accumulation over micro-batches: this rank adds its running shard to its own block, so
     // the reduce-scatter's sum is the running total (no second buffer, no add afterwards).
-    Kokkos::parallel_for(
-        "meshtrain::zero_grad_accumulate",
-        Kokkos::RangePolicy<ExecSpace>(exec_, 0, static_cast<std::int64_t>(piece)),
-        KOKKOS_LAMBDA(const std::int64_t i) { buf(mine + i) += shard(i); });
+    accumulate<T>(exec_, slice(buf, mine, piece), shard);
     op.t_launch = clock_.seconds();
     op.req = dp_.ireduce_scatter(buf, shard);
     grad_stats_.bytes += buf.span() * sizeof(T);
@@ -271,8 +281,31 @@ void GradSync<T>::finish() {
     complete_bucket(b);
   }
   std::fill(launched_.begin(), launched_.end(), false);
+  if (embedding_ && embedding_->size() > 1) {
+    const auto& wte = model_.registry->get("transformer.wte.weight");
+    const Timer t;
+    embedding_->all_reduce(slice(model_.grads, wte.offset, wte.numel));
+    grad_stats_.total_seconds += t.seconds();
+    grad_stats_.exposed_seconds += t.seconds();
+    grad_stats_.bytes += wte.numel * sizeof(T);
+    ++grad_stats_.ops;
+  }
   if (opt_.zero_stage == 3)
     for (int u = 0; u < n_units(); ++u) release_params(u);
+}
+
+template <class T>
+void GradSync<T>::set_embedding_group(comm::Communicator* embedding) {
+  if (embedding && embedding->size() > 1) {
+    MESHTRAIN_CONFIG_CHECK(opt_.zero_stage <= 1, "zero.stage=", opt_.zero_stage,
+                           " with pipeline parallelism and the tied embedding is not supported "
+                           "yet: the first and last stage would each hold a differently "
+                           "partitioned shard of wte's gradient; use zero.stage 0 or 1 with "
+                           "mesh.pp > 1");
+    MESHTRAIN_CHECK(model_.registry->find("transformer.wte.weight"),
+                    "set_embedding_group: this rank holds no wte");
+  }
+  embedding_ = embedding;
 }
 
 // ---- ZeRO-3 parameters ----

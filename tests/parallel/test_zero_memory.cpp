@@ -1,6 +1,6 @@
 // Model-state bytes per rank, measured from the allocations, against the ZeRO paper's formulas
-// in the fp32 form of this build (4Ψ parameters, 4Ψ gradients, 8Ψ Adam moments, no master copy;
-// offload: 12Ψ on the host), within 5 %.
+// within 5 %: fp32 (4Ψ parameters, 4Ψ gradients, 8Ψ Adam moments, no master copy; offload: 12Ψ
+// on the host) and, where the build has bf16, mixed precision (2Ψ + 2Ψ + 12Ψ).
 #include <cmath>
 #include <cstdio>
 
@@ -15,24 +15,23 @@ bool within(double measured, double formula, double tol) {
   if (formula == 0) return measured == 0;
   return std::fabs(measured - formula) <= tol * formula;
 }
-}  // namespace
-
-TEST_CASE("model-state memory per rank equals the ZeRO formulas", "[parallel][zero][mpi]") {
+template <class T>
+void check_memory() {
   zt::WorldDp w;
   const int rank = w.comm->rank(), P = w.comm->size();
   const auto cfg = zt::config(2, 128, 512, 64);
   if (rank == 0)
-    std::printf("model states per rank, dp=%d (MiB): stage offload | params grads optim host | "
-                "formula | buffers\n", P);
+    std::printf("%s model states per rank, dp=%d (MiB): stage offload | params grads optim host "
+                "| formula | buffers\n", sizeof(T) == 4 ? "fp32" : "bf16", P);
   for (int stage = 0; stage <= 3; ++stage) {
     for (bool offload : {false, true}) {
       INFO("ZeRO-" << stage << (offload ? " offload" : "") << ", dp=" << P);
-      zt::FakeModel<float> fm(cfg, stage);
+      zt::FakeModel<T> fm(cfg, stage);
       DpOptions opt;
       opt.zero_stage = stage;
       opt.offload = offload;
-      GradSync<float> sync(fm.buffers(), *w.comm, opt);
-      ZeroOptimizer<float> zo(sync, optim::AdamWConfig{});
+      GradSync<T> sync(fm.buffers(), *w.comm, opt);
+      ZeroOptimizer<T> zo(sync, optim::AdamWConfig{});
       zo.init_master();
       sync.begin_step();
       fm.micro_batch(sync, [&](std::size_t i) { return zt::grad_value(rank, 0, i); });
@@ -59,3 +58,16 @@ TEST_CASE("model-state memory per rank equals the ZeRO formulas", "[parallel][ze
     }
   }
 }
+
+}  // namespace
+
+TEST_CASE("model-state memory per rank equals the ZeRO formulas (fp32)", "[parallel][zero][mpi]") {
+  check_memory<float>();
+}
+
+#if MESHTRAIN_HAVE_BF16
+TEST_CASE("model-state memory per rank equals the ZeRO formulas (mixed precision)",
+          "[parallel][zero][mpi][bf16]") {
+  check_memory<bf16>();
+}
+#endif

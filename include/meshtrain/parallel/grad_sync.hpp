@@ -107,6 +107,14 @@ class GradSync : public model::LayerHooks {
   void before_backward(int unit) override;
   void after_backward(int unit) override;
 
+  // Pipeline parallelism with the tied embedding: the first stage's wte and the last stage's copy
+  // are one parameter, whose gradient is the sum over the embedding group (null or size 1: no
+  // sum). finish() adds it after the pipeline has flushed (summing earlier would deadlock 1F1B:
+  // the last stage would wait for a first stage that waits for it). Sums commute, so it comes
+  // after the DP reduction. ZeRO 0/1 only for now: at stages 2/3 each stage holds only its shard
+  // of wte's gradient, and the two stages' partitions of it differ (ConfigError).
+  void set_embedding_group(comm::Communicator* embedding);
+
   // ---- the step ----
   // Whether the coming backward is the step's last micro-batch (ZeRO 0/1 reduce only then).
   void set_last_micro(bool last) { last_micro_ = last; }
@@ -202,6 +210,7 @@ class GradSync : public model::LayerHooks {
   std::vector<Op> param_ops_;           // gather in flight per unit
   View1<T> stage_send_, stage_recv_;    // ZeRO 1/2 parameter all-gather staging
   CommStats grad_stats_, param_stats_;
+  comm::Communicator* embedding_ = nullptr;
 };
 
 }  // namespace meshtrain::parallel
