@@ -22,16 +22,20 @@ ModelStateBytes zero_formula(double psi, int stage, int dp, std::size_t compute_
 
 std::string zero_formula_text(int stage, std::size_t compute_bytes, bool offload) {
   const bool fp32 = compute_bytes >= 4;
-  const std::string k = fp32 ? "4" : "2", K = offload ? "0" : (fp32 ? "8" : "12");
+  const std::string k = fp32 ? "4" : "2", K = fp32 ? "8" : "12";
+  const std::string p = k + "Ψ", g = k + "Ψ", o = offload ? "" : K + "Ψ";
+  auto sum = [](const std::string& a, const std::string& b) {
+    return b.empty() ? a : a + " + " + b;
+  };
   std::string s;
   switch (stage) {
-    case 0: s = k + "Ψ + " + k + "Ψ + " + K + "Ψ"; break;
-    case 1: s = k + "Ψ + " + k + "Ψ + " + K + "Ψ/N_d"; break;
-    case 2: s = k + "Ψ + (" + k + "Ψ + " + K + "Ψ)/N_d"; break;
-    default: s = "(" + k + "Ψ + " + k + "Ψ + " + K + "Ψ)/N_d"; break;
+    case 0: s = sum(sum(p, g), o); break;
+    case 1: s = sum(sum(p, g), o.empty() ? "" : o + "/N_d"); break;
+    case 2: s = p + " + " + (o.empty() ? g + "/N_d" : "(" + g + " + " + o + ")/N_d"); break;
+    default: s = "(" + sum(sum(p, g), o) + ")/N_d"; break;
   }
   s += fp32 ? " (fp32)" : " (mixed precision)";
-  if (offload) s += std::string(", host: 12Ψ") + (stage >= 1 ? "/N_d" : "");
+  if (offload) s += std::string("; host: 12Ψ") + (stage >= 1 ? "/N_d" : "");
   return s;
 }
 
