@@ -444,6 +444,12 @@ void GradSync<T>::gather_updated_params() {
 }
 
 template <class T>
+void GradSync<T>::params_updated() {
+  if (opt_.zero_stage == 3)
+    for (int u = 0; u < n_units(); ++u) release_params(u);
+}
+
+template <class T>
 void GradSync<T>::scatter_params(View1<const T> full) {
   if (opt_.zero_stage < 3) {
     if (full.data() != model_.params.data()) Kokkos::deep_copy(exec_, model_.params, full);
@@ -457,6 +463,7 @@ void GradSync<T>::scatter_params(View1<const T> full) {
                         slice(full, pc.begin, pc.size()));
   }
   exec_.fence();
+  params_updated();
 }
 
 template <class T>

@@ -32,6 +32,7 @@ bool ZeroOptimizer<T>::step(std::int64_t step, float loss_scale, bool check_fini
                  check_finite);
   // Every rank skips or applies alike (the norm is global), so the gather is collective-safe.
   if (applied) {
+    sync_.params_updated();
     const Timer g;
     sync_.gather_updated_params();
     comm_seconds_ += g.seconds();

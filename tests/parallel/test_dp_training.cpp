@@ -59,8 +59,21 @@ struct Batch {
 
 struct Run {
   std::vector<float> losses;
+  float eval_loss = 0;        // forward_eval of one batch after training
   std::vector<float> params;  // full flat buffer
 };
+
+// Loss of the batch after the last step (the same on every rank): ZeRO-3 gathers the updated
+// parameters for a forward without backward.
+template <class T>
+float eval_loss(model::GptT<T>& m, const io::TokenDataset& ds, Batch& b) {
+  b.fill(ds, kSteps, kB, 0);
+  m.reset_loss_sum();
+  m.forward_eval(b.in, b.tg);
+  float loss = 0;
+  Kokkos::deep_copy(loss, m.loss_sum());
+  return loss / (kB * kT);
+}
 
 // The single-rank run: global batch of `global` sequences in micro-batches of kB.
 template <class T>
@@ -85,6 +98,7 @@ Run reference(const io::TokenDataset& ds, int global) {
     Kokkos::deep_copy(loss, m.loss_sum());
     r.losses.push_back(loss * scale);
   }
+  r.eval_loss = eval_loss(m, ds, b);
   r.params = zt::to_host(m.params());
   return r;
 }
@@ -138,6 +152,7 @@ Measured data_parallel(const io::TokenDataset& ds, comm::Communicator& dp, int s
     Kokkos::deep_copy(l, loss);
     out.run.losses.push_back(l * scale);
   }
+  out.run.eval_loss = eval_loss(m, ds, b);
   auto full = zeros<T>("test.full", m.registry().size());
   sync.gather_params(full);
   out.run.params = zt::to_host(full);
@@ -211,6 +226,8 @@ void check_matrix(double tol) {
         INFO("worst loss difference " << worst_loss << ", parameters " << rel << " relative, "
                                        << mx << " absolute");
         REQUIRE(mt_test::all_ranks(worst_loss <= tol));
+        REQUIRE(mt_test::all_ranks(std::fabs(got.run.eval_loss - ref.eval_loss) <=
+                                   tol * std::fabs(ref.eval_loss)));
         // Parameters: relative in norm over the model, and absolute per element. Not relative
         // per tensor: AdamW divides by sqrt(v), so an element whose true gradient is ~0 moves by
         // up to lr per step in a direction set by rounding noise, and any change of summation

@@ -126,6 +126,9 @@ class GradSync : public model::LayerHooks {
   // ZeRO 1/2, after the optimizer updated this rank's pieces of the parameters: all-gather them
   // into the model's full parameter buffer. ZeRO 0/3: nothing.
   void gather_updated_params();
+  // The optimizer changed the parameters: ZeRO-3 drops every gathered copy (an evaluation pass
+  // after finish() may have left some), so the next use gathers the new values.
+  void params_updated();
 
   // ---- ZeRO-3 parameter shards ----
   // shard = this rank's pieces of a full flat parameter buffer (initialisation, restore).
