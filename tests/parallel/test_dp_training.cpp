@@ -8,6 +8,7 @@
 
 #include "meshtrain/io/dataset.hpp"
 #include "meshtrain/io/token_shard.hpp"
+#include "meshtrain/mesh/process_mesh.hpp"
 #include "meshtrain/parallel/zero_optimizer.hpp"
 #include "zero_test_util.hpp"
 
@@ -105,15 +106,19 @@ Run reference(const io::TokenDataset& ds, int global) {
 
 struct Measured {
   Run run;
+  int tp_rank = 0, tp_size = 1;
   CommStats grads, params;
 };
 
+// tp / mp: tensor-parallel and model-parallel groups (null: tp = 1).
 template <class T>
 Measured data_parallel(const io::TokenDataset& ds, comm::Communicator& dp, int stage,
-                       bool offload, int accum) {
+                       bool offload, int accum, comm::Communicator* tp = nullptr,
+                       comm::Communicator* mp = nullptr) {
   const int P = dp.size(), rank = dp.rank();
   const int global = P * kB * accum;
   model::ModelLayout layout;
+  layout.tp = tp;
   layout.allocate_params = stage < 3;
   layout.allocate_grads = stage < 2;
   model::GptT<T> m(tiny(), kB, kT, layout);
@@ -125,11 +130,13 @@ Measured data_parallel(const io::TokenDataset& ds, comm::Communicator& dp, int s
   m.set_hooks(&sync);
   {
     // The model initialises a full buffer; ZeRO-3 keeps this rank's pieces of it.
-    model::GptT<T> init(tiny(), 1, kT);
+    model::ModelLayout init_layout;
+    init_layout.tp = tp;
+    model::GptT<T> init(tiny(), 1, kT, init_layout);
     init.init_parameters(kInit);
     sync.scatter_params(init.params());
   }
-  ZeroOptimizer<T> zo(sync, adamw());
+  ZeroOptimizer<T> zo(sync, adamw(), mp);
   zo.init_master();
   const float scale = 1.0f / static_cast<float>(global * kT);
   Batch b;
@@ -156,6 +163,8 @@ Measured data_parallel(const io::TokenDataset& ds, comm::Communicator& dp, int s
   auto full = zeros<T>("test.full", m.registry().size());
   sync.gather_params(full);
   out.run.params = zt::to_host(full);
+  out.tp_rank = m.tp_rank();
+  out.tp_size = m.tp_size();
   out.grads = sync.grad_stats();
   out.params = sync.param_stats();
   return out;
@@ -262,3 +271,50 @@ TEST_CASE("bf16 data parallelism with ZeRO 0-3 equals the single-rank run",
   check_matrix<bf16>(1e-2);
 }
 #endif
+
+// 2-D: dp x tp (the world split with tp fastest). Each tp rank's parameters are slices of the
+// reference's, compared at their global indices; the global norm counts replicated parameters
+// once over tp (ZeroOptimizer's model-parallel sum).
+TEST_CASE("data x tensor parallelism with ZeRO 0-3 equals the single-rank run",
+          "[parallel][zero][mpi][tp]") {
+  const int W = mt_test::world_size();
+  if (W < 2 || W % 2) return;
+  const int tp_size = 2, dp_size = W / 2;
+  mesh::ProcessMesh pm(mt_test::world(), mesh::Shape{dp_size, 1, tp_size});
+  auto dp = comm::make_communicator(comm::default_backend(), pm.dp().get());
+  auto tp = comm::make_communicator(comm::default_backend(), pm.tp().get());
+  auto mp = comm::make_communicator(comm::default_backend(), pm.model_parallel().get());
+  const std::string data = make_data();
+  io::TokenDataset ds(data, kT);
+  const model::ParameterRegistry ref_reg(tiny(), 0, 1, 0, 0, tiny().n_layer, true, true);
+  const int accum = 3;
+  const Run ref = reference<float>(ds, dp_size * kB * accum);
+  for (int stage = 0; stage <= 3; ++stage) {
+    INFO("dp " << dp_size << " x tp " << tp_size << ", ZeRO-" << stage);
+    const Measured got = data_parallel<float>(ds, *dp, stage, false, accum, tp.get(), mp.get());
+    double worst_loss = 0;
+    for (int s = 0; s < kSteps; ++s)
+      worst_loss = std::max(worst_loss, std::fabs(double(got.run.losses[s]) - ref.losses[s]) /
+                                            std::fabs(double(ref.losses[s])));
+    const model::ParameterRegistry reg(tiny(), got.tp_rank, got.tp_size, 0, 0, tiny().n_layer,
+                                       true, true);
+    double d2 = 0, b2 = 0, mx = 0;
+    for (const auto& p : reg.params()) {
+      const auto& r = ref_reg.get(p.name);
+      for (std::size_t i = 0; i < p.numel; ++i) {
+        const auto g = p.global_index(static_cast<std::int64_t>(i), got.tp_rank, got.tp_size);
+        const double want = ref.params[r.offset + g], d = got.run.params[p.offset + i] - want;
+        d2 += d * d;
+        b2 += want * want;
+        mx = std::max(mx, std::fabs(d));
+      }
+    }
+    const double rel = std::sqrt(d2 / b2);
+    if (mt_test::world_rank() == 0)
+      std::printf("dp %d x tp %d ZeRO-%d accum %d: worst loss rel %.1e, params rel %.1e max abs "
+                  "%.1e\n", dp_size, tp_size, stage, accum, worst_loss, rel, mx);
+    REQUIRE(mt_test::all_ranks(worst_loss <= 1e-5));
+    REQUIRE(mt_test::all_ranks(rel <= 1e-5 && mx <= 1e-5));
+  }
+  std::filesystem::remove_all("test_dp_training_" + std::to_string(mt_test::world_rank()));
+}
