@@ -1,0 +1,4 @@
+# Sources of the parallel layer.
+target_sources(meshtrain_lib PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/schedule.cpp
+)

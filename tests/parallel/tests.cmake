@@ -1,0 +1,2 @@
+# Tests of the parallel layer.
+meshtrain_add_test(NAME test_schedule SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_schedule.cpp)
