@@ -1,2 +1,3 @@
 # Tests of the parallel layer.
 meshtrain_add_test(NAME test_schedule SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_schedule.cpp)
+meshtrain_add_test(NAME test_partition SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_partition.cpp)
