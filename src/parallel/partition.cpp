@@ -27,7 +27,7 @@ std::vector<double> piece_costs(const std::vector<LayerRange>& pieces, const Pie
   std::vector<double> out;
   const int n = static_cast<int>(pieces.size());
   for (int k = 0; k < n; ++k)
-    out.push_back(cost_of(k, n, pieces[static_cast<std::size_t>(k)].size(), c));
+    out.push_back(cost_of(k, n, blocks(pieces[static_cast<std::size_t>(k)]), c));
   return out;
 }
 

@@ -20,9 +20,16 @@ std::string config_error(const std::function<void()>& f) {
   return "(no ConfigError)";
 }
 
+using Ranges = std::vector<std::pair<int, int>>;
+Ranges ranges(const std::vector<LayerRange>& p) {
+  Ranges out;
+  for (const LayerRange& r : p) out.emplace_back(r.first, r.last);
+  return out;
+}
+
 std::vector<int> sizes(const std::vector<LayerRange>& p) {
   std::vector<int> out;
-  for (const LayerRange& r : p) out.push_back(r.size());
+  for (const LayerRange& r : p) out.push_back(blocks(r));
   return out;
 }
 
@@ -92,7 +99,7 @@ TEST_CASE("balanced partition", "[parallel][partition]") {
           int first = 0;
           for (const LayerRange& r : p) {
             REQUIRE(r.first == first);
-            REQUIRE(r.size() >= 1);
+            REQUIRE(blocks(r) >= 1);
             first = r.last;
           }
           REQUIRE(first == L);
@@ -108,9 +115,9 @@ TEST_CASE("balanced partition", "[parallel][partition]") {
 }
 
 TEST_CASE("explicit split --pp.layers", "[parallel][partition]") {
-  REQUIRE(parse_layer_split("4,4,3,1", 12, 4) ==
-          std::vector<LayerRange>{{0, 4}, {4, 8}, {8, 11}, {11, 12}});
-  REQUIRE(parse_layer_split(" 2, 2 ", 4, 2) == std::vector<LayerRange>{{0, 2}, {2, 4}});
+  REQUIRE(ranges(parse_layer_split("4,4,3,1", 12, 4)) ==
+          Ranges{{0, 4}, {4, 8}, {8, 11}, {11, 12}});
+  REQUIRE(ranges(parse_layer_split(" 2, 2 ", 4, 2)) == Ranges{{0, 2}, {2, 4}});
   auto err = [](const char* text, int n_layer, int n_pieces) {
     return config_error([&] { parse_layer_split(text, n_layer, n_pieces); });
   };
@@ -133,8 +140,8 @@ TEST_CASE("partition() validates the spec and picks the split; stage_chunks",
   g.vocab_size = 64;
   const ScheduleSpec inter{ScheduleKind::interleaved, 2, 4, 2};
   const auto pieces = partition(inter, g, 16, "2,2,2,2");
-  REQUIRE(stage_chunks(pieces, 2, 0) == std::vector<LayerRange>{{0, 2}, {4, 6}});
-  REQUIRE(stage_chunks(pieces, 2, 1) == std::vector<LayerRange>{{2, 4}, {6, 8}});
+  REQUIRE(ranges(stage_chunks(pieces, 2, 0)) == Ranges{{0, 2}, {4, 6}});
+  REQUIRE(ranges(stage_chunks(pieces, 2, 1)) == Ranges{{2, 4}, {6, 8}});
   REQUIRE(to_string(pieces) == "[0,2) [2,4) [4,6) [6,8)");
   REQUIRE(partition({ScheduleKind::one_f_one_b, 3, 3, 1}, g, 16).size() == 3);
   g.n_layer = 10;

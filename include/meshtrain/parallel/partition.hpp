@@ -6,16 +6,13 @@
 #include <vector>
 
 #include "meshtrain/model/config.hpp"
+#include "meshtrain/model/registry.hpp"
 #include "meshtrain/parallel/schedule.hpp"
 
 namespace meshtrain::parallel {
 
-// Blocks [first, last) of one piece. (Same shape as model::LayerRange of the model's layout.)
-struct LayerRange {
-  int first = 0, last = 0;
-  int size() const { return last - first; }
-  bool operator==(const LayerRange&) const = default;
-};
+using model::LayerRange;  // blocks [first, last)
+inline int blocks(const LayerRange& r) { return r.last - r.first; }
 
 // Forward FLOPs per token of the parts of the model that a piece may hold. Backward is about
 // twice forward for every part, so forward alone ranks the pieces the same way.
