@@ -142,6 +142,7 @@ struct Case {
   int chunks = 1;
   int n_layer = 8;
   std::string layers = "";  // explicit split, or balanced by cost
+  bool recompute = false;   // activation checkpointing: backward rewrites the sent outputs
 };
 
 // One layout of the world: dp = 1, pp x tp.
@@ -161,10 +162,12 @@ void run_case(Layout& L, const Case& c, ReferenceCache& cache) {
   const auto cfg = tiny(c.n_layer);
   const auto pieces = partition(spec, cfg, kT, c.layers);
   INFO(schedule_name(c.kind) << " pp=" << L.pp << " tp=" << L.tp << " m=" << c.n_micro
-                             << " v=" << c.chunks << " layers " << to_string(pieces)
+                             << " v=" << c.chunks << " recompute " << c.recompute << " layers "
+                             << to_string(pieces)
                              << " stage " << L.stage());
   model::ModelLayout base;
   base.tp = L.tpc.get();
+  base.recompute = c.recompute;
   model::Gpt m(cfg, kB, kT, pipeline_layout(spec, pieces, L.stage(), base));
   m.init_parameters(7);
   PipelineRunner<float> runner(m, *L.ppc, spec, L.stage());
@@ -243,6 +246,7 @@ std::vector<Case> cases(int pp) {
   if (pp == 2) out.push_back({ScheduleKind::gpipe, 3, 1, 7, "6,1"});
   if (pp == 4) out.push_back({ScheduleKind::one_f_one_b, 5, 1, 7, "1,3,2,1"});
   if (pp == 2) out.push_back({ScheduleKind::interleaved, 4, 2, 8, "3,1,1,3"});
+  out.push_back({ScheduleKind::interleaved, 2 * pp, 2, 8, "", true});
   return out;
 }
 
