@@ -120,6 +120,14 @@ std::vector<LayerRange> partition(const ScheduleSpec& spec, const model::GptConf
                                   int seq_len, const std::string& layers) {
   validate(spec, cfg.n_layer);
   if (!layers.empty()) return parse_layer_split(layers, cfg.n_layer, spec.n_pieces());
+  if (spec.kind == ScheduleKind::interleaved && spec.chunks > 1) {
+    // Megatron's interleaving: every virtual stage the same number of blocks (validate()
+    // checked divisibility), so the chunks of a rank are equally long.
+    std::vector<LayerRange> even;
+    const int per = cfg.n_layer / spec.n_pieces();
+    for (int k = 0; k < spec.n_pieces(); ++k) even.push_back(LayerRange{k * per, (k + 1) * per});
+    return even;
+  }
   return balanced_partition(cfg.n_layer, spec.n_pieces(), cost_model(cfg, seq_len));
 }
 

@@ -43,7 +43,7 @@ std::string to_string(const Action& a) {
 
 void validate(const ScheduleSpec& s) {
   MESHTRAIN_CONFIG_CHECK(s.pp >= 1, "mesh.pp=", s.pp, " must be a positive integer");
-  MESHTRAIN_CONFIG_CHECK(s.n_micro >= 1, "pp.n_micro=", s.n_micro,
+  MESHTRAIN_CONFIG_CHECK(s.n_micro >= 1, "train.grad_accum=", s.n_micro,
                          " must be a positive integer (micro-batches per step)");
   MESHTRAIN_CONFIG_CHECK(s.chunks >= 1, "pp.virtual_chunks=", s.chunks,
                          " must be a positive integer");
@@ -53,7 +53,7 @@ void validate(const ScheduleSpec& s) {
   // Megatron-Core (forward_backward_pipelining_with_interleaving) raises the same: micro-batches
   // go through the chunks in groups of pp, so the last group must be complete.
   if (s.kind == ScheduleKind::interleaved && s.chunks > 1 && s.pp > 1)
-    MESHTRAIN_CONFIG_CHECK(s.n_micro % s.pp == 0, "pp.n_micro=", s.n_micro,
+    MESHTRAIN_CONFIG_CHECK(s.n_micro % s.pp == 0, "train.grad_accum=", s.n_micro,
                            " is not a multiple of mesh.pp=", s.pp,
                            ", which the interleaved schedule with pp.virtual_chunks=", s.chunks,
                            " needs (micro-batches enter the chunks in groups of pp)");

@@ -144,6 +144,8 @@ TEST_CASE("partition() validates the spec and picks the split; stage_chunks",
   REQUIRE(ranges(stage_chunks(pieces, 2, 1)) == Ranges{{2, 4}, {6, 8}});
   REQUIRE(to_string(pieces) == "[0,2) [2,4) [4,6) [6,8)");
   REQUIRE(partition({ScheduleKind::one_f_one_b, 3, 3, 1}, g, 16).size() == 3);
+  // Interleaved without an explicit split: equal virtual stages, as Megatron.
+  REQUIRE(to_string(partition(inter, g, 16)) == "[0,2) [2,4) [4,6) [6,8)");
   g.n_layer = 10;
   REQUIRE(config_error([&] { partition(inter, g, 16); }).find("not divisible") !=
           std::string::npos);

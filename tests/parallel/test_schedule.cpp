@@ -311,12 +311,12 @@ TEST_CASE("bad schedule specs are configuration errors naming the option",
     return msg.find(what) != std::string::npos;
   };
   REQUIRE(has([] { validate({ScheduleKind::gpipe, 0, 4, 1}); }, "mesh.pp"));
-  REQUIRE(has([] { validate({ScheduleKind::gpipe, 2, 0, 1}); }, "pp.n_micro"));
+  REQUIRE(has([] { validate({ScheduleKind::gpipe, 2, 0, 1}); }, "train.grad_accum"));
   REQUIRE(has([] { validate({ScheduleKind::interleaved, 2, 2, 0}); }, "pp.virtual_chunks"));
   REQUIRE(has([] { validate({ScheduleKind::one_f_one_b, 2, 4, 2}); }, "pp.virtual_chunks"));
-  REQUIRE(has([] { validate({ScheduleKind::interleaved, 4, 6, 2}); }, "pp.n_micro"));
+  REQUIRE(has([] { validate({ScheduleKind::interleaved, 4, 6, 2}); }, "train.grad_accum"));
   REQUIRE(has([] { validate({ScheduleKind::interleaved, 4, 1, 2}); }, "pp.virtual_chunks"));
-  REQUIRE(has([] { build_schedule({ScheduleKind::interleaved, 4, 6, 2}, 0); }, "pp.n_micro"));
+  REQUIRE(has([] { build_schedule({ScheduleKind::interleaved, 4, 6, 2}, 0); }, "train.grad_accum"));
   // more stages than blocks
   REQUIRE(has([] { validate({ScheduleKind::one_f_one_b, 8, 8, 1}, 4); }, "model.n_layer=4"));
   REQUIRE(has([] { validate({ScheduleKind::interleaved, 2, 4, 3}, 4); }, "pp.virtual_chunks"));
