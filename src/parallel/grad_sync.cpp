@@ -96,6 +96,7 @@ GradSync<T>::GradSync(ModelBuffers<T> model, comm::Communicator& dp, const DpOpt
   const int B = static_cast<int>(buckets_.size());
   unit_bucket_.assign(U, -1);
   pending_.assign(B, 0);
+  done_.assign(B, 0);
   std::vector<FlatRange> groups;
   for (int b = 0; b < B; ++b) {
     for (int u = buckets_[b].first_unit; u <= buckets_[b].last_unit; ++u) unit_bucket_[u] = b;
@@ -254,33 +255,36 @@ void GradSync<T>::launch(int b) {
 }
 
 template <class T>
+void GradSync<T>::reset_counts() {
+  for (std::size_t b = 0; b < buckets_.size(); ++b)
+    pending_[b] = buckets_[b].last_unit - buckets_[b].first_unit + 1;
+  std::fill(done_.begin(), done_.end(), 0);
+  std::fill(launched_.begin(), launched_.end(), false);
+}
+
+template <class T>
 void GradSync<T>::begin_step() {
   if (opt_.zero_stage <= 1) Kokkos::deep_copy(exec_, model_.grads, T(0.0f));
   else Kokkos::deep_copy(exec_, shard_grads_, T(0.0f));
-  std::fill(launched_.begin(), launched_.end(), false);
+  reset_counts();
 }
 
 template <class T>
 void GradSync<T>::finish() {
   poll();
   const int B = static_cast<int>(buckets_.size());
-  if (opt_.zero_stage <= 1) {
-    // Buckets the hooks did not launch (a model run without hooks) go now.
-    if (last_micro_)
-      for (int b = 0; b < B; ++b)
-        if (!launched_[b]) launch(b);
-  } else {
-    for (int b = 0; b < B; ++b)
-      MESHTRAIN_CHECK(grad_buf_[b] < 0, "GradSync::finish: bucket ", b, " (units ",
-                      buckets_[b].first_unit, "..", buckets_[b].last_unit,
-                      ") has gradients that were never reduced: after_backward was not called "
-                      "for every unit");
+  // What the hooks have not launched goes now: at ZeRO 0/1 buckets of a model run without hooks
+  // (or without set_last_micro); at 2/3 a bucket spanning two chunks of an interleaved pipeline,
+  // whose units completed passes of different micro-batches (still a correct sum: every pass
+  // lands in exactly one launch).
+  for (int b = 0; b < B; ++b) {
+    if (opt_.zero_stage <= 1 ? !launched_[b] : grad_buf_[b] >= 0) launch(b);
   }
   for (int b = 0; b < B; ++b) {
     wait_op(grad_ops_[b], grad_stats_);
     complete_bucket(b);
   }
-  std::fill(launched_.begin(), launched_.end(), false);
+  reset_counts();
   if (embedding_ && embedding_->size() > 1) {
     const auto& wte = model_.registry->get("transformer.wte.weight");
     const Timer t;
@@ -396,10 +400,13 @@ template <class T>
 void GradSync<T>::after_backward(int unit) {
   poll();
   const int b = bucket_of(unit);
+  const int units = buckets_[b].last_unit - buckets_[b].first_unit + 1;
+  ++done_[b];
   if (--pending_[b] == 0) {
-    pending_[b] = buckets_[b].last_unit - buckets_[b].first_unit + 1;
-    if (opt_.zero_stage >= 2 || last_micro_) launch(b);
+    pending_[b] = units;
+    if (opt_.zero_stage >= 2 || (n_micro_ == 0 && last_micro_)) launch(b);
   }
+  if (opt_.zero_stage <= 1 && n_micro_ > 0 && done_[b] == units * n_micro_) launch(b);
   if (opt_.zero_stage == 3) release_params(unit);
 }
 

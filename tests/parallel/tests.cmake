@@ -10,3 +10,4 @@ meshtrain_add_test(NAME test_zero_optimizer
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_zero_optimizer.cpp RANKS 1 2 4)
 meshtrain_add_test(NAME test_zero_memory SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_zero_memory.cpp RANKS 1 2 4 8)
 meshtrain_add_test(NAME test_dp_training SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_dp_training.cpp RANKS 1 2 4 8)
+meshtrain_add_test(NAME test_dp_pipeline SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_dp_pipeline.cpp RANKS 2 4 8)

@@ -118,6 +118,10 @@ class GradSync : public model::LayerHooks {
   // ---- the step ----
   // Whether the coming backward is the step's last micro-batch (ZeRO 0/1 reduce only then).
   void set_last_micro(bool last) { last_micro_ = last; }
+  // Micro-batches per step, for schedules that run them without a call in between (the pipeline
+  // runner): ZeRO 0/1 then launch a bucket once its units have completed n backward passes, and
+  // set_last_micro is not needed. 0 (default): set_last_micro decides.
+  void set_micro_batches(int n) { n_micro_ = n; }
   // Zero the gradients (full buffer or shard) before the first micro-batch of a step.
   void begin_step();
   // After the last backward: launch what the hooks have not, wait for every collective. The
@@ -177,6 +181,7 @@ class GradSync : public model::LayerHooks {
   const std::vector<model::UnitInfo>& units() const { return model_.registry->units(); }
   int n_units() const { return static_cast<int>(units().size()); }
   void poll();
+  void reset_counts();
   void wait_op(Op& op, CommStats& stats);
   void rebind(int unit);
   void launch(int b);
@@ -194,9 +199,12 @@ class GradSync : public model::LayerHooks {
   ExecSpace exec_;
   Timer clock_;
   std::vector<Bucket> buckets_;
-  std::vector<int> unit_bucket_, bucket_group_, pending_;
+  std::vector<int> unit_bucket_, bucket_group_;
+  std::vector<int> pending_;  // units of the bucket still to complete before its next launch
+  std::vector<int> done_;     // after_backward calls of the bucket's units this step
   ZeroPartition part_, whole_;
   bool last_micro_ = true;
+  int n_micro_ = 0;
   int tied_unit_ = -1, head_unit_ = -1;  // the unit holding wte when the head reads it
   // gradients
   std::vector<Op> grad_ops_;            // one per bucket (in flight or idle)
