@@ -10,11 +10,20 @@
 
 #include <mpi.h>
 
+#include <string>
+
 namespace mt_test {
 #if MESHTRAIN_CATCH3
 using Catch::Approx;
 #else
 using Catch::Detail::Approx;
+#endif
+
+// Matcher for "the exception message contains s".
+#if MESHTRAIN_CATCH3
+inline auto contains(const std::string& s) { return Catch::Matchers::ContainsSubstring(s); }
+#else
+inline auto contains(const std::string& s) { return Catch::Matchers::Contains(s); }
 #endif
 
 // MPI tests run under mpiexec; the harness main initialised MPI and Kokkos.

@@ -5,6 +5,7 @@ target_sources(meshtrain_lib PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/attention_host.cpp
   ${CMAKE_CURRENT_LIST_DIR}/common.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cross_entropy.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/cross_entropy_vp.cpp
   ${CMAKE_CURRENT_LIST_DIR}/embedding.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gelu.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm.cpp

@@ -1,40 +1,32 @@
+// GptT: construction, parameter storage and binding, initialisation, and the chunk/slot
+// dispatch of forward and backward. The layers themselves are in gpt_layers.cpp.
 #include "meshtrain/model/gpt.hpp"
 
 #include <cmath>
 
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/rng.hpp"
-#include "meshtrain/kernels/attention.hpp"
-#include "meshtrain/kernels/cross_entropy.hpp"
-#include "meshtrain/kernels/embedding.hpp"
-#include "meshtrain/kernels/gelu.hpp"
-#include "meshtrain/kernels/gemm.hpp"
-#include "meshtrain/kernels/layernorm.hpp"
-#include "meshtrain/kernels/linear.hpp"
-#include "meshtrain/kernels/residual.hpp"
 #include "meshtrain/model/gpt_activations.hpp"
 
 namespace meshtrain::model {
 
-namespace k = meshtrain::kernels;
-
 template <class T>
-BlockActivations<T>::BlockActivations(int B, int Tl, int C, int NH) {
-  const std::size_t N = static_cast<std::size_t>(B) * Tl;
+BlockActivations<T>::BlockActivations(const BlockShape& s) {
+  const std::size_t N = s.N, Nl = s.Nl, C = s.C, tp = s.tp;
   ln1 = alloc<T>("act.ln1", N * C);
-  ln1_mean = alloc<float>("act.ln1_mean", N);
-  ln1_rstd = alloc<float>("act.ln1_rstd", N);
-  qkv = alloc<T>("act.qkv", N * 3 * C);
-  atty = alloc<T>("act.atty", N * C);
-  lse = alloc<float>("act.lse", static_cast<std::size_t>(B) * NH * Tl);
-  attproj = alloc<T>("act.attproj", N * C);
-  res2 = alloc<T>("act.res2", N * C);
+  ln1_mean = alloc<float>("act.ln1_mean", Nl);
+  ln1_rstd = alloc<float>("act.ln1_rstd", Nl);
+  qkv = alloc<T>("act.qkv", N * 3 * C / tp);
+  atty = alloc<T>("act.atty", N * C / tp);
+  lse = alloc<float>("act.lse", static_cast<std::size_t>(s.B) * s.NHl * s.T);
+  attproj = alloc<T>("act.attproj", Nl * C);
+  res2 = alloc<T>("act.res2", Nl * C);
   ln2 = alloc<T>("act.ln2", N * C);
-  ln2_mean = alloc<float>("act.ln2_mean", N);
-  ln2_rstd = alloc<float>("act.ln2_rstd", N);
-  fch = alloc<T>("act.fch", N * 4 * C);
-  fch_gelu = alloc<T>("act.fch_gelu", N * 4 * C);
-  fcproj = alloc<T>("act.fcproj", N * C);
+  ln2_mean = alloc<float>("act.ln2_mean", Nl);
+  ln2_rstd = alloc<float>("act.ln2_rstd", Nl);
+  fch = alloc<T>("act.fch", N * 4 * C / tp);
+  fch_gelu = alloc<T>("act.fch_gelu", N * 4 * C / tp);
+  fcproj = alloc<T>("act.fcproj", Nl * C);
 }
 
 template <class T>
@@ -47,40 +39,107 @@ std::size_t BlockActivations<T>::bytes() const {
   return n;
 }
 
+namespace {
+ModelLayout single_rank_layout(bool recompute) {
+  ModelLayout l;
+  l.recompute = recompute;
+  return l;
+}
+std::vector<LayerRange> chunks_or_all(const ModelLayout& l, const GptConfig& cfg) {
+  if (!l.chunks.empty()) return l.chunks;
+  return {LayerRange{0, cfg.n_layer}};
+}
+int tp_rank_of(const ModelLayout& l) { return l.tp ? l.tp->rank() : 0; }
+int tp_size_of(const ModelLayout& l) { return l.tp ? l.tp->size() : 1; }
+}  // namespace
+
 template <class T>
 GptT<T>::GptT(const GptConfig& cfg, int micro_batch, int seq_len, bool recompute, ExecSpace exec)
-    : cfg_(cfg),
+    : GptT(cfg, micro_batch, seq_len, single_rank_layout(recompute), exec) {}
+
+template <class T>
+GptT<T>::GptT(const GptConfig& cfg, int micro_batch, int seq_len, const ModelLayout& layout,
+              ExecSpace exec)
+    : cfg_((cfg.validate(), cfg)),
       B_(micro_batch),
       T_(seq_len),
-      recompute_(recompute),
+      layout_(layout),
+      tp_rank_(tp_rank_of(layout)),
+      tp_size_(tp_size_of(layout)),
       exec_(exec),
-      reg_(cfg, 0, 1, 0, 0, cfg.n_layer, true, true) {
-  cfg_.validate();
+      reg_(cfg, tp_rank_of(layout), tp_size_of(layout), layout.pp_stage,
+           chunks_or_all(layout, cfg), layout.has_embedding, layout.has_head) {
+  layout_.chunks = chunks_or_all(layout, cfg);
   MESHTRAIN_CONFIG_CHECK(B_ > 0, "train.micro_batch=", B_, " must be positive");
   MESHTRAIN_CONFIG_CHECK(T_ > 0 && T_ <= cfg_.block_size, "train.seq_len=", T_,
                          " must be in [1, model.block_size=", cfg_.block_size, "]");
-  const std::size_t N = static_cast<std::size_t>(B_) * T_, C = cfg_.n_embd;
-  params_ = zeros<T>("params", reg_.size());
-  grads_ = zeros<T>("grads", reg_.size());
-  bind_block_tensors();
-  encoded_ = alloc<T>("act.encoded", N * C);
-  for (int l = 0; l < cfg_.n_layer; ++l) block_out_.push_back(alloc<T>("act.block_out", N * C));
-  const int n_acts = recompute_ ? 1 : cfg_.n_layer;
-  for (int i = 0; i < n_acts; ++i)
-    acts_.push_back(std::make_unique<BlockActivations<T>>(B_, T_, cfg_.n_embd, cfg_.n_head));
-  lnf_ = alloc<T>("act.lnf", N * C);
-  lnf_mean_ = alloc<float>("act.lnf_mean", N);
-  lnf_rstd_ = alloc<float>("act.lnf_rstd", N);
-  logits_ = alloc<T>("act.logits", N * cfg_.padded_vocab());
-  losses_ = alloc<float>("act.losses", N);
-  inputs_ = alloc<std::int32_t>("act.inputs", N);
-  targets_ = alloc<std::int32_t>("act.targets", N);
-  dres_ = alloc<T>("grad.dres", N * C);
+  MESHTRAIN_CONFIG_CHECK(layout_.n_slots > 0, "model: n_slots=", layout_.n_slots,
+                         " must be positive");
+  const int P = tp_size_;
+  N_ = B_ * T_;
+  MESHTRAIN_CONFIG_CHECK(!layout_.sequence_parallel || N_ % P == 0,
+                         "tp.sequence_parallel: micro_batch x seq_len = ", N_,
+                         " tokens must be divisible by mesh.tp=", P);
+  Nl_ = layout_.sequence_parallel ? N_ / P : N_;
+  NHl_ = cfg_.n_head / P;
+  Vl_ = cfg_.padded_vocab() / P;
+  v0_ = tp_rank_ * Vl_;
+  const std::size_t N = N_, Nl = Nl_, C = cfg_.n_embd;
+  if (layout_.allocate_params) params_ = zeros<T>("params", reg_.size());
+  if (layout_.allocate_grads) grads_ = zeros<T>("grads", reg_.size());
+  block_params_.resize(static_cast<std::size_t>(cfg_.n_layer));
+  block_grads_.resize(static_cast<std::size_t>(cfg_.n_layer));
+  bind_all();
+
+  const BlockShape shape{B_, T_, N_, Nl_, cfg_.n_embd, NHl_, P};
+  if (layout_.recompute) shared_acts_ = std::make_unique<BlockActivations<T>>(shape);
+  const int n_chunks = static_cast<int>(layout_.chunks.size());
+  for (int c = 0; c < n_chunks; ++c) {
+    auto ca = std::make_unique<ChunkActivations<T>>();
+    ca->range = layout_.chunks[static_cast<std::size_t>(c)];
+    MESHTRAIN_CONFIG_CHECK(ca->range.last > ca->range.first, "model chunk ", c,
+                           " holds no transformer block");
+    ca->embed = c == 0 && layout_.has_embedding;
+    ca->head = c == n_chunks - 1 && layout_.has_head;
+    for (int s = 0; s < layout_.n_slots; ++s) {
+      SlotActivations<T> sa;
+      if (ca->embed) sa.tokens = alloc<std::int32_t>("act.tokens", N);
+      sa.input = alloc<T>("act.chunk_input", Nl * C);
+      for (int l = ca->range.first; l < ca->range.last; ++l) {
+        sa.block_out.push_back(alloc<T>("act.block_out", Nl * C));
+        if (!layout_.recompute) sa.acts.push_back(std::make_unique<BlockActivations<T>>(shape));
+      }
+      if (ca->head) sa.dhead = alloc<T>("act.dhead", Nl * C);
+      ca->slots.push_back(std::move(sa));
+    }
+    chunks_.push_back(std::move(ca));
+  }
+  if (layout_.has_head) {
+    lnf_ = alloc<T>("act.lnf", N * C);
+    lnf_mean_ = alloc<float>("act.lnf_mean", Nl);
+    lnf_rstd_ = alloc<float>("act.lnf_rstd", Nl);
+    logits_ = alloc<T>("act.logits", N * static_cast<std::size_t>(Vl_));
+    losses_ = alloc<float>("act.losses", N);
+    targets_ = alloc<std::int32_t>("act.targets", N);
+    if (tp_active()) {
+      ce_max_ = alloc<float>("act.ce_max", N);
+      ce_sums_ = alloc<float>("act.ce_sums", 2 * N);
+    }
+  }
+  dres_ = alloc<T>("grad.dres", Nl * C);
   dln_ = alloc<T>("grad.dln", N * C);
-  dqkv_ = alloc<T>("grad.dqkv", N * 3 * C);
-  datty_ = alloc<T>("grad.datty", N * C);
-  dfch_ = alloc<T>("grad.dfch", N * 4 * C);
-  dfch_gelu_ = alloc<T>("grad.dfch_gelu", N * 4 * C);
+  dqkv_ = alloc<T>("grad.dqkv", N * 3 * C / P);
+  datty_ = alloc<T>("grad.datty", N * C / P);
+  dfch_ = alloc<T>("grad.dfch", N * 4 * C / P);
+  dfch_gelu_ = alloc<T>("grad.dfch_gelu", N * 4 * C / P);
+  if (tp_active()) partial_ = alloc<T>("tp.partial", N * C);
+  if (layout_.sequence_parallel && P > 1) {
+    dln_local_ = alloc<T>("sp.dln_local", Nl * C);
+    dres_full_ = alloc<T>("sp.dres_full", N * C);
+    ln_local_ = alloc<T>("sp.ln_local", Nl * C);
+    ln_dw_ = alloc<T>("sp.ln_dw", C);
+    ln_db_ = alloc<T>("sp.ln_db", C);
+  }
   loss_sum_ = Scalar<float>("meshtrain::loss_sum");
 }
 
@@ -88,19 +147,84 @@ template <class T>
 GptT<T>::~GptT() = default;
 
 template <class T>
+std::size_t GptT<T>::activation_elems() const {
+  return static_cast<std::size_t>(Nl_) * cfg_.n_embd;
+}
+
+template <class T>
+std::size_t GptT<T>::activation_bytes() const {
+  std::size_t n = shared_acts_ ? shared_acts_->bytes() : 0;
+  for (const auto& ca : chunks_)
+    for (const auto& s : ca->slots) {
+      n += (s.input.span() + s.dhead.span()) * sizeof(T) + s.tokens.span() * 4;
+      for (const auto& v : s.block_out) n += v.span() * sizeof(T);
+      for (const auto& a : s.acts) n += a->bytes();
+    }
+  return n;
+}
+
+template <class T>
 View1<T> GptT<T>::param(const std::string& name) const {
   const auto& p = reg_.get(name);
+  MESHTRAIN_CHECK(params_.span() > 0, "param(", name, "): the parameters are not allocated");
   return slice(params_, p.offset, p.numel);
 }
 
 template <class T>
 View1<T> GptT<T>::grad(const std::string& name) const {
   const auto& p = reg_.get(name);
+  MESHTRAIN_CHECK(grads_.span() > 0, "grad(", name, "): the gradients are not allocated");
   return slice(grads_, p.offset, p.numel);
 }
 
 template <class T>
+void GptT<T>::bind_all() {
+  const auto& units = reg_.units();
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    View1<T> p, g;
+    if (params_.span() > 0) p = slice(params_, units[u].begin, units[u].size());
+    if (grads_.span() > 0) g = slice(grads_, units[u].begin, units[u].size());
+    bind_unit(static_cast<int>(u), p, g);
+  }
+}
+
+template <class T>
+void GptT<T>::bind_unit(int u, View1<T> pstore, View1<T> gstore) {
+  const auto& unit = reg_.units().at(static_cast<std::size_t>(u));
+  auto view = [&](const View1<T>& store, const std::string& name) {
+    const auto& info = reg_.get(name);
+    return View1<T>(slice(store, info.offset - unit.begin, info.numel));
+  };
+  auto bind_block = [&](const View1<T>& store, BlockTensors<T>& t) {
+    const std::string p = "transformer.h." + std::to_string(unit.layer) + ".";
+    auto at = [&](const char* s) { return view(store, p + s); };
+    t = BlockTensors<T>{at("ln_1.weight"),        at("ln_1.bias"),
+                        at("attn.c_attn.weight"), at("attn.c_attn.bias"),
+                        at("attn.c_proj.weight"), at("attn.c_proj.bias"),
+                        at("ln_2.weight"),        at("ln_2.bias"),
+                        at("mlp.c_fc.weight"),    at("mlp.c_fc.bias"),
+                        at("mlp.c_proj.weight"),  at("mlp.c_proj.bias")};
+  };
+  for (int which = 0; which < 2; ++which) {
+    const View1<T>& store = which == 0 ? pstore : gstore;
+    if (store.span() == 0) continue;
+    MESHTRAIN_CHECK(store.span() >= unit.size(), "bind_unit(", unit.name, "): ", store.span(),
+                    " elements, the unit needs ", unit.size());
+    if (unit.layer >= 0) {
+      bind_block(store, which == 0 ? block_params_[unit.layer] : block_grads_[unit.layer]);
+    } else if (u == reg_.embedding_unit()) {
+      (which == 0 ? wte_ : dwte_) = view(store, "transformer.wte.weight");
+      if (layout_.has_embedding) (which == 0 ? wpe_ : dwpe_) = view(store, "transformer.wpe.weight");
+    } else {
+      (which == 0 ? lnf_w_ : dlnf_w_) = view(store, "transformer.ln_f.weight");
+      (which == 0 ? lnf_b_ : dlnf_b_) = view(store, "transformer.ln_f.bias");
+    }
+  }
+}
+
+template <class T>
 void GptT<T>::init_parameters(std::uint64_t seed) {
+  MESHTRAIN_CHECK(params_.span() > 0, "init_parameters: the parameters are not allocated");
   Kokkos::deep_copy(exec_, params_, T(0.0f));
   const double resid_std = 0.02 / std::sqrt(2.0 * cfg_.n_layer);
   const int tp_rank = reg_.tp_rank();
@@ -149,150 +273,113 @@ void GptT<T>::share_parameters(const GptT& other) {
                       other.cfg_.n_embd == cfg_.n_embd && other.cfg_.vocab_size == cfg_.vocab_size,
                   "share_parameters: the two models have different configurations");
   params_ = other.params_;
-  bind_block_tensors();
+  bind_all();
 }
 
 template <class T>
-void GptT<T>::bind_block_tensors() {
-  auto bind = [&](const View1<T>& flat, int l) {
-    const std::string p = "transformer.h." + std::to_string(l) + ".";
-    auto at = [&](const char* s) {
-      const auto& info = reg_.get(p + s);
-      return View1<T>(slice(flat, info.offset, info.numel));
-    };
-    return BlockTensors<T>{at("ln_1.weight"),        at("ln_1.bias"),
-                           at("attn.c_attn.weight"), at("attn.c_attn.bias"),
-                           at("attn.c_proj.weight"), at("attn.c_proj.bias"),
-                           at("ln_2.weight"),        at("ln_2.bias"),
-                           at("mlp.c_fc.weight"),    at("mlp.c_fc.bias"),
-                           at("mlp.c_proj.weight"),  at("mlp.c_proj.bias")};
-  };
-  block_params_.clear();
-  block_grads_.clear();
-  for (int l = 0; l < cfg_.n_layer; ++l) {
-    block_params_.push_back(bind(params_, l));
-    block_grads_.push_back(bind(grads_, l));
-  }
+void GptT<T>::zero_grads() {
+  if (grads_.span() > 0) Kokkos::deep_copy(exec_, grads_, T(0.0f));
 }
-
-template <class T>
-void GptT<T>::zero_grads() { Kokkos::deep_copy(exec_, grads_, T(0.0f)); }
 
 template <class T>
 void GptT<T>::reset_loss_sum() { Kokkos::deep_copy(exec_, loss_sum_, 0.0f); }
 
 template <class T>
-BlockActivations<T>& GptT<T>::acts_for(int l) { return *acts_[recompute_ ? 0 : l]; }
-
-template <class T>
-void GptT<T>::block_forward(int l, View1<const T> x, BlockActivations<T>& a) {
-  const int N = B_ * T_, C = cfg_.n_embd, NH = cfg_.n_head;
-  const BlockTensors<T>& w = block_params_[l];
-  k::layernorm_forward<T>(exec_, a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln_1_w, w.ln_1_b, N, C);
-  k::linear_forward<T>(exec_, a.qkv, a.ln1, w.c_attn_w, w.c_attn_b, N, C, 3 * C);
-  k::attention_forward<T>(exec_, a.atty, a.lse, a.qkv, B_, T_, NH, C / NH);
-  k::linear_forward<T>(exec_, a.attproj, a.atty, w.attn_proj_w, w.attn_proj_b, N, C, C);
-  k::residual_forward<T>(exec_, a.res2, x, a.attproj, static_cast<std::size_t>(N) * C);
-  k::layernorm_forward<T>(exec_, a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln_2_w, w.ln_2_b, N, C);
-  k::linear_forward<T>(exec_, a.fch, a.ln2, w.c_fc_w, w.c_fc_b, N, C, 4 * C);
-  k::gelu_forward<T>(exec_, a.fch_gelu, a.fch, static_cast<std::size_t>(N) * 4 * C);
-  k::linear_forward<T>(exec_, a.fcproj, a.fch_gelu, w.mlp_proj_w, w.mlp_proj_b, N, 4 * C, C);
-  k::residual_forward<T>(exec_, block_out_[l], a.res2, a.fcproj,
-                         static_cast<std::size_t>(N) * C);
-}
-
-// dres holds d(loss)/d(block output) on entry and d(loss)/d(block input) on exit.
-template <class T>
-void GptT<T>::block_backward(int l, View1<const T> x, BlockActivations<T>& a, View1<T> dres) {
-  const int N = B_ * T_, C = cfg_.n_embd, NH = cfg_.n_head;
-  const BlockTensors<T>& w = block_params_[l];
-  const BlockTensors<T>& g = block_grads_[l];
-  // MLP: res3 = res2 + proj(gelu(fc(ln2(res2))))
-  k::linear_backward<T>(exec_, dfch_gelu_, g.mlp_proj_w, g.mlp_proj_b, dres, a.fch_gelu,
-                        w.mlp_proj_w, N, 4 * C, C);
-  k::gelu_backward<T>(exec_, dfch_, a.fch, dfch_gelu_, static_cast<std::size_t>(N) * 4 * C);
-  k::linear_backward<T>(exec_, dln_, g.c_fc_w, g.c_fc_b, dfch_, a.ln2, w.c_fc_w, N, C, 4 * C);
-  k::layernorm_backward<T>(exec_, dres, g.ln_2_w, g.ln_2_b, dln_, a.res2, w.ln_2_w, a.ln2_mean,
-                           a.ln2_rstd, N, C);
-  // Attention: res2 = x + proj(attn(c_attn(ln1(x))))
-  k::linear_backward<T>(exec_, datty_, g.attn_proj_w, g.attn_proj_b, dres, a.atty, w.attn_proj_w,
-                        N, C, C);
-  k::attention_backward<T>(exec_, dqkv_, datty_, a.qkv, a.atty, a.lse, B_, T_, NH, C / NH);
-  k::linear_backward<T>(exec_, dln_, g.c_attn_w, g.c_attn_b, dqkv_, a.ln1, w.c_attn_w, N, C,
-                        3 * C);
-  k::layernorm_backward<T>(exec_, dres, g.ln_1_w, g.ln_1_b, dln_, x, w.ln_1_w, a.ln1_mean,
-                           a.ln1_rstd, N, C);
+BlockActivations<T>& GptT<T>::acts_for(ChunkActivations<T>& ca, SlotActivations<T>& s, int l) {
+  if (layout_.recompute) return *shared_acts_;
+  return *s.acts[static_cast<std::size_t>(l - ca.range.first)];
 }
 
 template <class T>
-void GptT<T>::forward_body(View1<const std::int32_t> inputs) {
-  const int N = B_ * T_, C = cfg_.n_embd, Vp = cfg_.padded_vocab();
-  MESHTRAIN_CHECK(inputs.span() == static_cast<std::size_t>(N), "model input has ", inputs.span(),
-                  " tokens, expected micro_batch x seq_len = ", N);
-  Kokkos::deep_copy(exec_, inputs_, inputs);
-  k::embedding_forward<T>(exec_, encoded_, inputs_, param("transformer.wte.weight"),
-                              param("transformer.wpe.weight"), B_, T_, C, 0, Vp);
-  for (int l = 0; l < cfg_.n_layer; ++l) {
-    View1<const T> x = l == 0 ? encoded_ : block_out_[l - 1];
-    block_forward(l, x, acts_for(l));
+View1<const T> GptT<T>::run_forward(int c, int slot, View1<const std::int32_t> tokens,
+                                    View1<const T> x_in, View1<const std::int32_t> targets,
+                                    float grad_scale, Mode mode) {
+  MESHTRAIN_CHECK(c >= 0 && c < n_chunks(), "forward: chunk ", c, " of ", n_chunks());
+  MESHTRAIN_CHECK(slot >= 0 && slot < layout_.n_slots, "forward: slot ", slot, " of ",
+                  layout_.n_slots);
+  ChunkActivations<T>& ca = *chunks_[static_cast<std::size_t>(c)];
+  SlotActivations<T>& s = ca.slots[static_cast<std::size_t>(slot)];
+  if (ca.embed) {
+    MESHTRAIN_CHECK(tokens.span() == static_cast<std::size_t>(N_), "model input has ",
+                    tokens.span(), " tokens, expected micro_batch x seq_len = ", N_);
+    Kokkos::deep_copy(exec_, s.tokens, tokens);
+    embedding_forward(s);
+  } else {
+    MESHTRAIN_CHECK(x_in.span() == activation_elems(), "forward: chunk input has ", x_in.span(),
+                    " elements, expected ", activation_elems());
+    Kokkos::deep_copy(exec_, s.input, x_in);
   }
-  k::layernorm_forward<T>(exec_, lnf_, lnf_mean_, lnf_rstd_, block_out_[cfg_.n_layer - 1],
-                              param("transformer.ln_f.weight"), param("transformer.ln_f.bias"), N,
-                              C);
-  // LM head tied to wte [Vp, C]: logits[N, Vp] = lnf[N, C] @ wte^T
-  const auto wte = param("transformer.wte.weight");
-  k::gemm<T>(exec_, k::Trans::N, k::Trans::T, N, Vp, C, 1.0f, lnf_.data(), C, wte.data(), C,
-                 0.0f, logits_.data(), Vp);
+  for (int l = ca.range.first; l < ca.range.last; ++l) {
+    const int i = l - ca.range.first;
+    View1<const T> x = i == 0 ? s.input : s.block_out[static_cast<std::size_t>(i - 1)];
+    hook_before_forward(reg_.unit_of_layer(l));
+    block_forward(l, x, acts_for(ca, s, l), s.block_out[static_cast<std::size_t>(i)]);
+  }
+  View1<const T> out = s.block_out.back();
+  if (!ca.head) return out;
+  head_forward(s, out, targets, grad_scale, mode);
+  return {};
+}
+
+template <class T>
+View1<const T> GptT<T>::forward(int c, int slot, View1<const std::int32_t> tokens,
+                                View1<const T> x_in, View1<const std::int32_t> targets,
+                                float grad_scale, bool train) {
+  return run_forward(c, slot, tokens, x_in, targets, grad_scale, train ? Mode::train : Mode::eval);
+}
+
+template <class T>
+View1<const T> GptT<T>::backward(int c, int slot, View1<const T> dy) {
+  MESHTRAIN_CHECK(c >= 0 && c < n_chunks(), "backward: chunk ", c, " of ", n_chunks());
+  MESHTRAIN_CHECK(slot >= 0 && slot < layout_.n_slots, "backward: slot ", slot);
+  ChunkActivations<T>& ca = *chunks_[static_cast<std::size_t>(c)];
+  SlotActivations<T>& s = ca.slots[static_cast<std::size_t>(slot)];
+  if (ca.head) {
+    Kokkos::deep_copy(exec_, dres_, s.dhead);
+  } else {
+    MESHTRAIN_CHECK(dy.span() == activation_elems(), "backward: output gradient has ", dy.span(),
+                    " elements, expected ", activation_elems());
+    Kokkos::deep_copy(exec_, dres_, dy);
+  }
+  for (int l = ca.range.last - 1; l >= ca.range.first; --l) {
+    const int i = l - ca.range.first;
+    View1<const T> x = i == 0 ? s.input : s.block_out[static_cast<std::size_t>(i - 1)];
+    const int u = reg_.unit_of_layer(l);
+    hook_before_backward(u);
+    auto& a = acts_for(ca, s, l);
+    if (layout_.recompute) block_forward(l, x, a, s.block_out[static_cast<std::size_t>(i)]);
+    block_backward(l, x, a, dres_);
+    hook_after_backward(u);
+  }
+  if (!ca.embed) return dres_;
+  embedding_backward(s, dres_);
+  return {};
 }
 
 template <class T>
 void GptT<T>::forward_train(View1<const std::int32_t> inputs, View1<const std::int32_t> targets,
-                        float grad_scale) {
-  const int N = B_ * T_;
-  forward_body(inputs);
-  Kokkos::deep_copy(exec_, targets_, targets);
-  k::cross_entropy_forward_backward<T>(exec_, losses_, logits_, targets_, N,
-                                           cfg_.padded_vocab(), cfg_.vocab_size, grad_scale);
-  k::sum_losses(exec_, loss_sum_, losses_, N, true);
+                            float grad_scale) {
+  MESHTRAIN_CHECK(n_chunks() == 1 && layout_.has_embedding && layout_.has_head,
+                  "forward_train needs the whole model in one chunk; use forward()");
+  run_forward(0, 0, inputs, {}, targets, grad_scale, Mode::train);
 }
 
 template <class T>
+void GptT<T>::backward() { backward(0, 0, {}); }
+
+template <class T>
 void GptT<T>::forward_eval(View1<const std::int32_t> inputs, View1<const std::int32_t> targets) {
-  const int N = B_ * T_;
-  forward_body(inputs);
-  Kokkos::deep_copy(exec_, targets_, targets);
-  k::cross_entropy_forward<T>(exec_, losses_, logits_, targets_, N, cfg_.padded_vocab(),
-                                  cfg_.vocab_size);
-  k::sum_losses(exec_, loss_sum_, losses_, N, true);
+  MESHTRAIN_CHECK(n_chunks() == 1 && layout_.has_embedding && layout_.has_head,
+                  "forward_eval needs the whole model in one chunk; use forward()");
+  run_forward(0, 0, inputs, {}, targets, 0.0f, Mode::eval);
 }
 
 template <class T>
 View1<const T> GptT<T>::forward_logits(View1<const std::int32_t> inputs) {
-  forward_body(inputs);
+  MESHTRAIN_CHECK(n_chunks() == 1 && layout_.has_embedding && layout_.has_head && tp_size_ == 1,
+                  "forward_logits needs the whole model on one rank (tp = 1, one chunk)");
+  run_forward(0, 0, inputs, {}, {}, 0.0f, Mode::logits);
   return logits_;
-}
-
-template <class T>
-void GptT<T>::backward() {
-  const int N = B_ * T_, C = cfg_.n_embd, Vp = cfg_.padded_vocab();
-  const auto wte = param("transformer.wte.weight");
-  const auto dwte = grad("transformer.wte.weight");
-  // LM head: logits_ now holds dlogits (written by the fused cross-entropy).
-  k::gemm<T>(exec_, k::Trans::N, k::Trans::N, N, C, Vp, 1.0f, logits_.data(), Vp, wte.data(),
-                 C, 0.0f, dln_.data(), C);
-  k::gemm<T>(exec_, k::Trans::T, k::Trans::N, Vp, C, N, 1.0f, logits_.data(), Vp, lnf_.data(),
-                 C, 1.0f, dwte.data(), C);
-  Kokkos::deep_copy(exec_, dres_, T(0.0f));
-  k::layernorm_backward<T>(exec_, dres_, grad("transformer.ln_f.weight"),
-                               grad("transformer.ln_f.bias"), dln_, block_out_[cfg_.n_layer - 1],
-                               param("transformer.ln_f.weight"), lnf_mean_, lnf_rstd_, N, C);
-  for (int l = cfg_.n_layer - 1; l >= 0; --l) {
-    View1<const T> x = l == 0 ? encoded_ : block_out_[l - 1];
-    if (recompute_) block_forward(l, x, acts_for(l));  // rebuild the block's activations
-    block_backward(l, x, acts_for(l), dres_);
-  }
-  k::embedding_backward<T>(exec_, dwte, grad("transformer.wpe.weight"), dres_, inputs_, B_,
-                               T_, C, 0, Vp);
 }
 
 template struct BlockTensors<float>;

@@ -3,4 +3,5 @@ target_sources(meshtrain_lib PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/config.cpp
   ${CMAKE_CURRENT_LIST_DIR}/registry.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gpt.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gpt_layers.cpp
 )

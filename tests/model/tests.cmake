@@ -6,3 +6,5 @@ if(MESHTRAIN_ENABLE_CUDA)  # bf16 needs Kokkos 4 (the CUDA build)
   target_compile_definitions(test_gpt_bf16 PRIVATE MESHTRAIN_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 endif()
 meshtrain_add_test(NAME test_registry SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_registry.cpp)
+meshtrain_add_test(NAME test_tensor_parallel
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tensor_parallel.cpp RANKS 1 2 3 4)

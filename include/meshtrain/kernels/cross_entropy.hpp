@@ -24,6 +24,30 @@ void cross_entropy_forward(const ExecSpace& exec, View1<float> losses, View1<con
                            View1<const std::int32_t> targets, int N, int Vp, int V);
 
 // Sum of losses into a device scalar (out = sum, or += when accumulate).
+// Vocabulary-parallel cross-entropy (Megatron): each tensor-parallel rank holds the logits of
+// its vocabulary slice [v0, v0 + Vl) for all N rows; the row statistics are combined by two
+// all-reduces over the tp group that the caller runs between the three passes:
+//   1. vp_ce_max:    rowmax[n] = max over local real columns (those < V - v0)
+//      -> all-reduce max over tp
+//   2. vp_ce_sums:   sums[2n] = sum exp(x - rowmax), sums[2n+1] = x[target] if the target is in
+//                    this slice, else 0                         -> all-reduce sum over tp
+//   3. vp_ce_finish: losses[n] = rowmax + log(sumexp) - x[target] (0 for ignored targets < 0);
+//                    with write_grad the logits become grad_scale * (softmax - onehot) (0 on
+//                    padding columns and ignored rows).
+// The full logits are never gathered on one rank.
+template <class T>
+void vp_ce_max(const ExecSpace& exec, View1<float> rowmax, View1<const T> logits, int N, int Vl,
+               int v0, int V);
+template <class T>
+void vp_ce_sums(const ExecSpace& exec, View1<float> sums, View1<const T> logits,
+                View1<const std::int32_t> targets, View1<const float> rowmax, int N, int Vl,
+                int v0, int V);
+template <class T>
+void vp_ce_finish(const ExecSpace& exec, View1<float> losses, View1<T> logits,
+                  View1<const std::int32_t> targets, View1<const float> rowmax,
+                  View1<const float> sums, int N, int Vl, int v0, int V, float grad_scale,
+                  bool write_grad);
+
 void sum_losses(const ExecSpace& exec, Scalar<float> out, View1<const float> losses, int N,
                 bool accumulate);
 

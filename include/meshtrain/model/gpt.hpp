@@ -3,15 +3,25 @@
 // GELU MLP of width 4C), final LayerNorm, LM head tied to the token embedding.
 //
 // Parameters and gradients live in flat buffers laid out by the ParameterRegistry; each
-// parameter is a slice of them. The model runs one micro-batch of B sequences of T tokens:
-// forward_train() computes the loss and, fused into the cross-entropy, the logits' gradient;
-// backward() accumulates parameter gradients (so micro-batches accumulate). With activation
-// checkpointing only each block's input is kept, and backward() recomputes the block.
+// parameter is a slice of them. One object holds what this rank computes:
+//  - pipeline parallelism: the blocks of one or more chunks (a stage, or the virtual chunks of an
+//    interleaved schedule); the first stage embeds, the last holds ln_f, the LM head and the loss;
+//    activations are kept per (chunk, slot) for the micro-batches in flight;
+//  - tensor parallelism (Megatron): QKV and fc column-parallel, attention projection and MLP
+//    projection row-parallel, heads split across the tp group, vocabulary-parallel embedding and
+//    cross-entropy; optional sequence parallelism shards the LayerNorm/residual regions along the
+//    tokens (all-gather / reduce-scatter replace the all-reduces). All tp communication happens
+//    inside the model: after a unit's backward its gradients are complete on every tp rank.
+// forward() of the head chunk computes the loss and, fused into it, the head's backward (the
+// logits are not kept between forward and backward); backward() accumulates parameter gradients
+// (so micro-batches accumulate). With activation checkpointing only each block's input is kept,
+// and backward recomputes the block.
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "meshtrain/comm/communicator.hpp"
 #include "meshtrain/core/view.hpp"
 #include "meshtrain/model/config.hpp"
 #include "meshtrain/model/registry.hpp"
@@ -22,6 +32,37 @@ template <class T>
 struct BlockActivations;  // gpt_activations.hpp
 template <class T>
 struct BlockTensors;      // gpt_activations.hpp
+template <class T>
+struct SlotActivations;   // gpt_activations.hpp
+template <class T>
+struct ChunkActivations;  // gpt_activations.hpp
+
+// What this rank holds of the model and whom it talks to.
+struct ModelLayout {
+  comm::Communicator* tp = nullptr;  // tensor-parallel group; null: tp = 1
+  bool sequence_parallel = false;
+  std::vector<LayerRange> chunks;    // layer ranges held, in order; empty: every block, one chunk
+  bool has_embedding = true;         // chunk 0 begins with the embedding (first pipeline stage)
+  bool has_head = true;              // the last chunk ends with ln_f, the LM head and the loss
+  int n_slots = 1;                   // micro-batches whose activations are kept at once
+  bool recompute = false;            // activation checkpointing per block
+  int pp_stage = 0;                  // recorded in the registry
+  // false: the caller binds storage per unit (bind_unit) before use, e.g. ZeRO-3 gathering a
+  // unit's parameters just in time, ZeRO-2 keeping gradients only for buckets in flight.
+  bool allocate_params = true, allocate_grads = true;
+};
+
+// Callbacks around each unit (registry().units()). DP gradient buckets and ZeRO implement them.
+// before_backward(u) may be called more than once before after_backward(u) (the tied wte is
+// written by the head and later by the embedding); after_backward(u) is called exactly once per
+// micro-batch per unit, when the unit's gradients for that micro-batch are complete.
+class LayerHooks {
+ public:
+  virtual ~LayerHooks() = default;
+  virtual void before_forward(int /*unit*/) {}
+  virtual void before_backward(int /*unit*/) {}
+  virtual void after_backward(int /*unit*/) {}
+};
 
 // T is the compute type of parameters, activations and gradients: float (fp32 mode, the CPU
 // build) or bf16 (mixed precision on GPUs, with fp32 master weights in the optimizer).
@@ -31,6 +72,8 @@ class GptT {
  public:
   using value_type = T;
   GptT(const GptConfig& cfg, int micro_batch, int seq_len, bool recompute = false,
+       ExecSpace exec = ExecSpace{});
+  GptT(const GptConfig& cfg, int micro_batch, int seq_len, const ModelLayout& layout,
        ExecSpace exec = ExecSpace{});
   ~GptT();
   GptT(const GptT&) = delete;
@@ -42,10 +85,30 @@ class GptT {
   int seq_len() const { return T_; }
   const ExecSpace& exec() const { return exec_; }
 
+  const ModelLayout& layout() const { return layout_; }
+  int tp_rank() const { return tp_rank_; }
+  int tp_size() const { return tp_size_; }
+  int n_chunks() const { return static_cast<int>(chunks_.size()); }
+  const LayerRange& chunk(int c) const { return layout_.chunks[static_cast<std::size_t>(c)]; }
+  // Elements of what crosses a pipeline stage boundary: local rows x n_embd (rows = B*T, or
+  // B*T / tp with sequence parallelism).
+  std::size_t activation_elems() const;
+  // Bytes of activations this object keeps (all slots), for memory reports.
+  std::size_t activation_bytes() const;
+
+  // Full flat buffers (empty when the layout does not allocate them).
   View1<T> params() const { return params_; }
   View1<T> grads() const { return grads_; }
   View1<T> param(const std::string& name) const;
   View1<T> grad(const std::string& name) const;
+
+  // Seconds spent in tensor-parallel communication since construction (host wall time).
+  double tp_comm_seconds() const { return tp_comm_seconds_; }
+
+  void set_hooks(LayerHooks* hooks) { hooks_ = hooks; }
+  // Storage of unit u (registry().units()[u]): views of units[u].size() elements laid out like
+  // the flat buffer's range [begin, end). Either may be empty to keep the current binding.
+  void bind_unit(int u, View1<T> params, View1<T> grads);
 
   // GPT-2 initialisation from the counter-based RNG keyed by (seed, name, global index):
   // weights N(0, 0.02), residual projections N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorm
@@ -56,44 +119,89 @@ class GptT {
   void share_parameters(const GptT& other);
   void zero_grads();
 
+  // Forward of chunk c for the micro-batch held in activation slot `slot` (0 <= slot < n_slots).
+  // tokens: the micro-batch's B*T input tokens; x_in: the chunk's input activation
+  // (activation_elems()) unless the chunk starts with the embedding; targets and grad_scale are
+  // used by the head chunk (train: loss and head backward; !train: loss only). Returns the
+  // chunk's output activation (valid until this slot's next forward), empty for the head chunk.
+  View1<const T> forward(int c, int slot, View1<const std::int32_t> tokens, View1<const T> x_in,
+                         View1<const std::int32_t> targets, float grad_scale, bool train = true);
+  // Backward of chunk c for `slot`; dy = gradient of the chunk output (ignored by the head
+  // chunk). Returns d(chunk input), empty for the embedding chunk; valid until the next backward.
+  View1<const T> backward(int c, int slot, View1<const T> dy);
+
   // One training micro-batch (B*T tokens, device memory). grad_scale = 1 / (counted target
   // tokens of the whole global batch). Adds the sum of token losses to loss_sum().
   void forward_train(View1<const std::int32_t> inputs, View1<const std::int32_t> targets,
                      float grad_scale);
   // Gradients of the last forward_train, accumulated into grads().
   void backward();
+  // Single-chunk helpers above, and the two below, use chunk 0 and slot 0.
   // Loss only (evaluation). Adds to loss_sum().
   void forward_eval(View1<const std::int32_t> inputs, View1<const std::int32_t> targets);
   // Logits [B*T, padded_vocab] for generation (inputs of B*T tokens; shorter prompts padded by
-  // the caller).
+  // the caller). Needs the whole model on one rank (tp = 1, one chunk).
   View1<const T> forward_logits(View1<const std::int32_t> inputs);
 
   Scalar<float> loss_sum() const { return loss_sum_; }
   void reset_loss_sum();
 
  private:
-  void forward_body(View1<const std::int32_t> inputs);
-  void block_forward(int l, View1<const T> x, BlockActivations<T>& a);
+  enum class Mode { train, eval, logits };
+  View1<const T> run_forward(int c, int slot, View1<const std::int32_t> tokens,
+                             View1<const T> x_in, View1<const std::int32_t> targets,
+                             float grad_scale, Mode mode);
+  void embedding_forward(SlotActivations<T>& s);
+  void embedding_backward(SlotActivations<T>& s, View1<const T> dres);
+  void head_forward(SlotActivations<T>& s, View1<const T> x, View1<const std::int32_t> targets,
+                    float grad_scale, Mode mode);
+  void block_forward(int l, View1<const T> x, BlockActivations<T>& a, View1<T> out);
   void block_backward(int l, View1<const T> x, BlockActivations<T>& a, View1<T> dres);
-  BlockActivations<T>& acts_for(int l);
-  void bind_block_tensors();
+  // Row-parallel linear: out (local rows) = reduce over tp of inp @ weight (+ bias once).
+  void row_parallel_forward(View1<T> out, View1<const T> inp, View1<const T> w,
+                            View1<const T> b, int in_cols);
+  // Column-parallel input gradient: dx (local rows) = reduce over tp of dout @ w^T, overlapped
+  // with the weight gradient of the same linear.
+  void column_parallel_backward(View1<T> dx, View1<T> dw, View1<T> db, View1<const T> dout,
+                                View1<const T> inp, View1<const T> w, int out_cols);
+  // LayerNorm backward whose parameter gradients are partial sums under sequence parallelism:
+  // reduced over tp before they are added.
+  void layernorm_backward_tp(View1<T> dx, View1<T> dw, View1<T> db, View1<const T> dout,
+                             View1<const T> x, View1<const T> w, View1<const float> mean,
+                             View1<const float> rstd);
+  // x (local rows) -> full rows, for the inputs of column-parallel linears under SP.
+  View1<const T> gather_rows(View1<const T> local, View1<T> full);
+  BlockActivations<T>& acts_for(ChunkActivations<T>& ca, SlotActivations<T>& s, int l);
+  void bind_all();
+  void hook_before_forward(int u) { if (hooks_) hooks_->before_forward(u); }
+  void hook_before_backward(int u) { if (hooks_) hooks_->before_backward(u); }
+  void hook_after_backward(int u) { if (hooks_) hooks_->after_backward(u); }
+  bool tp_active() const { return tp_size_ > 1; }
 
   GptConfig cfg_;
   int B_, T_;
-  bool recompute_;
+  ModelLayout layout_;
+  int tp_rank_ = 0, tp_size_ = 1;
+  int N_ = 0, Nl_ = 0;          // rows of a micro-batch; local rows (N / tp with SP)
+  int NHl_ = 0, Vl_ = 0, v0_ = 0;  // local heads, local vocabulary rows and the first of them
   ExecSpace exec_;
   ParameterRegistry reg_;
+  LayerHooks* hooks_ = nullptr;
+  double tp_comm_seconds_ = 0;
   View1<T> params_, grads_;
-  std::vector<BlockTensors<T>> block_params_, block_grads_;  // slices of params_ / grads_
-  // activations
-  View1<T> encoded_;                        // [N, C] input of block 0
-  std::vector<View1<T>> block_out_;         // [N, C] output of each block
-  std::vector<std::unique_ptr<BlockActivations<T>>> acts_;  // one per block, or one shared
-  View1<T> lnf_, logits_;
-  View1<float> lnf_mean_, lnf_rstd_, losses_;
-  View1<std::int32_t> inputs_, targets_;    // copies of the last micro-batch
-  // gradient scratch
-  View1<T> dres_, dln_, dqkv_, datty_, dfch_, dfch_gelu_;
+  // Per-layer views of parameters / gradients (indexed by global layer; empty when not held).
+  std::vector<BlockTensors<T>> block_params_, block_grads_;
+  View1<T> wte_, wpe_, lnf_w_, lnf_b_, dwte_, dwpe_, dlnf_w_, dlnf_b_;
+  std::vector<std::unique_ptr<ChunkActivations<T>>> chunks_;
+  std::unique_ptr<BlockActivations<T>> shared_acts_;  // recompute: one set for every block
+  // head scratch (the head's backward runs inside its forward)
+  View1<T> lnf_, lnf_local_, logits_;
+  View1<float> lnf_mean_, lnf_rstd_, losses_, ce_max_, ce_sums_;
+  View1<std::int32_t> targets_;
+  // gradient / communication scratch
+  View1<T> dres_, dln_, dln_local_, dres_full_, partial_, ln_local_;
+  View1<T> dqkv_, datty_, dfch_, dfch_gelu_;
+  View1<T> ln_dw_, ln_db_;  // sequence-parallel LayerNorm parameter gradients before the tp sum
   Scalar<float> loss_sum_;
 };
 

@@ -1,32 +1,60 @@
 #pragma once
-// Saved activations of one transformer block for one micro-batch (N = B*T rows).
+// Saved activations of the model: per transformer block and micro-batch, and per (chunk, slot).
+#include <cstdint>
+#include <memory>
+#include <vector>
+
 #include "meshtrain/core/view.hpp"
+#include "meshtrain/model/registry.hpp"
 
 namespace meshtrain::model {
 
 // Views of one transformer block's parameters (or gradients) in the flat buffer, looked up in
-// the registry once when the model is built, not by name on every forward and backward.
+// the registry once when a unit is bound, not by name on every forward and backward.
 template <class T>
 struct BlockTensors {
   View1<T> ln_1_w, ln_1_b, c_attn_w, c_attn_b, attn_proj_w, attn_proj_b;
   View1<T> ln_2_w, ln_2_b, c_fc_w, c_fc_b, mlp_proj_w, mlp_proj_b;
 };
 
+// Shapes of one rank's share of a block: N rows of the micro-batch (B*T), Nl local rows (N / tp
+// under sequence parallelism, else N), C channels, and the tp-local widths.
+struct BlockShape {
+  int B = 0, T = 0, N = 0, Nl = 0, C = 0, NHl = 0, tp = 1;
+};
+
 template <class T>
 struct BlockActivations {
-  View1<T> ln1;                         // [N,C]
-  View1<float> ln1_mean, ln1_rstd;      // [N], [N]
-  View1<T> qkv;                         // [N,3C]
-  View1<T> atty;                        // [N,C]
-  View1<float> lse;                     // [B,NH,T]
-  View1<T> attproj, res2;               // [N,C]
-  View1<T> ln2;                         // [N,C]
-  View1<float> ln2_mean, ln2_rstd;      // [N], [N]
-  View1<T> fch, fch_gelu;               // [N,4C]
-  View1<T> fcproj;                      // [N,C]
+  View1<T> ln1;                         // [N, C] (gathered under SP: the QKV GEMM input)
+  View1<float> ln1_mean, ln1_rstd;      // [Nl]
+  View1<T> qkv;                         // [N, 3C/tp]
+  View1<T> atty;                        // [N, C/tp]
+  View1<float> lse;                     // [B, NH/tp, T]
+  View1<T> attproj, res2;               // [Nl, C]
+  View1<T> ln2;                         // [N, C]
+  View1<float> ln2_mean, ln2_rstd;      // [Nl]
+  View1<T> fch, fch_gelu;               // [N, 4C/tp]
+  View1<T> fcproj;                      // [Nl, C]
 
-  BlockActivations(int B, int Tlen, int C, int NH);
+  explicit BlockActivations(const BlockShape& s);
   std::size_t bytes() const;
+};
+
+// One micro-batch in flight through one chunk.
+template <class T>
+struct SlotActivations {
+  View1<std::int32_t> tokens;           // embedding chunk: the tokens, for the wte gradient
+  View1<T> input;                       // [Nl, C]: embedding output, or a copy of x_in
+  std::vector<View1<T>> block_out;      // [Nl, C] per block of the chunk
+  std::vector<std::unique_ptr<BlockActivations<T>>> acts;  // per block; empty with recompute
+  View1<T> dhead;                       // head chunk: d(loss)/d(last block output) [Nl, C]
+};
+
+template <class T>
+struct ChunkActivations {
+  LayerRange range;
+  bool embed = false, head = false;
+  std::vector<SlotActivations<T>> slots;
 };
 
 }  // namespace meshtrain::model

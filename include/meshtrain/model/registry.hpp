@@ -54,6 +54,22 @@ struct ParamInfo {
   std::int64_t global_index(std::int64_t i, int tp_rank, int tp_size) const;
 };
 
+// Blocks [first, last) held together: a pipeline stage, or one virtual chunk of an interleaved
+// schedule.
+struct LayerRange {
+  int first = 0, last = 0;
+};
+
+// A contiguous range [begin, end) of the flat buffer that is used as a whole: the embedding
+// (wte, and wpe on the first stage), one transformer block, or the head (ln_f). Layer hooks
+// (DP buckets, ZeRO) work unit by unit; `begin` is aligned.
+struct UnitInfo {
+  std::string name;  // "embedding", "transformer.h.<l>", "head"
+  int layer = -1;    // block index; -1 for the embedding and the head
+  std::size_t begin = 0, end = 0;
+  std::size_t size() const { return end - begin; }
+};
+
 class ParameterRegistry {
  public:
   // Parameters of the layers this rank holds (pipeline stage `stage` owning blocks
@@ -61,6 +77,9 @@ class ParameterRegistry {
   // tp rank `tp_rank` of `tp_size`. Offsets are aligned to `kAlign` elements.
   ParameterRegistry(const GptConfig& cfg, int tp_rank, int tp_size, int stage, int first_layer,
                     int last_layer, bool has_embedding, bool has_head);
+  // Several layer ranges (the virtual chunks of an interleaved pipeline) in one flat buffer.
+  ParameterRegistry(const GptConfig& cfg, int tp_rank, int tp_size, int stage,
+                    const std::vector<LayerRange>& chunks, bool has_embedding, bool has_head);
 
   static constexpr std::size_t kAlign = 64;
 
@@ -71,12 +90,32 @@ class ParameterRegistry {
   int tp_rank() const { return tp_rank_; }
   int tp_size() const { return tp_size_; }
   const GptConfig& config() const { return cfg_; }
+  bool has_embedding() const { return has_embedding_; }
+  bool has_head() const { return has_head_; }
+  int stage() const { return stage_; }
+
+  const std::vector<UnitInfo>& units() const { return units_; }
+  // Unit index of block `layer`, of the embedding (-1 when wte is not held) and of the head.
+  int unit_of_layer(int layer) const;
+  int embedding_unit() const { return embedding_unit_; }
+  int head_unit() const { return head_unit_; }
+
+  // Whether the parameter's squares enter the global gradient norm on this rank, so that the norm
+  // summed over the model-parallel group counts every global element once: tensor-parallel
+  // replicas count on tp rank 0 only, and the tied copy of wte on a last stage without the
+  // embedding not at all (the first stage counts it).
+  bool counts_in_norm(const ParamInfo& p) const;
 
  private:
+  void build(const std::vector<LayerRange>& chunks);
   void add(std::string name, std::vector<std::int64_t> shape, Split split, int layer, bool decay);
   GptConfig cfg_;
   int tp_rank_, tp_size_, stage_;
+  bool has_embedding_, has_head_;
   std::vector<ParamInfo> params_;
+  std::vector<UnitInfo> units_;
+  std::vector<int> layer_unit_;  // per global layer; -1 when not held
+  int embedding_unit_ = -1, head_unit_ = -1;
   std::size_t total_ = 0;
 };
 

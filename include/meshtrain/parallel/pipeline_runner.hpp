@@ -1,0 +1,99 @@
+#pragma once
+// Runs one rank's pipeline schedule (schedule.hpp) for one training step: the model's chunk
+// forwards and backwards in schedule order, activations and their gradients exchanged with the
+// neighbouring stages through non-blocking point-to-point messages on the pp communicator.
+//
+// Communication overlaps compute: receives are posted ahead of the action that needs them (in
+// list order, which matches the peer's send order — NCCL has no tags), sends never block the
+// schedule. Buffers:
+//  - an activation is sent straight from the model's output view of (chunk, slot), valid until
+//    that slot's next forward; its request is waited before this slot's backward, by which time
+//    the next stage has already received it (it sent the gradient we consumed);
+//  - an input gradient (the model's d(chunk input), valid until the next backward) is copied
+//    into a pooled buffer that is returned to the pool when its send completes;
+//  - receives land in pooled buffers returned after the compute that consumes them (the model
+//    copies its chunk input).
+// Idle time (waiting on receives, and for sends at the end of the step) is measured per step:
+// the pipeline bubble of this stage. On a GPU with NCCL, waits do not block the host, so the
+// wall-clock figures are only meaningful with host execution (the CPU build).
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "meshtrain/comm/communicator.hpp"
+#include "meshtrain/model/gpt.hpp"
+#include "meshtrain/parallel/partition.hpp"
+#include "meshtrain/parallel/schedule.hpp"
+
+namespace meshtrain::parallel {
+
+// The model layout of pipeline rank `stage`: its chunks of `pieces` (partition.hpp), the
+// embedding on stage 0, the head on stage pp - 1, and one activation slot per micro-batch the
+// schedule keeps in flight in a chunk. tp, sequence parallelism and recompute left as given.
+model::ModelLayout pipeline_layout(const ScheduleSpec& spec, const std::vector<LayerRange>& pieces,
+                                   int stage, model::ModelLayout base = {});
+
+// Tokens and targets (B*T each, device memory) of micro-batch m of this step.
+struct MicroBatch {
+  View1<const std::int32_t> tokens, targets;
+};
+using BatchProvider = std::function<MicroBatch(int micro)>;
+
+struct PipelineStepStats {
+  double wall_s = 0;     // this rank's step: first action to the last send completed
+  double idle_s = 0;     // waiting for receives and, at the end, for sends
+  double compute_s = 0;  // inside the model's forward and backward calls
+  int messages = 0;      // sent and received
+  double bubble() const { return wall_s > 0 ? idle_s / wall_s : 0.0; }
+};
+
+template <class T>
+class PipelineRunner {
+ public:
+  // `pp`: the pipeline communicator (rank = stage, size = spec.pp). The model must hold this
+  // stage's chunks (pipeline_layout) with at least slots_needed(spec, stage) slots. Both must
+  // outlive the runner. recv_ahead: receives kept posted ahead of the one being waited for.
+  PipelineRunner(model::GptT<T>& model, comm::Communicator& pp, const ScheduleSpec& spec,
+                 int stage, int recv_ahead = 2);
+  ~PipelineRunner();
+  PipelineRunner(const PipelineRunner&) = delete;
+  PipelineRunner& operator=(const PipelineRunner&) = delete;
+
+  // One step: every micro-batch forward and backward through this rank's chunks. Parameter
+  // gradients accumulate into the model (zero them before, reduce the tied wte over the
+  // embedding group after); the last stage adds the token losses to model.loss_sum().
+  // grad_scale = 1 / (counted target tokens of the global batch).
+  PipelineStepStats step(const BatchProvider& batch, float grad_scale);
+
+  const std::vector<Action>& actions() const { return actions_; }
+  int n_slots() const { return n_slots_; }
+  const ScheduleSpec& spec() const { return spec_; }
+  int stage() const { return stage_; }
+
+ private:
+  struct Posted;
+  int tag(const Action& a) const;
+  int take_buffer();
+  void reap_sends(bool wait_all, PipelineStepStats& st);
+  void post_receives(std::size_t upto_recv, PipelineStepStats& st);
+
+  model::GptT<T>& model_;
+  comm::Communicator& pp_;
+  ScheduleSpec spec_;
+  int stage_;
+  int recv_ahead_;
+  int n_slots_;
+  std::vector<Action> actions_;
+  std::vector<std::size_t> recv_at_;      // indices of the receive actions, in list order
+  std::size_t next_post_ = 0;             // receives of this step posted so far
+  std::vector<View1<T>> pool_;            // message buffers of activation_elems()
+  std::vector<int> free_;                 // indices into pool_
+  std::vector<std::unique_ptr<Posted>> posted_;            // receives in flight, list order
+  std::vector<std::pair<comm::Request, int>> grad_sends_;  // (request, buffer)
+  std::vector<comm::Request> act_sends_;  // per (chunk, slot)
+};
+
+using PipelineRunnerF = PipelineRunner<float>;
+
+}  // namespace meshtrain::parallel

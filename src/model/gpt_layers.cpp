@@ -1,0 +1,247 @@
+// GptT's layers: embedding, transformer block and head, forward and backward, with the
+// Megatron tensor-parallel communication points. Notation: N rows of the micro-batch, Nl local
+// rows (N / tp under sequence parallelism), P = tp size. With P = 1 every function takes exactly
+// the single-rank path (the same kernel calls in the same order), so tp = 1 stays bit-identical
+// to the reference implementation that the PyTorch parity tests check.
+//
+// Without sequence parallelism the block input x is replicated over tp; column-parallel linears
+// (QKV, fc) need no communication forward and an all-reduce of their input gradient backward;
+// row-parallel linears (attention and MLP projections) all-reduce their output forward. With it
+// x is sharded by rows: the LayerNorm output is all-gathered before the column-parallel linear,
+// the row-parallel output is reduce-scattered, the column-parallel input gradient is
+// reduce-scattered, and the residual-stream gradient is all-gathered before the row-parallel
+// backward. Row-parallel biases are added by tp rank 0 only, before the reduction, and their
+// gradients come from the full-row output gradient, so every rank has the whole of it.
+#include "meshtrain/core/error.hpp"
+#include "meshtrain/core/timer.hpp"
+#include "meshtrain/kernels/attention.hpp"
+#include "meshtrain/kernels/cross_entropy.hpp"
+#include "meshtrain/kernels/embedding.hpp"
+#include "meshtrain/kernels/gelu.hpp"
+#include "meshtrain/kernels/gemm.hpp"
+#include "meshtrain/kernels/layernorm.hpp"
+#include "meshtrain/kernels/linear.hpp"
+#include "meshtrain/kernels/residual.hpp"
+#include "meshtrain/model/gpt.hpp"
+#include "meshtrain/model/gpt_activations.hpp"
+
+namespace meshtrain::model {
+
+namespace k = meshtrain::kernels;
+
+namespace {
+// Adds the wall time of a tensor-parallel communication call to a counter. Host time: exact for
+// the MPI backend (calls return when done); launch time only for NCCL on a GPU.
+struct TpTimer {
+  explicit TpTimer(double& acc) : acc_(acc) {}
+  ~TpTimer() { acc_ += t_.seconds(); }
+  double& acc_;
+  Timer t_;
+};
+}  // namespace
+
+template <class T>
+View1<const T> GptT<T>::gather_rows(View1<const T> local, View1<T> full) {
+  if (!(layout_.sequence_parallel && tp_active())) return local;
+  { TpTimer t(tp_comm_seconds_); layout_.tp->all_gather(local, full); }
+  return full;
+}
+
+template <class T>
+void GptT<T>::row_parallel_forward(View1<T> out, View1<const T> inp, View1<const T> w,
+                                   View1<const T> b, int in_cols) {
+  const int C = cfg_.n_embd;
+  if (!tp_active()) {
+    k::linear_forward<T>(exec_, out, inp, w, b, N_, in_cols, C);
+    return;
+  }
+  k::linear_forward<T>(exec_, partial_, inp, w, tp_rank_ == 0 ? b : View1<const T>{}, N_,
+                       in_cols, C);
+  TpTimer t(tp_comm_seconds_);
+  if (layout_.sequence_parallel) layout_.tp->reduce_scatter(partial_, out);
+  else layout_.tp->all_reduce(partial_, out);
+}
+
+template <class T>
+void GptT<T>::column_parallel_backward(View1<T> dx, View1<T> dw, View1<T> db, View1<const T> dout,
+                                       View1<const T> inp, View1<const T> w, int out_cols) {
+  const int C = cfg_.n_embd;
+  if (!tp_active()) {
+    k::linear_backward<T>(exec_, dx, dw, db, dout, inp, w, N_, C, out_cols);
+    return;
+  }
+  // Partial input gradient over all rows into dln_, reduced while the weight gradient runs.
+  k::gemm<T>(exec_, k::Trans::N, k::Trans::T, N_, C, out_cols, 1.0f, dout.data(), out_cols,
+             w.data(), out_cols, 0.0f, dln_.data(), C);
+  comm::Request r = layout_.sequence_parallel ? layout_.tp->ireduce_scatter(dln_, dx)
+                                              : layout_.tp->iall_reduce(dln_, dx);
+  k::linear_backward<T>(exec_, View1<T>{}, dw, db, dout, inp, w, N_, C, out_cols);
+  { TpTimer t(tp_comm_seconds_); r.wait(); }
+}
+
+template <class T>
+void GptT<T>::layernorm_backward_tp(View1<T> dx, View1<T> dw, View1<T> db, View1<const T> dout,
+                                    View1<const T> x, View1<const T> w, View1<const float> mean,
+                                    View1<const float> rstd) {
+  const int C = cfg_.n_embd;
+  if (!(layout_.sequence_parallel && tp_active())) {
+    k::layernorm_backward<T>(exec_, dx, dw, db, dout, x, w, mean, rstd, Nl_, C);
+    return;
+  }
+  // Each rank saw only its rows: the parameter gradients are partial sums over tp.
+  Kokkos::deep_copy(exec_, ln_dw_, T(0.0f));
+  Kokkos::deep_copy(exec_, ln_db_, T(0.0f));
+  k::layernorm_backward<T>(exec_, dx, ln_dw_, ln_db_, dout, x, w, mean, rstd, Nl_, C);
+  { TpTimer t(tp_comm_seconds_); layout_.tp->all_reduce(ln_dw_); }
+  { TpTimer t(tp_comm_seconds_); layout_.tp->all_reduce(ln_db_); }
+  k::accumulate<T>(exec_, dw, ln_dw_, static_cast<std::size_t>(C));
+  k::accumulate<T>(exec_, db, ln_db_, static_cast<std::size_t>(C));
+}
+
+template <class T>
+void GptT<T>::block_forward(int l, View1<const T> x, BlockActivations<T>& a, View1<T> out) {
+  const int N = N_, Nl = Nl_, C = cfg_.n_embd, P = tp_size_, HS = C / cfg_.n_head;
+  const bool sp = layout_.sequence_parallel && P > 1;
+  const BlockTensors<T>& w = block_params_[static_cast<std::size_t>(l)];
+  const std::size_t local = static_cast<std::size_t>(Nl) * C;
+  k::layernorm_forward<T>(exec_, sp ? ln_local_ : a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln_1_w,
+                          w.ln_1_b, Nl, C);
+  if (sp) { TpTimer t(tp_comm_seconds_); layout_.tp->all_gather(ln_local_, a.ln1); }
+  k::linear_forward<T>(exec_, a.qkv, a.ln1, w.c_attn_w, w.c_attn_b, N, C, 3 * C / P);
+  k::attention_forward<T>(exec_, a.atty, a.lse, a.qkv, B_, T_, NHl_, HS);
+  row_parallel_forward(a.attproj, a.atty, w.attn_proj_w, w.attn_proj_b, C / P);
+  k::residual_forward<T>(exec_, a.res2, x, a.attproj, local);
+  k::layernorm_forward<T>(exec_, sp ? ln_local_ : a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln_2_w,
+                          w.ln_2_b, Nl, C);
+  if (sp) { TpTimer t(tp_comm_seconds_); layout_.tp->all_gather(ln_local_, a.ln2); }
+  k::linear_forward<T>(exec_, a.fch, a.ln2, w.c_fc_w, w.c_fc_b, N, C, 4 * C / P);
+  k::gelu_forward<T>(exec_, a.fch_gelu, a.fch, static_cast<std::size_t>(N) * 4 * C / P);
+  row_parallel_forward(a.fcproj, a.fch_gelu, w.mlp_proj_w, w.mlp_proj_b, 4 * C / P);
+  k::residual_forward<T>(exec_, out, a.res2, a.fcproj, local);
+}
+
+// dres holds d(loss)/d(block output) on entry and d(loss)/d(block input) on exit (local rows).
+template <class T>
+void GptT<T>::block_backward(int l, View1<const T> x, BlockActivations<T>& a, View1<T> dres) {
+  const int N = N_, C = cfg_.n_embd, P = tp_size_, HS = C / cfg_.n_head;
+  const bool sp = layout_.sequence_parallel && P > 1;
+  const BlockTensors<T>& w = block_params_[static_cast<std::size_t>(l)];
+  const BlockTensors<T>& g = block_grads_[static_cast<std::size_t>(l)];
+  View1<T> dx = sp ? dln_local_ : dln_;  // column-parallel input gradient, local rows
+  // MLP: res3 = res2 + proj(gelu(fc(ln2(res2))))
+  View1<const T> dfull = gather_rows(dres, dres_full_);
+  k::linear_backward<T>(exec_, dfch_gelu_, g.mlp_proj_w, g.mlp_proj_b, dfull, a.fch_gelu,
+                        w.mlp_proj_w, N, 4 * C / P, C);
+  k::gelu_backward<T>(exec_, dfch_, a.fch, dfch_gelu_, static_cast<std::size_t>(N) * 4 * C / P);
+  column_parallel_backward(dx, g.c_fc_w, g.c_fc_b, dfch_, a.ln2, w.c_fc_w, 4 * C / P);
+  layernorm_backward_tp(dres, g.ln_2_w, g.ln_2_b, dx, a.res2, w.ln_2_w, a.ln2_mean, a.ln2_rstd);
+  // Attention: res2 = x + proj(attn(c_attn(ln1(x))))
+  dfull = gather_rows(dres, dres_full_);
+  k::linear_backward<T>(exec_, datty_, g.attn_proj_w, g.attn_proj_b, dfull, a.atty,
+                        w.attn_proj_w, N, C / P, C);
+  k::attention_backward<T>(exec_, dqkv_, datty_, a.qkv, a.atty, a.lse, B_, T_, NHl_, HS);
+  column_parallel_backward(dx, g.c_attn_w, g.c_attn_b, dqkv_, a.ln1, w.c_attn_w, 3 * C / P);
+  layernorm_backward_tp(dres, g.ln_1_w, g.ln_1_b, dx, x, w.ln_1_w, a.ln1_mean, a.ln1_rstd);
+}
+
+template <class T>
+void GptT<T>::embedding_forward(SlotActivations<T>& s) {
+  const int C = cfg_.n_embd;
+  hook_before_forward(reg_.embedding_unit());
+  if (!tp_active()) {
+    k::embedding_forward<T>(exec_, s.input, s.tokens, wte_, wpe_, B_, T_, C, 0, Vl_);
+    return;
+  }
+  // Vocabulary-parallel: tokens outside this rank's rows contribute 0; wpe added once.
+  k::embedding_forward<T>(exec_, partial_, s.tokens, wte_, tp_rank_ == 0 ? wpe_ : View1<T>{}, B_,
+                          T_, C, v0_, Vl_);
+  TpTimer t(tp_comm_seconds_);
+  if (layout_.sequence_parallel) layout_.tp->reduce_scatter(partial_, s.input);
+  else layout_.tp->all_reduce(partial_, s.input);
+}
+
+template <class T>
+void GptT<T>::embedding_backward(SlotActivations<T>& s, View1<const T> dres) {
+  const int u = reg_.embedding_unit();
+  hook_before_backward(u);
+  View1<const T> dfull = gather_rows(dres, dres_full_);
+  k::embedding_backward<T>(exec_, dwte_, dwpe_, dfull, s.tokens, B_, T_, cfg_.n_embd, v0_, Vl_);
+  hook_after_backward(u);
+}
+
+template <class T>
+void GptT<T>::head_forward(SlotActivations<T>& s, View1<const T> x,
+                           View1<const std::int32_t> targets, float grad_scale, Mode mode) {
+  const int N = N_, Nl = Nl_, C = cfg_.n_embd, V = cfg_.vocab_size;
+  const bool sp = layout_.sequence_parallel && tp_active();
+  const int hu = reg_.head_unit(), eu = reg_.embedding_unit();
+  hook_before_forward(hu);
+  hook_before_forward(eu);
+  k::layernorm_forward<T>(exec_, sp ? ln_local_ : lnf_, lnf_mean_, lnf_rstd_, x, lnf_w_, lnf_b_, Nl,
+                          C);
+  if (sp) { TpTimer t(tp_comm_seconds_); layout_.tp->all_gather(ln_local_, lnf_); }
+  // LM head tied to wte [Vl, C]: logits[N, Vl] = lnf[N, C] @ wte^T (this rank's vocabulary rows)
+  k::gemm<T>(exec_, k::Trans::N, k::Trans::T, N, Vl_, C, 1.0f, lnf_.data(), C, wte_.data(), C,
+             0.0f, logits_.data(), Vl_);
+  if (mode == Mode::logits) return;
+  MESHTRAIN_CHECK(targets.span() == static_cast<std::size_t>(N), "model targets have ",
+                  targets.span(), " tokens, expected ", N);
+  Kokkos::deep_copy(exec_, targets_, targets);
+  const bool train = mode == Mode::train;
+  if (!tp_active()) {
+    if (train)
+      k::cross_entropy_forward_backward<T>(exec_, losses_, logits_, targets_, N, Vl_, V,
+                                           grad_scale);
+    else
+      k::cross_entropy_forward<T>(exec_, losses_, logits_, targets_, N, Vl_, V);
+  } else {
+    k::vp_ce_max<T>(exec_, ce_max_, logits_, N, Vl_, v0_, V);
+    { TpTimer t(tp_comm_seconds_); layout_.tp->all_reduce(ce_max_, comm::ReduceOp::max); }
+    k::vp_ce_sums<T>(exec_, ce_sums_, logits_, targets_, ce_max_, N, Vl_, v0_, V);
+    { TpTimer t(tp_comm_seconds_); layout_.tp->all_reduce(ce_sums_); }
+    k::vp_ce_finish<T>(exec_, losses_, logits_, targets_, ce_max_, ce_sums_, N, Vl_, v0_, V,
+                       grad_scale, train);
+  }
+  k::sum_losses(exec_, loss_sum_, losses_, N, true);
+  if (!train) return;
+  // The head's backward, now: logits_ holds dlogits.
+  hook_before_backward(hu);
+  hook_before_backward(eu);
+  k::gemm<T>(exec_, k::Trans::N, k::Trans::N, N, C, Vl_, 1.0f, logits_.data(), Vl_, wte_.data(),
+             C, 0.0f, dln_.data(), C);
+  comm::Request r;
+  if (tp_active())
+    r = sp ? layout_.tp->ireduce_scatter(dln_, dln_local_) : layout_.tp->iall_reduce(dln_);
+  k::gemm<T>(exec_, k::Trans::T, k::Trans::N, Vl_, C, N, 1.0f, logits_.data(), Vl_, lnf_.data(),
+             C, 1.0f, dwte_.data(), C);
+  { TpTimer t(tp_comm_seconds_); r.wait(); }
+  Kokkos::deep_copy(exec_, s.dhead, T(0.0f));
+  layernorm_backward_tp(s.dhead, dlnf_w_, dlnf_b_, sp ? dln_local_ : dln_, x, lnf_w_, lnf_mean_,
+                        lnf_rstd_);
+  hook_after_backward(hu);
+  if (!layout_.has_embedding) hook_after_backward(eu);  // the tied copy is complete
+}
+
+#define MESHTRAIN_INSTANTIATE_GPT_LAYERS(T)                                                       \
+  template View1<const T> GptT<T>::gather_rows(View1<const T>, View1<T>);                         \
+  template void GptT<T>::row_parallel_forward(View1<T>, View1<const T>, View1<const T>,           \
+                                              View1<const T>, int);                               \
+  template void GptT<T>::column_parallel_backward(View1<T>, View1<T>, View1<T>, View1<const T>,   \
+                                                  View1<const T>, View1<const T>, int);           \
+  template void GptT<T>::layernorm_backward_tp(View1<T>, View1<T>, View1<T>, View1<const T>,      \
+                                               View1<const T>, View1<const T>,                    \
+                                               View1<const float>, View1<const float>);           \
+  template void GptT<T>::block_forward(int, View1<const T>, BlockActivations<T>&, View1<T>);      \
+  template void GptT<T>::block_backward(int, View1<const T>, BlockActivations<T>&, View1<T>);     \
+  template void GptT<T>::embedding_forward(SlotActivations<T>&);                                  \
+  template void GptT<T>::embedding_backward(SlotActivations<T>&, View1<const T>);                 \
+  template void GptT<T>::head_forward(SlotActivations<T>&, View1<const T>,                        \
+                                      View1<const std::int32_t>, float, Mode);
+MESHTRAIN_INSTANTIATE_GPT_LAYERS(float)
+#if MESHTRAIN_HAVE_BF16
+MESHTRAIN_INSTANTIATE_GPT_LAYERS(bf16)
+MESHTRAIN_INSTANTIATE_GPT_LAYERS(fp16)
+#endif
+#undef MESHTRAIN_INSTANTIATE_GPT_LAYERS
+
+}  // namespace meshtrain::model

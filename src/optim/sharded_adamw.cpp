@@ -1,0 +1,223 @@
+#include "meshtrain/optim/sharded_adamw.hpp"
+
+#include <cmath>
+#include <type_traits>
+
+#include "meshtrain/core/error.hpp"
+
+namespace meshtrain::optim {
+
+namespace {
+
+// The host step of CPU offload: the arithmetic of kernels::adamw_update (fp32, bias corrections
+// from double), as a plain loop over raw pointers that the compiler vectorises (this file is
+// built with -fno-math-errno so that sqrtf vectorises). Two loops, so that the fp32 path (no
+// 16-bit copy) has no branch in its body.
+template <class G>
+void adamw_host(float* __restrict p, const G* __restrict g, float* __restrict m,
+                float* __restrict v, std::size_t n, const kernels::AdamWHyper& h, float decay,
+                float scale, G* __restrict copy) {
+  const float lr = h.lr, b1 = h.beta1, b2 = h.beta2, eps = h.eps;
+  const float wd = h.weight_decay * decay;
+  const float bc1 = static_cast<float>(1.0 - std::pow(double(h.beta1), h.step));
+  const float bc2 = static_cast<float>(1.0 - std::pow(double(h.beta2), h.step));
+  auto one = [&](std::size_t i) {
+    const float gi = static_cast<float>(g[i]) * scale;
+    const float mi = b1 * m[i] + (1.0f - b1) * gi;
+    const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    const float mhat = mi / bc1, vhat = vi / bc2;
+    const float pi = p[i] - lr * (mhat / (std::sqrt(vhat) + eps) + wd * p[i]);
+    p[i] = pi;
+    return pi;
+  };
+  if (copy) {
+    for (std::size_t i = 0; i < n; ++i) copy[i] = static_cast<G>(one(i));
+  } else {
+    for (std::size_t i = 0; i < n; ++i) one(i);
+  }
+}
+
+}  // namespace
+
+template <class T>
+ShardedAdamWT<T>::ShardedAdamWT(std::vector<ShardPiece> pieces, std::vector<ShardRange> ranges,
+                                std::size_t shard_size, const AdamWConfig& cfg,
+                                StatePlacement placement, ExecSpace exec)
+    : pieces_(std::move(pieces)),
+      ranges_(std::move(ranges)),
+      shard_size_(shard_size),
+      cfg_(cfg),
+      placement_(placement),
+      exec_(exec),
+      has_master_(!std::is_same_v<T, float> || placement == StatePlacement::host) {
+  for (const auto& r : ranges_)
+    MESHTRAIN_CHECK(r.shard + r.length <= shard_size_, "ShardedAdamW: range [", r.shard, ", ",
+                    r.shard + r.length, ") outside the shard of ", shard_size_);
+  if (placement_ == StatePlacement::device) {
+    if (has_master_) master_ = zeros<float>("optim.shard.master", shard_size_);
+    m_ = zeros<float>("optim.shard.exp_avg", shard_size_);
+    v_ = zeros<float>("optim.shard.exp_avg_sq", shard_size_);
+  } else {
+    hmaster_ = HostView1<float>("meshtrain::optim.host.master", shard_size_);
+    hm_ = HostView1<float>("meshtrain::optim.host.exp_avg", shard_size_);
+    hv_ = HostView1<float>("meshtrain::optim.host.exp_avg_sq", shard_size_);
+    hgrads_ = HostView1<T>("meshtrain::optim.host.grads", shard_size_);
+    if constexpr (!std::is_same_v<T, float>)
+      hcopy_ = HostView1<T>("meshtrain::optim.host.param_copy", shard_size_);
+  }
+  sumsq_ = Scalar<float>("meshtrain::optim.shard.sumsq");
+  norm_ = Scalar<float>("meshtrain::optim.shard.grad_norm");
+  scale_ = Scalar<float>("meshtrain::optim.shard.clip_scale");
+}
+
+template <class T>
+void ShardedAdamWT<T>::init_master(View1<const T> params, Index where) {
+  if (!has_master_) return;
+  for (const auto& p : pieces_) {
+    if (p.length == 0) continue;
+    auto src = slice(params, at(p, where), p.length);
+    if (placement_ == StatePlacement::device) {
+      auto dst = slice(master_, p.shard, p.length);
+      Kokkos::parallel_for(
+          "meshtrain::optim_shard_init_master",
+          Kokkos::RangePolicy<ExecSpace>(exec_, 0, static_cast<std::int64_t>(p.length)),
+          KOKKOS_LAMBDA(const std::int64_t i) { dst(i) = static_cast<float>(src(i)); });
+    } else {
+      auto stage = slice(hgrads_, p.shard, p.length);  // the gradient staging buffer, reused
+      Kokkos::deep_copy(exec_, stage, src);
+      exec_.fence();
+      for (std::size_t i = 0; i < p.length; ++i)
+        hmaster_(p.shard + i) = static_cast<float>(stage(i));
+    }
+  }
+  exec_.fence();
+  if (placement_ == StatePlacement::host) Kokkos::deep_copy(hgrads_, T(0.0f));
+}
+
+template <class T>
+Scalar<float> ShardedAdamWT<T>::local_sumsq(View1<const T> grads, Index where) {
+  if (placement_ == StatePlacement::device) {
+    // The unsharded buffer with every parameter counted (one rank, or tp = pp = 1 at ZeRO-0):
+    // one reduction over the whole buffer, as AdamWT, so that this path is bit-identical to it.
+    bool whole = pieces_.size() == 1 && pieces_[0].flat == 0 && pieces_[0].shard == 0 &&
+                 pieces_[0].length == grads.span();
+    for (const auto& r : ranges_) whole = whole && r.counted;
+    if (whole) {
+      kernels::sum_squares<T>(exec_, sumsq_, grads, grads.span(), false);
+      return sumsq_;
+    }
+    bool first = true;
+    for (const auto& r : ranges_) {
+      if (!r.counted || r.length == 0) continue;
+      kernels::sum_squares<T>(exec_, sumsq_, slice(grads, at(r, where), r.length), r.length,
+                              !first);
+      first = false;
+    }
+    if (first) Kokkos::deep_copy(exec_, sumsq_, 0.0f);
+    return sumsq_;
+  }
+  // Offload: the gradients come down once, piece by piece; the host sums and the update reads
+  // them there.
+  for (const auto& p : pieces_)
+    if (p.length)
+      Kokkos::deep_copy(exec_, slice(hgrads_, p.shard, p.length),
+                        slice(grads, at(p, where), p.length));
+  exec_.fence();
+  double s = 0;
+  for (const auto& r : ranges_) {
+    if (!r.counted) continue;
+    const T* g = hgrads_.data() + r.shard;
+    for (std::size_t i = 0; i < r.length; ++i) {
+      const float x = static_cast<float>(g[i]);
+      s += static_cast<double>(x) * x;
+    }
+  }
+  Kokkos::deep_copy(exec_, sumsq_, static_cast<float>(s));
+  return sumsq_;
+}
+
+template <class T>
+bool ShardedAdamWT<T>::apply(View1<T> params, Index params_where, View1<const T> grads,
+                             Index grads_where, std::int64_t step, float loss_scale,
+                             bool check_finite) {
+  if (check_finite) {
+    float sumsq = 0;
+    Kokkos::deep_copy(exec_, sumsq, sumsq_);
+    exec_.fence();
+    if (!std::isfinite(sumsq)) {
+      Kokkos::deep_copy(exec_, norm_, sumsq);
+      return false;
+    }
+  }
+  kernels::clip_scale(exec_, scale_, norm_, sumsq_, cfg_.grad_clip, 1.0f / loss_scale);
+  kernels::AdamWHyper h;
+  h.lr = lr_at(cfg_, step);
+  h.beta1 = cfg_.beta1;
+  h.beta2 = cfg_.beta2;
+  h.eps = cfg_.eps;
+  h.weight_decay = cfg_.weight_decay;
+  h.step = static_cast<int>(step + 1);
+  if (placement_ == StatePlacement::host) {
+    apply_host(params, params_where, h);
+    return true;
+  }
+  for (const ShardRange& r : ranges_) {
+    if (r.length == 0) continue;
+    const float decay = r.decay ? 1.0f : 0.0f;
+    auto g = slice(grads, at(r, grads_where), r.length);
+    auto m = slice(m_, r.shard, r.length), v = slice(v_, r.shard, r.length);
+    auto p = slice(params, at(r, params_where), r.length);
+    if constexpr (std::is_same_v<T, float>) {
+      kernels::adamw_update<float>(exec_, p, g, m, v, r.length, h, decay, scale_);
+    } else {
+      kernels::adamw_update<T>(exec_, slice(master_, r.shard, r.length), g, m, v, r.length, h,
+                               decay, scale_, p);
+    }
+  }
+  return true;
+}
+
+template <class T>
+void ShardedAdamWT<T>::apply_host(View1<T> params, Index params_where,
+                                  const kernels::AdamWHyper& h) {
+  float scale = 1;
+  Kokkos::deep_copy(exec_, scale, scale_);
+  exec_.fence();
+  for (const ShardRange& r : ranges_) {
+    if (r.length == 0) continue;
+    T* copy = nullptr;
+    if constexpr (!std::is_same_v<T, float>) copy = hcopy_.data() + r.shard;
+    adamw_host<T>(hmaster_.data() + r.shard, hgrads_.data() + r.shard, hm_.data() + r.shard,
+                  hv_.data() + r.shard, r.length, h, r.decay ? 1.0f : 0.0f, scale, copy);
+  }
+  // Parameters up, piece by piece (asynchronous on the instance; the next use orders itself
+  // after it).
+  for (const auto& p : pieces_) {
+    if (!p.length) continue;
+    auto dst = slice(params, at(p, params_where), p.length);
+    if constexpr (std::is_same_v<T, float>) {
+      Kokkos::deep_copy(exec_, dst, slice(hmaster_, p.shard, p.length));
+    } else {
+      Kokkos::deep_copy(exec_, dst, slice(hcopy_, p.shard, p.length));
+    }
+  }
+}
+
+template <class T>
+typename ShardedAdamWT<T>::Bytes ShardedAdamWT<T>::bytes() const {
+  Bytes b;
+  b.device_state = (master_.span() + m_.span() + v_.span()) * sizeof(float);
+  b.host_state = (hmaster_.span() + hm_.span() + hv_.span()) * sizeof(float);
+  b.host_staging = (hgrads_.span() + hcopy_.span()) * sizeof(T);
+  return b;
+}
+
+template class ShardedAdamWT<float>;
+#if MESHTRAIN_HAVE_BF16
+template class ShardedAdamWT<bf16>;
+template class ShardedAdamWT<fp16>;
+#endif
+
+}  // namespace meshtrain::optim
