@@ -1,12 +1,15 @@
 """From each run's JSON-lines metrics to one CSV row, and scaling efficiency across rows.
 
-Metrics contract (meshtrain's `--train.metrics` file, one JSON object per line): step records
-carry `step` and `step_ms`; records without `step_ms` (validation losses) are ignored. Fields are
-job-wide: `tokens` is the tokens seen by the whole job after that step, `tokens_per_s` and
-`tflops` are the job's; `memory_bytes` is one rank's memory. Optional fields, used when present:
-`bubble_ms` or `bubble` (fraction of the step the pipeline idles), `comm_ms` (communication time
-in the step), `exposed_comm_ms` (the part not hidden behind compute), `checkpoint` / `ckpt_ms`
-(a step that saved a checkpoint: excluded from timing). Missing values stay empty in the CSV.
+Metrics contract (meshtrain's `--train.metrics` file, one JSON object per line, written by world
+rank 0): step records carry `step` and `step_ms`; records without `step_ms` (validation losses)
+are ignored. `tokens` (cumulative) and `tokens_per_s` are the whole job's; `tflops` and `mfu` are
+per rank (model FLOP/s of the job / ranks, as MFU is defined); `memory_bytes` is one rank's.
+Parallel runs add `comm_ms` (data-parallel gradient communication in the step), `comm_hidden`
+(the fraction of it overlapped with backward), `tp_comm_ms` (tensor-parallel communication, on
+the critical path) and `bubble` (fraction of the step a pipeline stage idles; or `bubble_ms`);
+`exposed_comm_ms`, when present, overrides the exposed time derived from those. Steps that wrote
+a checkpoint (`checkpoint`, `ckpt_ms` > 0) are left out of the timing. Missing values stay empty
+in the CSV.
 """
 import csv
 import json
@@ -20,7 +23,8 @@ COLUMNS = [
     "micro_batch", "grad_accum", "seq_len", "steps_logged", "steps_used",
     "step_ms", "step_ms_min", "step_ms_max", "tokens_per_step", "tokens_per_s",
     "tokens_per_s_per_rank", "tflops_per_rank", "mfu", "bubble_fraction", "bubble_ms",
-    "comm_ms", "exposed_comm_ms", "compute_ms", "peak_memory_bytes",
+    "dp_comm_ms", "dp_comm_hidden", "tp_comm_ms", "comm_ms", "exposed_comm_ms", "compute_ms",
+    "peak_memory_bytes",
     "baseline_run", "ideal_tokens_per_s", "speedup", "efficiency", "error",
 ]
 
@@ -74,11 +78,9 @@ def summarize(records, ranks, warmup, peak_tflops=None):
         out["tokens_per_step"] = tokens_per_step
         out["tokens_per_s"] = tokens_per_step / (t / 1e3)
         out["tokens_per_s_per_rank"] = out["tokens_per_s"] / ranks
-        # FLOP per token from the run's own fields (their ratio does not depend on whether they
-        # are per rank or per job), times the job's token rate.
-        tflops, rate = _median(used, "tflops"), _median(used, "tokens_per_s")
-        if tflops and rate:
-            out["tflops_per_rank"] = tflops / rate * out["tokens_per_s"] / ranks
+    tflops = _median(used, "tflops")  # per rank
+    if tflops:
+        out["tflops_per_rank"] = tflops
     if peak_tflops and out.get("tflops_per_rank"):
         out["mfu"] = out["tflops_per_rank"] / peak_tflops
     else:
@@ -92,10 +94,23 @@ def summarize(records, ranks, warmup, peak_tflops=None):
     if bubble_ms is not None:
         out["bubble_ms"] = bubble_ms
         out["bubble_fraction"] = bubble_ms / t
-    comm = _median(used, "comm_ms")
+    dp_comm, tp_comm = _median(used, "comm_ms"), _median(used, "tp_comm_ms")
+    hidden = _median(used, "comm_hidden")
     exposed = _median(used, "exposed_comm_ms")
-    if comm is not None:
-        out["comm_ms"] = comm
+    if dp_comm is not None:
+        out["dp_comm_ms"] = dp_comm
+    if hidden is not None:
+        out["dp_comm_hidden"] = hidden
+    if tp_comm is not None:
+        out["tp_comm_ms"] = tp_comm
+    if dp_comm is not None or tp_comm is not None:
+        out["comm_ms"] = (dp_comm or 0) + (tp_comm or 0)
+    known = dp_comm is None or hidden is not None  # dp comm without its hidden share: unknown
+    if exposed is None and known and out.get("comm_ms") is not None:
+        # Per step: the dp part not overlapped, plus all of tp (blocking); then the median.
+        per_step = [(r.get("comm_ms") or 0) * (1 - (r.get("comm_hidden") or 0))
+                    + (r.get("tp_comm_ms") or 0) for r in used]
+        exposed = statistics.median(per_step)
     if exposed is not None:
         out["exposed_comm_ms"] = exposed
     out["compute_ms"] = t - (exposed or 0) - (bubble_ms or 0)

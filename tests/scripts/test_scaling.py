@@ -19,13 +19,13 @@ import metrics  # noqa: E402
 import plots  # noqa: E402
 
 
-def step_records(times, tokens_per_step=1024, flops_per_token=6e6, extra=None):
+def step_records(times, tokens_per_step=1024, flops_per_token=6e6, extra=None, ranks=1):
     """meshtrain-like step records for steps 1..len(times), plus a validation record."""
     out = []
     for i, t in enumerate(times, start=1):
         rate = tokens_per_step / (t / 1e3)
         r = {"step": i, "loss": 5.0, "step_ms": t, "tokens_per_s": rate,
-             "tflops": flops_per_token * rate / 1e12, "mfu": 0, "memory_bytes": 1000 + i,
+             "tflops": flops_per_token * rate / 1e12 / ranks, "mfu": 0, "memory_bytes": 1000 + i,
              "tokens": i * tokens_per_step}
         r.update((extra or {}).get(i, {}))
         out.append(r)
@@ -56,7 +56,7 @@ class Summary(unittest.TestCase):
     def test_median_skips_warmup_checkpoint_and_validation(self):
         # Steps 1-2 are warm-up, step 6 wrote a checkpoint: left are 10, 12, 11, 13, 14, 12.
         recs = step_records([900, 300, 10, 12, 11, 500, 13, 14, 12],
-                            extra={6: {"ckpt_ms": 480.0}})
+                            extra={6: {"ckpt_ms": 480.0}}, ranks=2)
         s = metrics.summarize(recs, ranks=2, warmup=2)
         self.assertEqual(s["steps_logged"], 9)
         self.assertEqual(s["steps_used"], 6)
@@ -65,21 +65,34 @@ class Summary(unittest.TestCase):
         self.assertAlmostEqual(s["tokens_per_step"], 1024)
         self.assertAlmostEqual(s["tokens_per_s"], 1024 / 0.012)
         self.assertAlmostEqual(s["tokens_per_s_per_rank"], 1024 / 0.012 / 2)
-        self.assertAlmostEqual(s["tflops_per_rank"], 6e6 * 1024 / 0.012 / 2 / 1e12)
+        self.assertAlmostEqual(s["tflops_per_rank"], 6e6 * 1024 / 0.012 / 2 / 1e12)  # median
         self.assertEqual(s["peak_memory_bytes"], 1009)
-        for missing in ("mfu", "bubble_ms", "comm_ms", "exposed_comm_ms"):
+        for missing in ("mfu", "bubble_ms", "comm_ms", "tp_comm_ms", "exposed_comm_ms"):
             self.assertNotIn(missing, s)  # -> empty CSV cells
         self.assertAlmostEqual(s["compute_ms"], 12.0)
 
     def test_breakdown_fields(self):
-        extra = {i: {"bubble": 0.25, "comm_ms": 4.0, "exposed_comm_ms": 1.0} for i in range(1, 6)}
-        s = metrics.summarize(step_records([20] * 5, extra=extra), ranks=4, warmup=1,
+        # meshtrain's parallel fields: dp comm with its hidden fraction, tp comm, bubble fraction.
+        extra = {i: {"bubble": 0.25, "comm_ms": 4.0, "comm_hidden": 0.75, "tp_comm_ms": 2.0}
+                 for i in range(1, 6)}
+        s = metrics.summarize(step_records([20] * 5, extra=extra, ranks=4), ranks=4, warmup=1,
                               peak_tflops=100)
         self.assertAlmostEqual(s["bubble_ms"], 5.0)
         self.assertAlmostEqual(s["bubble_fraction"], 0.25)
-        self.assertAlmostEqual(s["comm_ms"], 4.0)
-        self.assertAlmostEqual(s["compute_ms"], 20 - 1 - 5)
+        self.assertAlmostEqual(s["dp_comm_ms"], 4.0)
+        self.assertAlmostEqual(s["tp_comm_ms"], 2.0)
+        self.assertAlmostEqual(s["comm_ms"], 6.0)
+        self.assertAlmostEqual(s["exposed_comm_ms"], 4.0 * 0.25 + 2.0)
+        self.assertAlmostEqual(s["compute_ms"], 20 - 3 - 5)
+        self.assertAlmostEqual(s["tflops_per_rank"], 6e6 * 1024 / 0.02 / 4 / 1e12)
         self.assertAlmostEqual(s["mfu"], s["tflops_per_rank"] / 100)
+        # An explicit exposed time wins; dp comm without its hidden share leaves exposed unknown.
+        extra = {i: {"comm_ms": 4.0, "exposed_comm_ms": 1.5} for i in range(1, 6)}
+        s = metrics.summarize(step_records([20] * 5, extra=extra), ranks=2, warmup=1)
+        self.assertAlmostEqual(s["exposed_comm_ms"], 1.5)
+        extra = {i: {"comm_ms": 4.0} for i in range(1, 6)}
+        s = metrics.summarize(step_records([20] * 5, extra=extra), ranks=2, warmup=1)
+        self.assertNotIn("exposed_comm_ms", s)
 
     def test_no_steps_after_warmup(self):
         s = metrics.summarize(step_records([10, 10]), ranks=1, warmup=5)
