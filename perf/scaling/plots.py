@@ -63,11 +63,11 @@ def gnuplot_script(files, ranks, title, failed=()):
     plots["throughput"] = common + ["set logscale y 2", "set ylabel 'tokens/s (job)'",
                                     f"set title '{title}: throughput (dashed: ideal)'",
                                     "plot " + ", \\\n     ".join(thr)]
-    eff = [f"'{p}' using 1:4 with linespoints lw 2 title '{lab}'" for p, lab in files]
+    eff = ["1 with lines dt 2 lc rgb 'gray40' title 'ideal'"]
+    eff += [f"'{p}' using 1:4 with linespoints lw 2 title '{lab}'" for p, lab in files]
     plots["efficiency"] = common + ["set yrange [0:1.15<*]", "set ylabel 'scaling efficiency'",
                                     f"set title '{title}: efficiency'",
-                                    "plot 1 with lines dt 2 lc rgb 'gray40' title 'ideal', \\\n     "
-                                    + ", \\\n     ".join(eff)]
+                                    "plot " + ", \\\n     ".join(eff)]
     mem = [f"'{p}' using 1:5 with linespoints lw 2 title '{lab}'" for p, lab in files]
     plots["memory"] = common + ["set yrange [0:*]", "set ylabel 'peak memory per rank (MiB)'",
                                 f"set title '{title}: memory per rank'",

@@ -176,8 +176,9 @@ def write_slurm(study, runs, opts):
         res = (f"--gpus-per-node={per_node} --ntasks-per-node={per_node}" if opts.slurm == "gpu"
                else f"--ntasks-per-node={per_node}")
         extra = f" {opts.sbatch_flags}" if opts.sbatch_flags else ""
-        lines.append(f"sbatch --job-name={os.path.basename(study)}-{nodes}n --nodes={nodes} {res}"
-                     f" --array={array}{extra} {shlex.quote(script)} {opts.slurm} {shlex.quote(lst)}")
+        job = f"{os.path.basename(study)}-{nodes}n"
+        lines.append(f"sbatch --job-name={job} --nodes={nodes} {res} --array={array}{extra} "
+                     f"{shlex.quote(script)} {opts.slurm} {shlex.quote(lst)}")
     path = os.path.join(slurm_dir, "submit.sh")
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
