@@ -225,11 +225,18 @@ void GptT<T>::bind_unit(int u, View1<T> pstore, View1<T> gstore) {
 template <class T>
 void GptT<T>::init_parameters(std::uint64_t seed) {
   MESHTRAIN_CHECK(params_.span() > 0, "init_parameters: the parameters are not allocated");
-  Kokkos::deep_copy(exec_, params_, T(0.0f));
+  init_parameters_into(seed, params_);
+}
+
+template <class T>
+void GptT<T>::init_parameters_into(std::uint64_t seed, View1<T> flat) const {
+  MESHTRAIN_CHECK(flat.span() >= reg_.size(), "init_parameters: buffer of ", flat.span(),
+                  " elements, the registry needs ", reg_.size());
+  Kokkos::deep_copy(exec_, flat, T(0.0f));
   const double resid_std = 0.02 / std::sqrt(2.0 * cfg_.n_layer);
   const int tp_rank = reg_.tp_rank();
   for (const auto& p : reg_.params()) {
-    auto v = slice(params_, p.offset, p.numel);
+    auto v = slice(flat, p.offset, p.numel);
     const std::string& n = p.name;
     const bool is_bias = n.size() > 5 && n.compare(n.size() - 5, 5, ".bias") == 0;
     const bool is_ln = n.find(".ln_") != std::string::npos;
