@@ -9,14 +9,15 @@ set xlabel 'ranks (log2 scale)'
 set grid
 set key outside right top
 set pointsize 1.2
-set label 'failed' at 2, graph 0.04 center textcolor rgb 'red'
-set label 'failed' at 4, graph 0.04 center textcolor rgb 'red'
-set label 'failed' at 8, graph 0.04 center textcolor rgb 'red'
 set logscale y 2
 set ylabel 'tokens/s (job)'
 set title 'scaling-cpu: throughput (dashed: ideal)'
 plot 'data/series0.dat' using 1:2 with linespoints lw 2 title 'pp=1 tp=1 ZeRO 0 mb 4', \
-     'data/series0.dat' using 1:3 with lines dt 2 lc rgb 'gray40' notitle
+     'data/series1.dat' using 1:2 with linespoints lw 2 title 'pp=1 tp=2 ZeRO 0 mb 4', \
+     'data/series2.dat' using 1:2 with linespoints lw 2 title 'pp=2 tp=1 ZeRO 0 mb 4', \
+     'data/series0.dat' using 1:3 with lines dt 2 lc rgb 'gray40' notitle, \
+     'data/series1.dat' using 1:3 with lines dt 2 lc rgb 'gray40' notitle, \
+     'data/series2.dat' using 1:3 with lines dt 2 lc rgb 'gray40' notitle
 unset output
 reset
 set terminal pngcairo size 960,600 noenhanced
@@ -28,14 +29,13 @@ set xlabel 'ranks (log2 scale)'
 set grid
 set key outside right top
 set pointsize 1.2
-set label 'failed' at 2, graph 0.04 center textcolor rgb 'red'
-set label 'failed' at 4, graph 0.04 center textcolor rgb 'red'
-set label 'failed' at 8, graph 0.04 center textcolor rgb 'red'
 set yrange [0:1.15<*]
 set ylabel 'scaling efficiency'
 set title 'scaling-cpu: efficiency'
 plot 1 with lines dt 2 lc rgb 'gray40' title 'ideal', \
-     'data/series0.dat' using 1:4 with linespoints lw 2 title 'pp=1 tp=1 ZeRO 0 mb 4'
+     'data/series0.dat' using 1:4 with linespoints lw 2 title 'pp=1 tp=1 ZeRO 0 mb 4', \
+     'data/series1.dat' using 1:4 with linespoints lw 2 title 'pp=1 tp=2 ZeRO 0 mb 4', \
+     'data/series2.dat' using 1:4 with linespoints lw 2 title 'pp=2 tp=1 ZeRO 0 mb 4'
 unset output
 reset
 set terminal pngcairo size 960,600 noenhanced
@@ -47,13 +47,12 @@ set xlabel 'ranks (log2 scale)'
 set grid
 set key outside right top
 set pointsize 1.2
-set label 'failed' at 2, graph 0.04 center textcolor rgb 'red'
-set label 'failed' at 4, graph 0.04 center textcolor rgb 'red'
-set label 'failed' at 8, graph 0.04 center textcolor rgb 'red'
 set yrange [0:*]
 set ylabel 'peak memory per rank (MiB)'
 set title 'scaling-cpu: memory per rank'
-plot 'data/series0.dat' using 1:5 with linespoints lw 2 title 'pp=1 tp=1 ZeRO 0 mb 4'
+plot 'data/series0.dat' using 1:5 with linespoints lw 2 title 'pp=1 tp=1 ZeRO 0 mb 4', \
+     'data/series1.dat' using 1:5 with linespoints lw 2 title 'pp=1 tp=2 ZeRO 0 mb 4', \
+     'data/series2.dat' using 1:5 with linespoints lw 2 title 'pp=2 tp=1 ZeRO 0 mb 4'
 unset output
 reset
 set terminal pngcairo size 960,600 noenhanced
@@ -81,14 +80,15 @@ set xlabel 'ranks (log2 scale)'
 set grid
 set key outside right top
 set pointsize 1.2
-set label 'failed' at 2, graph 0.04 center textcolor rgb 'red'
-set label 'failed' at 4, graph 0.04 center textcolor rgb 'red'
-set label 'failed' at 8, graph 0.04 center textcolor rgb 'red'
 set logscale y 2
 set ylabel 'tokens/s (job)'
 set title 'scaling-cpu: throughput (dashed: ideal)'
 plot 'data/series0.dat' using 1:2 with linespoints lw 2 title 'pp=1 tp=1 ZeRO 0 mb 4', \
-     'data/series0.dat' using 1:3 with lines dt 2 lc rgb 'gray40' notitle
+     'data/series1.dat' using 1:2 with linespoints lw 2 title 'pp=1 tp=2 ZeRO 0 mb 4', \
+     'data/series2.dat' using 1:2 with linespoints lw 2 title 'pp=2 tp=1 ZeRO 0 mb 4', \
+     'data/series0.dat' using 1:3 with lines dt 2 lc rgb 'gray40' notitle, \
+     'data/series1.dat' using 1:3 with lines dt 2 lc rgb 'gray40' notitle, \
+     'data/series2.dat' using 1:3 with lines dt 2 lc rgb 'gray40' notitle
 unset output
 reset
 set terminal svg size 960,600 dynamic noenhanced
@@ -100,14 +100,13 @@ set xlabel 'ranks (log2 scale)'
 set grid
 set key outside right top
 set pointsize 1.2
-set label 'failed' at 2, graph 0.04 center textcolor rgb 'red'
-set label 'failed' at 4, graph 0.04 center textcolor rgb 'red'
-set label 'failed' at 8, graph 0.04 center textcolor rgb 'red'
 set yrange [0:1.15<*]
 set ylabel 'scaling efficiency'
 set title 'scaling-cpu: efficiency'
 plot 1 with lines dt 2 lc rgb 'gray40' title 'ideal', \
-     'data/series0.dat' using 1:4 with linespoints lw 2 title 'pp=1 tp=1 ZeRO 0 mb 4'
+     'data/series0.dat' using 1:4 with linespoints lw 2 title 'pp=1 tp=1 ZeRO 0 mb 4', \
+     'data/series1.dat' using 1:4 with linespoints lw 2 title 'pp=1 tp=2 ZeRO 0 mb 4', \
+     'data/series2.dat' using 1:4 with linespoints lw 2 title 'pp=2 tp=1 ZeRO 0 mb 4'
 unset output
 reset
 set terminal svg size 960,600 dynamic noenhanced
@@ -119,13 +118,12 @@ set xlabel 'ranks (log2 scale)'
 set grid
 set key outside right top
 set pointsize 1.2
-set label 'failed' at 2, graph 0.04 center textcolor rgb 'red'
-set label 'failed' at 4, graph 0.04 center textcolor rgb 'red'
-set label 'failed' at 8, graph 0.04 center textcolor rgb 'red'
 set yrange [0:*]
 set ylabel 'peak memory per rank (MiB)'
 set title 'scaling-cpu: memory per rank'
-plot 'data/series0.dat' using 1:5 with linespoints lw 2 title 'pp=1 tp=1 ZeRO 0 mb 4'
+plot 'data/series0.dat' using 1:5 with linespoints lw 2 title 'pp=1 tp=1 ZeRO 0 mb 4', \
+     'data/series1.dat' using 1:5 with linespoints lw 2 title 'pp=1 tp=2 ZeRO 0 mb 4', \
+     'data/series2.dat' using 1:5 with linespoints lw 2 title 'pp=2 tp=1 ZeRO 0 mb 4'
 unset output
 reset
 set terminal svg size 960,600 dynamic noenhanced
