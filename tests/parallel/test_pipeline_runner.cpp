@@ -1,8 +1,8 @@
 // Pipeline parallelism against the single-rank model (invariant 1). The world is the pipeline
 // on 1, 2 and 4 ranks, and pp x tp = 2 x 2 on 4 ranks, 4 x 2 on 8; every rank also trains the
-// pp = 1 model from the same seed on the same micro-batches. For each schedule and micro-batch count: the loss of each of
-// 10 AdamW steps, the step-0 gradients (tied wte summed over the embedding group, as the trainer
-// will) and the final parameters must agree to fp32 rounding.
+// pp = 1 model from the same seed on the same micro-batches. For each schedule and micro-batch
+// count: the loss of each of 10 AdamW steps, the step-0 gradients (tied wte summed over the
+// embedding group, as the trainer will) and the final parameters must agree to fp32 rounding.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
