@@ -25,7 +25,9 @@
 //  - memory per stage: act_alloc = model.activation_bytes() (n_slots per chunk, as allocated),
 //    act_micro = one micro-batch's activations through the stage's chunks, in_flight =
 //    max_in_flight (micro-batches alive at once, summed over chunks), act_peak = the peak of
-//    the live activations walking the stage's action list (each chunk weighted by its bytes).
+//    the live activations walking the stage's action list (each chunk weighted by its bytes),
+//    act_chunk_slots = what the model would allocate with a slot count per chunk (each
+//    chunk's own peak) instead of the peak over chunks for every chunk.
 // The tied wte's gradient sum and the optimizer are outside the pipeline step and not run.
 #include <mpi.h>
 
@@ -338,19 +340,29 @@ void run_config(const Args& a, const model::GptConfig& cfg, ScheduleKind kind, i
 
   // Memory: allocated, per micro-batch, in flight, and the live peak along the action list.
   const std::vector<double> cb = chunk_bytes(cfg, a, spec, pieces, stage);
+  // Also each chunk's own peak: what slot counts per chunk (instead of one count for every
+  // chunk, the peak over chunks) would allocate.
   double live = 0, peak = 0;
+  std::vector<int> live_c(static_cast<std::size_t>(V), 0), peak_c(live_c);
   for (const Action& act : runner.actions()) {
-    if (act.op == Op::forward) live += cb[static_cast<std::size_t>(act.chunk)];
-    if (act.op == Op::backward) live -= cb[static_cast<std::size_t>(act.chunk)];
+    const auto c = static_cast<std::size_t>(act.chunk);
+    const int d = act.op == Op::forward ? 1 : act.op == Op::backward ? -1 : 0;
+    live += d * cb[c];
+    live_c[c] += d;
     peak = std::max(peak, live);
+    peak_c[c] = std::max(peak_c[c], live_c[c]);
   }
-  double micro_bytes = 0;
-  for (double b : cb) micro_bytes += b;
-  const double mem[5] = {static_cast<double>(m.activation_bytes()), micro_bytes / V,
-                         static_cast<double>(max_in_flight(spec, stage)), peak,
-                         static_cast<double>(runner.n_slots())};
-  std::vector<double> mem_all(static_cast<std::size_t>(5 * P));
-  MPI_Gather(mem, 5, MPI_DOUBLE, mem_all.data(), 5, MPI_DOUBLE, 0, pp_comm);
+  double micro_bytes = 0, per_chunk_slots = 0;
+  for (int c = 0; c < V; ++c) {
+    micro_bytes += cb[static_cast<std::size_t>(c)];
+    per_chunk_slots += peak_c[static_cast<std::size_t>(c)] * cb[static_cast<std::size_t>(c)];
+  }
+  constexpr int kMem = 6;
+  const double mem[kMem] = {static_cast<double>(m.activation_bytes()), micro_bytes / V,
+                            static_cast<double>(max_in_flight(spec, stage)), peak,
+                            static_cast<double>(runner.n_slots()), per_chunk_slots};
+  std::vector<double> mem_all(static_cast<std::size_t>(kMem * P));
+  MPI_Gather(mem, kMem, MPI_DOUBLE, mem_all.data(), kMem, MPI_DOUBLE, 0, pp_comm);
   if (stage != 0) return;
 
   auto at = [&](int s, int k) { return all[static_cast<std::size_t>(s * per_rank + k)]; };
@@ -391,7 +403,7 @@ void run_config(const Args& a, const model::GptConfig& cfg, ScheduleKind kind, i
   const Replay uniform = replay(spec, uf, ub);
   auto mem_col = [&](int k, double unit) {
     std::vector<double> v;
-    for (int s = 0; s < P; ++s) v.push_back(mem_all[static_cast<std::size_t>(5 * s + k)] / unit);
+    for (int s = 0; s < P; ++s) v.push_back(mem_all[static_cast<std::size_t>(kMem * s + k)] / unit);
     return v;
   };
   const double MiB = 1048576.0;
@@ -421,6 +433,7 @@ void run_config(const Args& a, const model::GptConfig& cfg, ScheduleKind kind, i
   j.array("n_slots", mem_col(4, 1), "%.0f").array("in_flight", mem_col(2, 1), "%.0f");
   j.array("act_micro_MiB", mem_col(1, MiB), "%.3f");
   j.array("act_alloc_MiB", mem_col(0, MiB), "%.3f").array("act_peak_MiB", mem_col(3, MiB), "%.3f");
+  j.array("act_chunk_slots_MiB", mem_col(5, MiB), "%.3f");
   std::printf("%s}\n", j.s.c_str());
   std::fflush(stdout);
 }

@@ -38,13 +38,15 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 f = lambda v, d=2: "/".join(f"{x:.{d}f}" for x in v)
 i = lambda v: "/".join(str(int(x)) for x in v)
 print("\n| schedule | v | m | analytic | replay | measured idle/wall (stages) | busy | step ms "
-      "(replay) | dilation | slots/chunk | in flight | act MiB/micro | allocated MiB | peak MiB |")
-print("|---|---:|---:|---:|---:|---|---:|---:|---:|---|---|---:|---|---|")
+      "(replay) | dilation | slots/chunk | in flight | act MiB/micro | allocated MiB | peak MiB | "
+      "per-chunk slots MiB |")
+print("|---|---:|---:|---:|---:|---|---:|---:|---:|---|---|---:|---|---|---|")
 for r in rows:
     print(f"| {r['schedule']} | {r['v']} | {r['m']} | {r['bubble_analytic']:.3f} | "
           f"{r['bubble_replay_mean']:.3f} | {r['bubble_measured_mean']:.3f} "
           f"({f(r['bubble_measured'])}) | {r['bubble_busy']:.3f} | {r['step_ms']:.0f} "
           f"({r['replay_step_ms']:.0f}) | {r['compute_dilation']:.1f} | {i(r['n_slots'])} | "
           f"{i(r['in_flight'])} | {sum(r['act_micro_MiB'])/len(r['act_micro_MiB']):.2f} | "
-          f"{f(r['act_alloc_MiB'], 1)} | {f(r['act_peak_MiB'], 1)} |")
+          f"{f(r['act_alloc_MiB'], 1)} | {f(r['act_peak_MiB'], 1)} | "
+          f"{f(r['act_chunk_slots_MiB'], 1)} |")
 EOF
