@@ -11,3 +11,5 @@ foreach(t test_io_tokenizer test_io_prep)
 endforeach()
 meshtrain_add_test(NAME test_io_checkpoint_layout
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_checkpoint_layout.cpp)
+meshtrain_add_test(NAME test_io_checkpoint SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_checkpoint.cpp
+  RANKS 1 2 4)
