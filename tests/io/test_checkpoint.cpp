@@ -79,16 +79,19 @@ io::CheckpointAttributes attributes(Layout L) {
   return a;
 }
 
-std::string save(const std::string& dir, std::int64_t step, int keep = 0) {
+std::string save(const std::string& dir, std::int64_t step, int keep = 0,
+                 io::Transfer transfer = io::Transfer::automatic) {
   const Layout L = save_layout();
   const Holder h = make_holder(L);
-  return io::save_checkpoint(mt_test::world(), dir, step, attributes(L), save_groups(h), keep);
+  return io::save_checkpoint(mt_test::world(), dir, step, attributes(L), save_groups(h), keep,
+                             transfer);
 }
 
 // Loads `spec` into layout L (whole slices, or each dp rank's partition) and returns the number
 // of wrong elements on this rank.
 std::size_t load_and_count(const std::string& spec, Layout L, bool partition, bool verify,
-                           io::CheckpointAttributes* attrs = nullptr) {
+                           io::CheckpointAttributes* attrs = nullptr,
+                           io::Transfer transfer = io::Transfer::automatic) {
   const RankView v = rank_view(tiny_config(), L, mt_test::world_rank());
   const auto pieces = partition ? io::pieces_for_range(*v.reg, v.part_lo(), v.part_hi(), false)
                                 : io::pieces_for_range(*v.reg, 0, v.reg->size(), false);
@@ -99,7 +102,7 @@ std::size_t load_and_count(const std::string& spec, Layout L, bool partition, bo
     for (const auto& pc : pieces) G.data.push_back(dst[g].data() + pc.flat_offset());
     gs.push_back(std::move(G));
   }
-  auto a = io::load_checkpoint(mt_test::world(), spec, tiny_config(), gs, verify);
+  auto a = io::load_checkpoint(mt_test::world(), spec, tiny_config(), gs, verify, "", transfer);
   if (attrs) *attrs = a;
   std::size_t bad = 0;
   for (std::size_t g = 0; g < 3; ++g) bad += mismatches(pieces, dst[g], kPrefixes[g]);
@@ -155,19 +158,25 @@ void flip_byte(const std::string& file, haddr_t offset) {
 
 TEST_CASE("a checkpoint restores into every layout", "[io][checkpoint][mpi]") {
   const std::string dir = scratch("layouts");
-  const std::string path = save(dir, 1000);
-  REQUIRE(path == dir + "/step_00001000.h5");
-  REQUIRE(mt_test::all_ranks(fs::exists(path) && !fs::exists(path + ".tmp")));
-  REQUIRE(mt_test::all_ranks(read_text(dir + "/latest") == "step_00001000.h5\n"));
-  for (const Layout L : layouts_of(mt_test::world_size()))
-    for (bool partition : {false, true}) {
-      INFO("load as dp " << L.dp << " pp " << L.pp << " tp " << L.tp
+  const io::Transfer modes[] = {io::Transfer::collective, io::Transfer::independent,
+                                io::Transfer::automatic};
+  std::string path;
+  for (const io::Transfer mode : modes) {
+    const int m = static_cast<int>(mode);
+    path = save(dir, 1000 + m, 0, mode);
+    REQUIRE(path == dir + "/step_0000100" + std::to_string(m) + ".h5");
+    REQUIRE(mt_test::all_ranks(fs::exists(path) && !fs::exists(path + ".tmp")));
+    REQUIRE(mt_test::all_ranks(read_text(dir + "/latest") == fs::path(path).filename().string() + "\n"));
+    for (const Layout L : layouts_of(mt_test::world_size()))
+      for (bool partition : {false, true}) {
+        INFO("transfer " << m << ", load as dp " << L.dp << " pp " << L.pp << " tp " << L.tp
                          << (partition ? " (partitions)" : " (whole slices)"));
-      // Whole slices on several dp replicas cover elements more than once: verification
-      // re-reads those tensors; partitions verify from what they read.
-      const std::size_t bad = load_and_count(dir, L, partition, true);
-      REQUIRE(mt_test::all_ranks(bad == 0));
-    }
+        // Whole slices on several dp replicas cover elements more than once: verification
+        // re-reads those tensors; partitions verify from what they read.
+        const std::size_t bad = load_and_count(dir, L, partition, true, nullptr, mode);
+        REQUIRE(mt_test::all_ranks(bad == 0));
+      }
+  }
   io::CheckpointAttributes a;
   const std::size_t bad = load_and_count(path, Layout{mt_test::world_size(), 1, 1}, true, true, &a);
   REQUIRE(mt_test::all_ranks(bad == 0));
@@ -175,7 +184,7 @@ TEST_CASE("a checkpoint restores into every layout", "[io][checkpoint][mpi]") {
   REQUIRE(a.path == path);
   REQUIRE(a.format == io::kCheckpointFormat);
   REQUIRE(a.format_version == io::kCheckpointVersion);
-  REQUIRE(a.step == 1000);
+  REQUIRE(a.step == 1000 + static_cast<int>(io::Transfer::automatic));
   REQUIRE(a.tokens_seen == want.tokens_seen);
   REQUIRE(a.seed == want.seed);
   REQUIRE(a.loss_scale == want.loss_scale);

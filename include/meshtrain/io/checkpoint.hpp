@@ -80,6 +80,14 @@ std::uint64_t checksum_term(std::uint64_t global_index, std::uint32_t bits);
 // Sum of the terms of a piece's elements (`data` holds its `count` values).
 std::uint64_t piece_checksum(const TensorPiece& piece, const float* data);
 
+// How raw data moves between ranks and the file (metadata is always collective).
+enum class Transfer {
+  automatic,    // independent for a tensor whose pieces are one contiguous file run on every
+                // rank (tp = 1, rows-split and replicated tensors), collective otherwise
+  collective,   // MPI-IO collective (two-phase) for every tensor
+  independent,  // each rank on its own for every tensor
+};
+
 // ---- attributes --------------------------------------------------------------------------------
 
 struct SavedLayout {
@@ -128,7 +136,8 @@ class CheckpointWriter {
   // pieces, the checksums, the root attributes; closes it. Before writing anything, checks that
   // the primary pieces of each tensor add up to its global size over the world (Error otherwise:
   // duplicate writers or missing pieces).
-  void write(const CheckpointAttributes& attrs, const std::vector<SaveGroup>& groups);
+  void write(const CheckpointAttributes& attrs, const std::vector<SaveGroup>& groups,
+             Transfer transfer = Transfer::automatic);
   // Syncs the file, renames it to its final name, points `latest` at it, then (keep > 0) deletes
   // the oldest complete checkpoints beyond `keep` and leftover *.h5.tmp files of crashed saves.
   // Returns the final path.
@@ -147,7 +156,7 @@ class CheckpointWriter {
 // write + commit. Collective over `comm`. Returns the path of the committed file.
 std::string save_checkpoint(MPI_Comm comm, const std::string& dir, std::int64_t step,
                             const CheckpointAttributes& attrs, const std::vector<SaveGroup>& groups,
-                            int keep = 0);
+                            int keep = 0, Transfer transfer = Transfer::automatic);
 
 // ---- load ----------------------------------------------------------------------------------------
 
@@ -174,7 +183,8 @@ std::string resolve_checkpoint(MPI_Comm comm, const std::string& spec, const std
 CheckpointAttributes load_checkpoint(MPI_Comm comm, const std::string& spec,
                                      const model::GptConfig& current,
                                      const std::vector<LoadGroup>& groups, bool verify,
-                                     const std::string& dir = "");
+                                     const std::string& dir = "",
+                                     Transfer transfer = Transfer::automatic);
 
 // ---- export --------------------------------------------------------------------------------------
 
