@@ -138,9 +138,9 @@ class CheckpointWriter {
   // duplicate writers or missing pieces).
   void write(const CheckpointAttributes& attrs, const std::vector<SaveGroup>& groups,
              Transfer transfer = Transfer::automatic);
-  // Syncs the file, renames it to its final name, points `latest` at it, then (keep > 0) deletes
-  // the oldest complete checkpoints beyond `keep` and leftover *.h5.tmp files of crashed saves.
-  // Returns the final path.
+  // Rank 0 syncs the file, renames it to its final name, points `latest` at it, deletes the
+  // *.h5.tmp files that crashed saves left behind and (keep > 0) the oldest complete checkpoints
+  // beyond the newest `keep`. Returns the final path.
   std::string commit(int keep = 0);
 
   const std::string& tmp_path() const { return tmp_; }
