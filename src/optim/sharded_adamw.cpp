@@ -206,6 +206,41 @@ void ShardedAdamWT<T>::apply_host(View1<T> params, Index params_where,
 }
 
 template <class T>
+void ShardedAdamWT<T>::get_state(StateKind which, HostView1<float> out) const {
+  MESHTRAIN_CHECK(which != StateKind::master || has_master_,
+                  "ShardedAdamW: no fp32 master copy (fp32 device parameters are the master)");
+  MESHTRAIN_CHECK(out.extent(0) == shard_size_, "ShardedAdamW::get_state: ", out.extent(0),
+                  " elements for a shard of ", shard_size_);
+  exec_.fence();
+  if (placement_ == StatePlacement::device) {
+    const View1<float>& src = which == StateKind::master ? master_
+                              : which == StateKind::exp_avg ? m_ : v_;
+    Kokkos::deep_copy(out, src);
+  } else {
+    const HostView1<float>& src = which == StateKind::master ? hmaster_
+                                  : which == StateKind::exp_avg ? hm_ : hv_;
+    Kokkos::deep_copy(out, src);
+  }
+}
+
+template <class T>
+void ShardedAdamWT<T>::set_state(StateKind which, HostView1<const float> in) {
+  MESHTRAIN_CHECK(which != StateKind::master || has_master_,
+                  "ShardedAdamW: no fp32 master copy (fp32 device parameters are the master)");
+  MESHTRAIN_CHECK(in.extent(0) == shard_size_, "ShardedAdamW::set_state: ", in.extent(0),
+                  " elements for a shard of ", shard_size_);
+  exec_.fence();
+  if (placement_ == StatePlacement::device) {
+    View1<float> dst = which == StateKind::master ? master_ : which == StateKind::exp_avg ? m_ : v_;
+    Kokkos::deep_copy(dst, in);
+  } else {
+    HostView1<float> dst = which == StateKind::master ? hmaster_
+                           : which == StateKind::exp_avg ? hm_ : hv_;
+    Kokkos::deep_copy(dst, in);
+  }
+}
+
+template <class T>
 typename ShardedAdamWT<T>::Bytes ShardedAdamWT<T>::bytes() const {
   Bytes b;
   b.device_state = (master_.span() + m_.span() + v_.span()) * sizeof(float);

@@ -15,6 +15,15 @@ class DynamicLossScaler {
 
   float scale() const { return scale_; }
   std::int64_t skipped() const { return skipped_; }
+  int good_steps() const { return good_; }  // finite steps since the last change of S
+
+  // Restore a saved state (checkpoints): the scale, the good steps of the current window and
+  // the count of skipped steps.
+  void set_state(float scale, int good_steps, std::int64_t skipped) {
+    scale_ = scale;
+    good_ = good_steps;
+    skipped_ = skipped;
+  }
 
   // Record the outcome of a step: `finite` = the gradients were finite and the update applied.
   void update(bool finite) {

@@ -33,6 +33,9 @@ struct ShardRange {
 };
 
 enum class Index { flat, shard };
+// The fp32 state of the shard (checkpoints): master weights (only where has_master()), Adam's
+// first and second moments.
+enum class StateKind { master, exp_avg, exp_avg_sq };
 enum class StatePlacement { device, host };
 
 template <class T>
@@ -61,6 +64,12 @@ class ShardedAdamWT {
   StatePlacement placement() const { return placement_; }
   const std::vector<ShardPiece>& pieces() const { return pieces_; }
   const std::vector<ShardRange>& ranges() const { return ranges_; }
+  std::size_t shard_size() const { return shard_size_; }
+
+  // Copies of one state buffer over the whole shard (shard order, shard_size() elements) to and
+  // from host memory, wherever the state lives. Fences the instance.
+  void get_state(StateKind which, HostView1<float> out) const;
+  void set_state(StateKind which, HostView1<const float> in);
 
   // Bytes actually allocated: fp32 master + m + v on the device or host, host staging buffers.
   struct Bytes {

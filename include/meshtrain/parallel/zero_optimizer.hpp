@@ -31,6 +31,7 @@ class ZeroOptimizer {
 
   Scalar<float> grad_norm() const { return opt_.grad_norm(); }
   const optim::ShardedAdamWT<T>& adamw() const { return opt_; }
+  optim::ShardedAdamWT<T>& adamw() { return opt_; }  // restoring a checkpoint sets its state
   // Seconds in the norm all-reduces and in the parameter all-gather of the last step.
   double last_comm_seconds() const { return comm_seconds_; }
 
