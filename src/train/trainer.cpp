@@ -5,6 +5,7 @@
 
 #include "meshtrain/core/log.hpp"
 #include "meshtrain/core/memory.hpp"
+#include "meshtrain/core/signals.hpp"
 #include "meshtrain/core/timer.hpp"
 #include "meshtrain/parallel/context.hpp"
 #include "meshtrain/parallel/grad_sync.hpp"
@@ -67,8 +68,10 @@ TrainerT<T>::TrainerT(model::GptT<T>& model, const TrainConfig& cfg, const io::T
     }
     if (par_->config().dp.zero_stage < 3) parameters_ready();
   }
+  // Opened for appending here (to fail early); run() truncates it unless it continues a restored
+  // run, whose earlier records the file keeps.
   if (!cfg_.metrics_file.empty() && (!par_ || par_->world().rank() == 0)) {
-    metrics_.open(cfg_.metrics_file);
+    metrics_.open(cfg_.metrics_file, std::ios::app);
     if (!metrics_)
       throw ConfigError(cat("cannot write the metrics file '", cfg_.metrics_file,
                             "' (train.metrics): check the folder exists and is writable"));
@@ -196,12 +199,7 @@ StepMetrics TrainerT<T>::step(std::int64_t s, bool read_back) {
   m.loss_scale = loss_scale;
   m.skipped = !applied;
   m.lr = optim::lr_at(cfg_.adamw, s);
-  if (read_back) {  // the one host synchronisation of a logged step
-    float norm = 0;
-    m.loss = global_loss_sum() * grad_scale;
-    Kokkos::deep_copy(norm, par_ ? zopt_->grad_norm() : opt_->grad_norm());
-    m.grad_norm = norm;
-  }
+  if (read_back) this->read_back(m);  // the one host synchronisation of a logged step
   model_.exec().fence();
   m.step_seconds = t.seconds();
   m.tokens_per_second = tokens_per_step() / m.step_seconds;
@@ -211,6 +209,14 @@ StepMetrics TrainerT<T>::step(std::int64_t s, bool read_back) {
   m.mfu = cfg_.peak_tflops > 0 ? m.tflops / cfg_.peak_tflops : 0;
   m.memory_bytes = kDeviceIsHost ? host_peak_rss_bytes() : device_used_bytes();
   return m;
+}
+
+template <class T>
+void TrainerT<T>::read_back(StepMetrics& m) {
+  float norm = 0;
+  m.loss = global_loss_sum() * (1.0f / static_cast<float>(tokens_per_step()));
+  Kokkos::deep_copy(norm, par_ ? zopt_->grad_norm() : opt_->grad_norm());
+  m.grad_norm = norm;
 }
 
 template <class T>
@@ -282,7 +288,10 @@ void TrainerT<T>::log_step(const StepMetrics& m, double eta) {
              << ", \"bubble\": " << m.bubble << ", \"comm_ms\": " << m.dp_comm_ms
              << ", \"comm_hidden\": " << m.dp_hidden << ", \"tp_comm_ms\": " << m.tp_comm_ms
              << ", \"ranks\": " << (par_ ? par_->mesh().size() : 1)
-             << ", \"tokens\": " << (m.step + 1) * tokens_per_step() << "}\n";
+             << ", \"tokens\": " << (m.step + 1) * tokens_per_step();
+    // A step that saved a checkpoint says so: the scaling driver leaves its time out.
+    if (m.ckpt_ms > 0) metrics_ << ", \"checkpoint\": 1, \"ckpt_ms\": " << m.ckpt_ms;
+    metrics_ << "}\n";
     metrics_.flush();
   }
 }
@@ -292,24 +301,54 @@ StepMetrics TrainerT<T>::run() {
   logging::info("training: ", cfg_.steps, " steps of ", tokens_per_step(), " tokens (micro-batch ",
                 cfg_.micro_batch, " x ", cfg_.grad_accum, " accumulation",
                 par_ ? cat(" x ", par_->dp_size(), " dp ranks") : std::string(), " x seq ",
-                cfg_.seq_len, "), ", train_.num_windows(), " training windows");
+                cfg_.seq_len, "), ", train_.num_windows(), " training windows",
+                start_step_ > 0 ? cat("; continuing after step ", start_step_) : std::string());
+  if (metrics_ && start_step_ == 0) {  // a fresh run starts a fresh file
+    metrics_.close();
+    metrics_.open(cfg_.metrics_file, std::ios::trunc);
+  }
+  const CheckpointConfig& ck = cfg_.ckpt;
   StepMetrics last;
   double elapsed = 0;
   std::int64_t timed = 0;
-  for (std::int64_t s = 0; s < cfg_.steps; ++s) {
-    const bool logged = cfg_.log_every > 0 && ((s + 1) % cfg_.log_every == 0 || s == 0 ||
-                                               s + 1 == cfg_.steps);
+  for (std::int64_t s = start_step_; s < cfg_.steps; ++s) {
+    const std::int64_t done = s + 1;  // steps completed after this one
+    bool logged = cfg_.log_every > 0 && (done % cfg_.log_every == 0 || s == start_step_ ||
+                                         done == cfg_.steps);
     last = step(s, logged);
-    if (s > 0) {  // the first step includes one-time start-up costs
+    if (s > start_step_) {  // the first step includes one-time start-up costs
       elapsed += last.step_seconds;
       ++timed;
     }
+    // Every rank takes the same decision: the stop flag is agreed over the world.
+    const bool stop = stop_requested_here(done);
+    const bool save = !ck.dir.empty() && (stop || (ck.every > 0 && done % ck.every == 0) ||
+                                          (ck.final && done == cfg_.steps));
+    std::string saved;
+    if (save) {
+      if (!logged && cfg_.log_every > 0) {  // a checkpoint step is always logged
+        read_back(last);
+        logged = true;
+      }
+      const Timer t;
+      saved = save_checkpoint(done);
+      last.ckpt_ms = t.seconds() * 1e3;
+    }
     const double per_step = timed ? elapsed / timed : last.step_seconds;
-    if (logged) log_step(last, per_step * (cfg_.steps - s - 1));
-    if (val_ && cfg_.eval_every > 0 && (s + 1) % cfg_.eval_every == 0 && s + 1 != cfg_.steps) {
+    if (logged) log_step(last, per_step * (cfg_.steps - done));
+    if (save)
+      logging::info("saved checkpoint ", saved, " (step ", done, ", ",
+                    static_cast<long long>(last.ckpt_ms + 0.5), " ms)");
+    if (stop) {
+      logging::warn("stop requested (SIGUSR1/SIGTERM) after step ", done, "/", cfg_.steps, ": ",
+                    save ? "checkpoint saved, stopping" : "no ckpt.dir, stopping without a save");
+      stopped_ = true;
+      return last;
+    }
+    if (val_ && cfg_.eval_every > 0 && done % cfg_.eval_every == 0 && done != cfg_.steps) {
       const float vl = evaluate();
-      logging::info("step ", s + 1, " | val loss ", vl);
-      if (metrics_) metrics_ << "{\"step\": " << s + 1 << ", \"val_loss\": " << vl << "}\n";
+      logging::info("step ", done, " | val loss ", vl);
+      if (metrics_) metrics_ << "{\"step\": " << done << ", \"val_loss\": " << vl << "}\n";
     }
   }
   if (val_) {

@@ -2,3 +2,5 @@
 meshtrain_add_test(NAME test_trainer SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_trainer.cpp)
 meshtrain_add_test(NAME test_layouts SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_layouts.cpp
   RANKS 1 2 4 8 TIMEOUT 600)
+meshtrain_add_test(NAME test_resume SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_resume.cpp
+  RANKS 8 TIMEOUT 600)

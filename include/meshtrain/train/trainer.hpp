@@ -2,12 +2,18 @@
 // The training loop: micro-batches with gradient accumulation, AdamW with warmup + cosine LR,
 // evaluation on the validation split every N steps, a progress line per step (loss, lr, grad
 // norm, tokens/s, model TFLOP/s and MFU, memory, ETA) and a JSON-lines metrics file for plots.
+//
+// Checkpoints (DESIGN "Training under a layout"): at a step boundary the trainer saves the fp32
+// parameters and Adam's moments, each data-parallel rank writing only its partition, and any
+// layout restores them; a stop signal (SIGUSR1/SIGTERM, agreed over the world at every step
+// boundary) saves a checkpoint and ends run() early with stopped() set.
 #include <cstdint>
 #include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "meshtrain/io/checkpoint.hpp"
 #include "meshtrain/io/dataset.hpp"
 #include "meshtrain/model/gpt.hpp"
 #include "meshtrain/optim/adamw.hpp"
@@ -21,6 +27,26 @@ template <class T> class PipelineRunner;
 }  // namespace meshtrain::parallel
 
 namespace meshtrain::train {
+
+struct CheckpointConfig {
+  std::string dir;            // empty: never save (a stop signal still ends the run)
+  std::int64_t every = 0;     // save after every N steps; 0: only on a stop signal / at the end
+  bool final = true;          // save after the last step
+  int keep = 0;               // keep the N newest checkpoints; 0: all
+  io::Transfer transfer = io::Transfer::automatic;
+  bool verify = true;         // verify the per-tensor checksums on restore
+};
+
+// Fault injection for the tests of the executable (set from MESHTRAIN_TEST_* variables by
+// `meshtrain train`, never in production runs). Steps count completed steps.
+struct TestHooks {
+  std::int64_t crash_at_checkpoint = -1;  // rank 0 raises SIGKILL after writing that step's
+                                          // .tmp file, before the commit
+  std::int64_t signal_at_step = -1;       // world rank signal_rank raises SIGUSR1 after that
+  int signal_rank = -1;                   // step (-1: the last rank)
+  std::int64_t wait_signal_at_step = -1;  // world rank 0 waits (up to 120 s) at that step's
+                                          // boundary until a stop signal arrives from outside
+};
 
 struct TrainConfig {
   int micro_batch = 8;
@@ -38,6 +64,9 @@ struct TrainConfig {
   bool loss_scaling = false;  // dynamic loss scaling (fp16)
   float loss_scale_init = 65536.0f;
   int loss_scale_window = 1000;
+  std::string config_text;    // the resolved configuration (INI), stored in checkpoints
+  CheckpointConfig ckpt;
+  TestHooks test;
 };
 
 struct StepMetrics {
@@ -50,6 +79,7 @@ struct StepMetrics {
   // Parallel runs: pipeline idle share of the step (this rank), dp gradient communication and
   // the share of it hidden behind backward, tensor-parallel communication (host wall time).
   double bubble = 0, dp_comm_ms = 0, dp_hidden = 0, tp_comm_ms = 0;
+  double ckpt_ms = 0;     // a checkpoint was saved after this step, taking this long
 };
 
 template <class T>
@@ -62,8 +92,21 @@ class TrainerT {
            const io::TokenDataset* val, const parallel::ParallelContext* par = nullptr);
   ~TrainerT();
 
-  // Runs cfg.steps steps from step 0. Returns the metrics of the last step.
+  // Runs the steps from start_step() to cfg.steps, saving checkpoints as cfg.ckpt says. Ends
+  // early, with stopped() set, after saving a checkpoint when a stop signal has arrived on any
+  // rank. Returns the metrics of the last step run.
   StepMetrics run();
+  // Collective: restores the checkpoint `spec` names (a file, a folder, a `latest` file, or
+  // "latest" in cfg.ckpt.dir) into this rank's parameters, master weights, Adam moments and the
+  // loss scaler; run() then continues at the saved step. Call it after parameters_ready (it
+  // overwrites what that set up). Returns the saved attributes.
+  // ConfigError (on every rank) for a missing or corrupt file or another model configuration.
+  io::CheckpointAttributes restore(const std::string& spec);
+  // Collective: saves the state after `steps_done` completed steps into cfg.ckpt.dir. Returns
+  // the committed file.
+  std::string save_checkpoint(std::int64_t steps_done);
+  std::int64_t start_step() const { return start_step_; }
+  bool stopped() const { return stopped_; }
   // One optimizer step (0-based index); synchronises only when the step is logged.
   StepMetrics step(std::int64_t step, bool read_back);
   // Mean loss over cfg.eval_batches sequential validation batches.
@@ -79,6 +122,9 @@ class TrainerT {
 
  private:
   void log_step(const StepMetrics& m, double eta_seconds);
+  void read_back(StepMetrics& m);  // loss and gradient norm of the step just run (collective)
+  MPI_Comm world_comm() const;      // the job's ranks (MPI_COMM_SELF without a context)
+  bool stop_requested_here(std::int64_t steps_done);  // the test hooks, then the agreed flag
   void single_rank_micro_batches(std::int64_t s, float grad_scale);
   void parallel_micro_batches(std::int64_t s, float grad_scale, StepMetrics& m);
   void fill_micro_batch(std::int64_t s, int micro, View1<std::int32_t> in, View1<std::int32_t> tg,
@@ -99,6 +145,8 @@ class TrainerT {
   View1<std::int32_t> inputs_, targets_;
   HostView1<std::int32_t> h_inputs_, h_targets_;
   std::ofstream metrics_;
+  std::int64_t start_step_ = 0;
+  bool stopped_ = false;
 };
 
 using Trainer = TrainerT<float>;
