@@ -31,7 +31,9 @@ void print_usage() {
   std::cout << "\n`meshtrain <subcommand> --help` lists its options. Options come from the command\n"
                "line, then the --config INI file ([section] key = value), then defaults.\n\n"
                "exit codes: 0 success, 1 failure (a check failed or a rank hit an error),\n"
-               "            2 bad configuration or input\n";
+               "            2 bad configuration or input,\n"
+               "            3 `train` saved a checkpoint after SIGUSR1/SIGTERM and stopped:\n"
+               "              requeue the job with --train.resume latest to continue\n";
 }
 
 bool wants_help(const std::vector<std::string>& args) {

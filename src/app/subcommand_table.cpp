@@ -1,5 +1,6 @@
 #include "meshtrain/app/subcommand_table.hpp"
 
+#include "meshtrain/app/convert.hpp"
 #include "meshtrain/app/prep.hpp"
 #include "meshtrain/app/selfcheck.hpp"
 #include "meshtrain/app/train_cmd.hpp"
@@ -16,6 +17,8 @@ const std::vector<Subcommand>& subcommand_table() {
        cmd_generate},
       {"prep", "tokenise raw text into token shards (rank 0 only; mpirun not needed)",
        prep_options, cmd_prep},
+      {"convert", "export a training checkpoint's model as a HuggingFace folder (safetensors)",
+       convert_options, cmd_convert},
   };
   return table;
 }

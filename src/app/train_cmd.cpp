@@ -1,12 +1,15 @@
 // `meshtrain train`: builds the model (a preset, overrides, or a HuggingFace checkpoint), trains
-// it on token shards, evaluates, exports it in HuggingFace format and prints a sample.
+// it on token shards (saving and restoring parallel HDF5 checkpoints), evaluates, exports it in
+// HuggingFace format and prints a sample. A stop signal saves a checkpoint and exits with 3.
 #include "meshtrain/app/train_cmd.hpp"
 
+#include <cstdlib>
 #include <filesystem>
 
 #include "meshtrain/app/options.hpp"
 #include "meshtrain/comm/factory.hpp"
 #include "meshtrain/core/log.hpp"
+#include "meshtrain/core/signals.hpp"
 #include "meshtrain/io/dataset.hpp"
 #include "meshtrain/io/hf_checkpoint.hpp"
 #include "meshtrain/io/tokenizer.hpp"
@@ -91,8 +94,28 @@ po::options_description train_options() {
       ("train.sample_prompt", po::value<std::string>()->default_value("And God said"),
        "prompt of the sample")
       ("train.sample_temperature", po::value<double>()->default_value(0.8), "sampling temperature")
-      ("train.sample_top_k", po::value<int>()->default_value(40), "sample from the k most likely");
-  d.add(data).add(t).add(mesh_options()).add(parallel_options()).add(comm_options())
+      ("train.sample_top_k", po::value<int>()->default_value(40), "sample from the k most likely")
+      ("train.resume", po::value<std::string>()->default_value(""),
+       "continue a run from a checkpoint: latest (<ckpt.dir>/latest), a step_XXXXXXXX.h5 file or "
+       "a checkpoint folder; any layout restores any other; empty = start fresh");
+  po::options_description c("Checkpoints [ckpt]");
+  c.add_options()
+      ("ckpt.dir", po::value<std::string>()->default_value(""),
+       "folder of the checkpoints (step_XXXXXXXX.h5 and `latest`); default <train.out_dir>/"
+       "checkpoints")
+      ("ckpt.every", po::value<long long>()->default_value(0),
+       "save after every N steps; 0 = only on SIGUSR1/SIGTERM (then exit 3) and at the end "
+       "(ckpt.final)")
+      ("ckpt.final", po::value<bool>()->default_value(true)->implicit_value(true),
+       "save a checkpoint after the last step")
+      ("ckpt.keep", po::value<int>()->default_value(0),
+       "keep only the N newest checkpoints; 0 = keep all")
+      ("ckpt.io", po::value<std::string>()->default_value("automatic"),
+       "MPI-IO data transfer: automatic (independent where each rank's part of a tensor is one "
+       "run of the file, collective otherwise), collective or independent")
+      ("ckpt.verify", po::value<bool>()->default_value(true)->implicit_value(true),
+       "verify the per-tensor checksums when restoring");
+  d.add(data).add(t).add(c).add(mesh_options()).add(parallel_options()).add(comm_options())
       .add(log_options());
   return d;
 }
@@ -125,10 +148,39 @@ std::unique_ptr<io::Tokenizer> tokenizer_from(const po::variables_map& vm, const
                             vm["data.merges_txt"].as<std::string>());
 }
 
+// Fault injection for tests/cli (MESHTRAIN_TEST_*; see train::TestHooks). An unset variable
+// leaves the hook off; a malformed one is a configuration error, not a silent no-op.
+std::int64_t env_step(const char* name, const char* prefix = "") {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return -1;
+  const std::string text = v, pre = prefix;
+  MESHTRAIN_CONFIG_CHECK(text.rfind(pre, 0) == 0 && text.size() > pre.size() &&
+                             text.find_first_not_of("0123456789", pre.size()) == std::string::npos,
+                         name, "='", text, "' is not of the form ", pre, "<step>");
+  return std::stoll(text.substr(pre.size()));
+}
+
+train::TestHooks test_hooks() {
+  train::TestHooks h;
+  h.crash_at_checkpoint = env_step("MESHTRAIN_TEST_CRASH_AT", "checkpoint:");
+  h.signal_at_step = env_step("MESHTRAIN_TEST_SIGNAL_AT_STEP");
+  if (const char* r = std::getenv("MESHTRAIN_TEST_SIGNAL_RANK")) h.signal_rank = std::atoi(r);
+  h.wait_signal_at_step = env_step("MESHTRAIN_TEST_WAIT_SIGNAL_AT_STEP");
+  return h;
+}
+
+io::Transfer parse_transfer(const std::string& s) {
+  if (s == "automatic") return io::Transfer::automatic;
+  if (s == "collective") return io::Transfer::collective;
+  if (s == "independent") return io::Transfer::independent;
+  throw ConfigError(cat("ckpt.io='", s, "' is not one of automatic, collective, independent"));
+}
+
 }  // namespace
 
+// Returns false when a stop signal ended training early (a checkpoint was saved; no export).
 template <class T>
-void train_and_sample(const po::variables_map& vm, const model::GptConfig& mc,
+bool train_and_sample(const po::variables_map& vm, const model::GptConfig& mc,
                       const train::TrainConfig& tc, const io::TokenDataset& train_data,
                       const io::TokenDataset* val_data, const std::string& out_dir,
                       const std::string& tok_kind, const parallel::ParallelContext* par) {
@@ -156,7 +208,10 @@ void train_and_sample(const po::variables_map& vm, const model::GptConfig& mc,
     trainer = std::make_unique<train::TrainerT<T>>(*m, tc, train_data, val_data, par);
     if (m->params().span() == 0) trainer->parameters_ready(full);
   }
+  const std::string resume = vm["train.resume"].as<std::string>();
+  if (!resume.empty()) trainer->restore(resume);
   trainer->run();
+  if (trainer->stopped()) return false;
 
   // Export and sampling use the whole model on one rank: in parallel runs world rank 0 gathers
   // every rank's slice into a single-rank fp32 model.
@@ -165,7 +220,7 @@ void train_and_sample(const po::variables_map& vm, const model::GptConfig& mc,
     View1<T> tmp;
     if (m->params().span() == 0) tmp = alloc<T>("export.params", m->registry().size());
     gathered = parallel::gather_to_rank0(*par, *m, trainer->full_parameters(tmp));
-    if (!gathered) return;  // not world rank 0
+    if (!gathered) return true;  // not world rank 0
   }
   auto save_and_sample = [&](auto& model) {
     using M = std::remove_reference_t<decltype(model)>;
@@ -190,6 +245,7 @@ void train_and_sample(const po::variables_map& vm, const model::GptConfig& mc,
   };
   if (gathered) save_and_sample(*gathered);
   else save_and_sample(*m);
+  return true;
 }
 
 parallel::ParallelConfig parallel_config(const po::variables_map& vm, const mesh::Shape& shape) {
@@ -263,9 +319,22 @@ int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
   std::filesystem::create_directories(out_dir);
   tc.metrics_file = p.vm["train.metrics"].as<std::string>();
   if (tc.metrics_file.empty()) tc.metrics_file = out_dir + "/metrics.jsonl";
+  tc.ckpt.dir = p.vm["ckpt.dir"].as<std::string>();
+  if (tc.ckpt.dir.empty()) tc.ckpt.dir = out_dir + "/checkpoints";
+  tc.ckpt.every = p.vm["ckpt.every"].as<long long>();
+  MESHTRAIN_CONFIG_CHECK(tc.ckpt.every >= 0, "ckpt.every=", tc.ckpt.every,
+                         " must be 0 (no periodic saves) or positive");
+  tc.ckpt.final = p.vm["ckpt.final"].as<bool>();
+  tc.ckpt.keep = p.vm["ckpt.keep"].as<int>();
+  MESHTRAIN_CONFIG_CHECK(tc.ckpt.keep >= 0, "ckpt.keep=", tc.ckpt.keep,
+                         " must be 0 (keep all) or positive");
+  tc.ckpt.transfer = parse_transfer(p.vm["ckpt.io"].as<std::string>());
+  tc.ckpt.verify = p.vm["ckpt.verify"].as<bool>();
+  tc.config_text = config::resolved_ini(p.vm, desc);
+  tc.test = test_hooks();
 
   logging::info("meshtrain train: ", mc.describe());
-  logging::info("resolved configuration:\n", config::resolved_ini(p.vm, desc));
+  logging::info("resolved configuration:\n", tc.config_text);
   logging::info(kc::configuration_summary());
 
   const std::string tok_kind = p.vm["data.tokenizer"].as<std::string>();
@@ -287,14 +356,26 @@ int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
     const std::string advice = parallel::layout_advice(pc, tc.grad_accum);
     if (!advice.empty()) logging::warn(advice);
   }
+  // SIGUSR1 / SIGTERM (Slurm's warning before the time limit, scancel, pre-emption) set a flag
+  // that the trainer agrees on at the next step boundary: save, then exit with kExitRequeue.
+  signals::install_stop_handlers();
+  bool finished = true;
   if (precision == "fp32")
-    train_and_sample<float>(p.vm, mc, tc, train_data, val_data.get(), out_dir, tok_kind, par.get());
+    finished = train_and_sample<float>(p.vm, mc, tc, train_data, val_data.get(), out_dir, tok_kind,
+                                       par.get());
 #if MESHTRAIN_HAVE_BF16
   else if (precision == "bf16")
-    train_and_sample<bf16>(p.vm, mc, tc, train_data, val_data.get(), out_dir, tok_kind, par.get());
+    finished = train_and_sample<bf16>(p.vm, mc, tc, train_data, val_data.get(), out_dir, tok_kind,
+                                      par.get());
   else
-    train_and_sample<fp16>(p.vm, mc, tc, train_data, val_data.get(), out_dir, tok_kind, par.get());
+    finished = train_and_sample<fp16>(p.vm, mc, tc, train_data, val_data.get(), out_dir, tok_kind,
+                                      par.get());
 #endif
+  if (!finished) {
+    logging::info("exiting with status ", kExitRequeue, " (checkpoint saved after a stop signal; "
+                  "requeue and pass --train.resume latest to continue)");
+    return kExitRequeue;
+  }
   return kExitOk;
 }
 

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "meshtrain/app/runtime.hpp"
+#include "meshtrain/core/signals.hpp"
 
 namespace meshtrain::app {
 
@@ -16,5 +17,7 @@ int cmd_selfcheck(Runtime& rt, const std::vector<std::string>& args);
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;      // a check failed or a rank hit an error
 inline constexpr int kExitConfig = 2;       // bad option, config file or input
+inline constexpr int kExitRequeue = signals::kExitRequeue;  // 3: checkpoint saved after
+                                                            // SIGUSR1/SIGTERM, requeue me
 
 }  // namespace meshtrain::app

@@ -1,0 +1,93 @@
+// `meshtrain convert`: checkpoint -> HuggingFace folder. One process reads /model/* of the file
+// (verifying the checksums) and writes model.safetensors and config.json; under mpirun the other
+// ranks wait for its status, as `prep` does.
+#include "meshtrain/app/convert.hpp"
+
+#include <filesystem>
+#include <sstream>
+
+#include "meshtrain/app/options.hpp"
+#include "meshtrain/app/subcommands.hpp"
+#include "meshtrain/core/log.hpp"
+#include "meshtrain/core/mpi_check.hpp"
+#include "meshtrain/io/checkpoint.hpp"
+#include "meshtrain/io/hf_checkpoint.hpp"
+
+namespace meshtrain::app {
+
+po::options_description convert_options() {
+  po::options_description d;
+  d.add(config::generic_options());
+  po::options_description c("Conversion [convert]");
+  c.add_options()
+      ("convert.checkpoint", po::value<std::string>()->default_value("latest"),
+       "a step_XXXXXXXX.h5 file, a checkpoint folder (its `latest`), or latest (in convert.dir)")
+      ("convert.dir", po::value<std::string>()->default_value("out/checkpoints"),
+       "checkpoint folder that `latest` refers to (train's ckpt.dir)")
+      ("convert.out", po::value<std::string>()->default_value(""),
+       "output folder for model.safetensors + config.json (required)")
+      ("convert.tokenizer", po::value<std::string>()->default_value(""),
+       "tokenizer recorded in config.json (byte or gpt2); default: the checkpoint's "
+       "data.tokenizer");
+  d.add(c).add(log_options());
+  return d;
+}
+
+std::string ini_value(const std::string& text, const std::string& section,
+                      const std::string& key) {
+  std::istringstream in(text);
+  std::string line, current;
+  auto trim = [](std::string s) {
+    const auto b = s.find_first_not_of(" \t\r"), e = s.find_last_not_of(" \t\r");
+    return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+  };
+  while (std::getline(in, line)) {
+    line = trim(line);
+    if (line.size() > 1 && line.front() == '[' && line.back() == ']') {
+      current = trim(line.substr(1, line.size() - 2));
+    } else if (const auto eq = line.find('='); current == section && eq != std::string::npos) {
+      if (trim(line.substr(0, eq)) == key) return trim(line.substr(eq + 1));
+    }
+  }
+  return "";
+}
+
+int cmd_convert(Runtime& rt, const std::vector<std::string>& args) {
+  const auto desc = convert_options();
+  const config::Parsed p = config::parse(args, desc);
+  logging::set_context(log_context(p.vm, rt.rank()));
+  const std::string spec = p.vm["convert.checkpoint"].as<std::string>();
+  const std::string dir = p.vm["convert.dir"].as<std::string>();
+  const std::string out = p.vm["convert.out"].as<std::string>();
+  if (out.empty())
+    throw ConfigError("convert.out is required: the folder for model.safetensors + config.json");
+
+  int status = kExitOk;
+  std::string message;
+  if (rt.rank() == 0) {
+    try {
+      const std::string path = io::resolve_checkpoint(MPI_COMM_SELF, spec, dir);
+      std::filesystem::create_directories(out);
+      const model::GptConfig mc =
+          io::export_safetensors_from_checkpoint(path, out + "/model.safetensors");
+      // The root attributes only (no tensors): the step and the stored configuration.
+      const io::CheckpointAttributes a = io::load_checkpoint(MPI_COMM_SELF, path, mc, {}, false);
+      std::string tok = p.vm["convert.tokenizer"].as<std::string>();
+      if (tok.empty()) tok = ini_value(a.config_text, "data", "tokenizer");
+      if (tok.empty()) tok = "byte";
+      io::write_hf_config(mc, out, tok);
+      logging::info("convert: ", path, " (step ", a.step, ", ", mc.describe(), ") -> ", out,
+                    "/model.safetensors + config.json (tokenizer ", tok, ")");
+    } catch (const ConfigError& e) {
+      status = kExitConfig;
+      message = e.what();
+    }
+  }
+  // Other errors on rank 0 abort the job (cli.cpp); a ConfigError is shared so that every rank
+  // exits with the same code and rank 0 prints it once.
+  MESHTRAIN_MPI_CHECK(MPI_Bcast(&status, 1, MPI_INT, 0, rt.world()));
+  if (status != kExitOk) throw ConfigError(message);
+  return kExitOk;
+}
+
+}  // namespace meshtrain::app
