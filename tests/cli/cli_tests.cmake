@@ -76,7 +76,10 @@ meshtrain_cli_test(train_recompute 1 0 "final val loss" train ${_train_small}
   --train.recompute --train.sample_tokens 0 --train.save false
   --train.out_dir ${CMAKE_BINARY_DIR}/cli_train_recompute)
 set_tests_properties(cli_train_recompute PROPERTIES FIXTURES_REQUIRED kjv_shards)
-meshtrain_cli_test(train_two_ranks 2 2 "trains on one rank" train ${_train_small})
+meshtrain_cli_test(train_two_ranks 2 0
+  "layout: dp 2.*step +3/3 \\| loss [0-9.]+ .*saved checkpoint" train ${_train_small}
+  --train.sample_tokens 0 --train.out_dir ${CMAKE_BINARY_DIR}/cli_train_two_ranks)
+set_tests_properties(cli_train_two_ranks PROPERTIES FIXTURES_REQUIRED kjv_shards)
 meshtrain_cli_test(train_missing_data 1 2 "no_such_\\*\\.bin" train
   --data.train no_such_*.bin --train.out_dir ${CMAKE_BINARY_DIR}/cli_train_missing)
 meshtrain_cli_test(train_bad_preset 1 2 "model.preset='gpt3' is not one of" train
@@ -91,3 +94,26 @@ if(NOT MESHTRAIN_ENABLE_CUDA)
 endif()
 meshtrain_cli_test(train_bad_precision 1 2 "train.precision='fp8' is not one of fp32, bf16, fp16"
   train --train.precision fp8)
+
+# Checkpoints and restarts (issue 8): a crash during a save, SIGUSR1 from a rank and from
+# outside, corrupt/truncated/mismatched checkpoints, convert -> generate. Each case runs the
+# 2-rank job several times through tests/cli/test_resume.sh; the launcher line is the one above.
+set(_resume_launch ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${MPIEXEC_PREFLAGS}
+    $<TARGET_FILE:meshtrain>)
+foreach(case crash signal kill errors convert)
+  add_test(NAME cli_resume_${case}
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_resume.sh ${case}
+            ${CMAKE_BINARY_DIR}/cli_resume/${case} ${CMAKE_BINARY_DIR}/cli_prep/kjv_train_*.bin
+            -- ${_resume_launch})
+  set_tests_properties(cli_resume_${case} PROPERTIES PROCESSORS 2 TIMEOUT 300 LABELS cli
+    FIXTURES_REQUIRED kjv_shards ENVIRONMENT "${MESHTRAIN_TEST_MPI_ENV}")
+endforeach()
+meshtrain_cli_test(convert_help 0 0 "convert\\.checkpoint" convert --help)
+meshtrain_cli_test(train_help_ckpt 0 0 "train\\.resume.*ckpt\\.dir.*ckpt\\.every" train --help)
+meshtrain_cli_test(usage_exit_3 0 0 "3 `train` saved a checkpoint after SIGUSR1/SIGTERM" --help)
+meshtrain_cli_test(convert_no_checkpoint 0 2 "no checkpoint to resume from" convert
+  --convert.dir ${CMAKE_BINARY_DIR}/cli_resume/none
+  --convert.out ${CMAKE_BINARY_DIR}/cli_resume/none_hf)
+meshtrain_cli_test(train_bad_ckpt_io 1 2
+  "ckpt.io='fast' is not one of automatic, collective, independent" train --ckpt.io fast
+  --train.out_dir ${CMAKE_BINARY_DIR}/cli_resume/bad_io)

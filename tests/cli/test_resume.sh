@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# Checkpoints and restarts of the meshtrain executable (issue 8), one case per call:
+#   test_resume.sh CASE WORKDIR DATA_GLOB -- LAUNCHER...      (LAUNCHER: mpiexec -n 2 ... meshtrain)
+# Cases:
+#   crash    rank 0 is SIGKILLed after writing step 4's .tmp (MESHTRAIN_TEST_CRASH_AT); the
+#            restart with --train.resume latest continues from step 2 and ends with the loss of
+#            an uninterrupted run
+#   signal   one rank raises SIGUSR1 after step 3 (MESHTRAIN_TEST_SIGNAL_AT_STEP): every rank
+#            agrees, saves step 3, exits 3; the resume (same layout, then another one) ends with
+#            the uninterrupted run's loss
+#   kill     a real `kill -USR1` of the launcher while rank 0 waits at step 3's boundary
+#            (MESHTRAIN_TEST_WAIT_SIGNAL_AT_STEP makes the timing deterministic): exit 3, resume
+#   errors   a flipped data byte, a truncated file, another model configuration: exit 2 with a
+#            message naming the tensor, the file, the key
+#   convert  meshtrain convert of `latest` into a HuggingFace folder that `generate` loads
+# The launcher is the ctest MPI command line for 2 ranks; its last word is the executable.
+set -euo pipefail
+
+case_name=$1 work=$2 data=$3
+shift 3
+[ "$1" = -- ] && shift
+launch=("$@")
+exe=${launch[${#launch[@]}-1]}
+
+rm -rf "$work"
+mkdir -p "$work"
+cd "$work"
+
+fail() { echo "FAIL ($case_name): $*" >&2; exit 1; }
+log() { echo "--- $*"; }
+
+# A 2-layer model on the shipped corpus, no evaluation, export or sample; 8 steps of a global
+# batch of 4 sequences (dp 2 x micro-batch 2) unless a case says otherwise.
+model=(train --model.n_layer 2 --model.n_embd 32 --model.n_head 2 --train.seq_len 32
+       --train.warmup 1 --train.eval_every 0 --data.train "$data" --data.val ""
+       --train.sample_tokens 0 --train.save false)
+common=("${model[@]}" --train.steps 8 --train.micro_batch 2)
+
+# run NAME EXPECTED_RC [ENV=VALUE...] -- ARGS...: output in NAME.log
+run() {
+  local name=$1 want=$2 rc=0
+  shift 2
+  local envs=()
+  while [ "$1" != -- ]; do envs+=("$1"); shift; done
+  shift
+  env "${envs[@]}" "${launch[@]}" "$@" > "$name.log" 2>&1 || rc=$?
+  if [ "$rc" != "$want" ]; then
+    cat "$name.log"
+    fail "$name: exit code $rc, expected $want"
+  fi
+  log "$name: exit code $rc as expected"
+}
+
+has() {  # FILE REGEX
+  grep -Eq -- "$2" "$1" || { cat "$1"; fail "$1 does not match '$2'"; }
+}
+
+# The loss of step N in a metrics file (the last record of that step: a resumed run appends).
+loss_at() {
+  grep "\"step\": $2, \"loss\"" "$1" | tail -n 1 | sed 's/.*"loss": \([^,]*\),.*/\1/'
+}
+
+same_loss() {  # A B [relative tolerance]
+  awk -v a="$1" -v b="$2" -v tol="${3:-0}" 'BEGIN {
+    d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= tol * (b < 0 ? -b : b)) }' ||
+    fail "final loss $1 differs from the uninterrupted run's $2 (tolerance ${3:-0})"
+  log "final loss $1 = uninterrupted $2"
+}
+
+reference() {
+  run ref 0 -- "${common[@]}" --train.out_dir ref --ckpt.final false
+  ref_loss=$(loss_at ref/metrics.jsonl 8)
+  [ -n "$ref_loss" ] || fail "no loss of step 8 in ref/metrics.jsonl"
+  [ ! -e ref/checkpoints/latest ] || fail "ckpt.final false still saved a checkpoint"
+}
+
+case $case_name in
+  crash)
+    reference
+    rc=0
+    MESHTRAIN_TEST_CRASH_AT=checkpoint:4 "${launch[@]}" "${common[@]}" --train.out_dir a \
+      --ckpt.every 2 > crash.log 2>&1 || rc=$?
+    [ "$rc" != 0 ] || { cat crash.log; fail "the run survived its SIGKILL"; }
+    log "crash: exit code $rc (rank 0 killed during the save of step 4)"
+    [ -f a/checkpoints/step_00000004.h5.tmp ] || fail "no step 4 .tmp left by the crash"
+    [ ! -e a/checkpoints/step_00000004.h5 ] || fail "step 4 was committed despite the crash"
+    [ "$(cat a/checkpoints/latest)" = step_00000002.h5 ] || fail "latest is not step 2"
+    run restart 0 -- "${common[@]}" --train.out_dir a --ckpt.every 2 --train.resume latest
+    has restart.log "resumed from a/checkpoints/step_00000002.h5 after step 2"
+    has restart.log "step +8/8"
+    same_loss "$(loss_at a/metrics.jsonl 8)" "$ref_loss"
+    [ ! -e a/checkpoints/step_00000004.h5.tmp ] || fail "the crashed save's .tmp was not removed"
+    [ "$(cat a/checkpoints/latest)" = step_00000008.h5 ] || fail "latest is not step 8"
+    ;;
+  signal)
+    reference
+    run stop 3 MESHTRAIN_TEST_SIGNAL_AT_STEP=3 -- "${common[@]}" --train.out_dir a
+    has stop.log "stop requested \(SIGUSR1/SIGTERM\) after step 3/8: checkpoint saved"
+    has stop.log "exiting with status 3"
+    [ "$(cat a/checkpoints/latest)" = step_00000003.h5 ] || fail "latest is not step 3"
+    grep -q '"step": 3, .*"checkpoint": 1, "ckpt_ms": ' a/metrics.jsonl ||
+      fail "the metrics do not mark step 3 as a checkpoint step"
+    cp -r a b
+    run resume 0 -- "${common[@]}" --train.out_dir a --train.resume latest
+    has resume.log "resumed from a/checkpoints/step_00000003.h5 after step 3"
+    has resume.log "step +8/8"
+    same_loss "$(loss_at a/metrics.jsonl 8)" "$ref_loss"
+    # Another layout: tensor instead of data parallelism (the same model to fp32 rounding).
+    run resume_tp 0 -- "${model[@]}" --train.steps 8 --train.micro_batch 4 --train.out_dir b \
+      --train.resume latest --mesh.tp 2
+    has resume_tp.log "saved under dp 2 x pp 1 x tp 1, ZeRO 0"
+    same_loss "$(loss_at b/metrics.jsonl 8)" "$ref_loss" 1e-5
+    ;;
+  kill)
+    reference
+    rc=0
+    MESHTRAIN_TEST_WAIT_SIGNAL_AT_STEP=3 "${launch[@]}" "${common[@]}" --train.out_dir a \
+      > kill.log 2>&1 &
+    pid=$!
+    for _ in $(seq 600); do
+      grep -q "waiting for a stop signal after step 3" kill.log && break
+      kill -0 "$pid" 2> /dev/null || break
+      sleep 0.1
+    done
+    grep -q "waiting for a stop signal after step 3" kill.log || {
+      kill "$pid" 2> /dev/null || true; cat kill.log; fail "rank 0 never waited at step 3"; }
+    log "kill -USR1 $pid (the launcher, which forwards it to the ranks)"
+    kill -USR1 "$pid"
+    wait "$pid" || rc=$?
+    [ "$rc" = 3 ] || { cat kill.log; fail "exit code $rc after kill -USR1, expected 3"; }
+    has kill.log "stop requested \(SIGUSR1/SIGTERM\) after step 3/8: checkpoint saved"
+    run resume 0 -- "${common[@]}" --train.out_dir a --train.resume latest
+    has resume.log "resumed from a/checkpoints/step_00000003.h5 after step 3"
+    same_loss "$(loss_at a/metrics.jsonl 8)" "$ref_loss"
+    ;;
+  errors)
+    run save 0 -- "${model[@]}" --train.micro_batch 2 --train.out_dir a --train.steps 2
+    ckpt=a/checkpoints/step_00000002.h5
+    [ -f "$ckpt" ] || fail "no final checkpoint $ckpt"
+    # A flipped byte inside the data of /model/transformer.wpe.weight (its file offset from
+    # h5dump's storage layout).
+    cp "$ckpt" corrupt.h5
+    off=$(h5dump -p -H -d /model/transformer.wpe.weight corrupt.h5 |
+      sed -n 's/.*OFFSET \([0-9]*\).*/\1/p')
+    [ -n "$off" ] || fail "h5dump did not report the data offset of wpe"
+    byte=$(od -An -tu1 -j $((off + 100)) -N1 corrupt.h5 | tr -d ' ')
+    printf '%b' "\\$(printf '%03o' $(((byte + 1) % 256)))" |
+      dd of=corrupt.h5 bs=1 seek=$((off + 100)) conv=notrunc status=none
+    run corrupt 2 -- "${common[@]}" --train.out_dir c --train.resume corrupt.h5
+    has corrupt.log "corrupt.h5' is corrupt: the checksum of tensor /model/transformer.wpe.weight"
+    # A truncated file (a crash or a full disk).
+    cp "$ckpt" truncated.h5
+    truncate -s $(($(stat -c %s "$ckpt") / 2)) truncated.h5
+    run truncated 2 -- "${common[@]}" --train.out_dir c --train.resume truncated.h5
+    has truncated.log "truncated.h5' cannot be read as an HDF5 file"
+    # Another model.
+    run other_model 2 -- "${common[@]}" --train.out_dir c --train.resume "$ckpt" \
+      --model.block_size 64
+    has other_model.log "was saved with model.block_size=128"
+    # Nothing to resume from.
+    run no_latest 2 -- "${common[@]}" --train.out_dir d --train.resume latest
+    has no_latest.log "no checkpoint to resume from"
+    ;;
+  convert)
+    run save 0 -- "${model[@]}" --train.micro_batch 2 --train.out_dir a --train.steps 2
+    run convert 0 -- convert --convert.checkpoint latest --convert.dir a/checkpoints \
+      --convert.out hf
+    has convert.log "step_00000002.h5 \(step 2.*\(tokenizer byte\)"
+    if [ ! -f hf/model.safetensors ] || [ ! -f hf/config.json ]; then
+      fail "convert wrote no HF folder"
+    fi
+    "$exe" generate --generate.model hf --generate.tokens 10 > generate.log 2>&1 ||
+      { cat generate.log; fail "generate could not load the converted model"; }
+    has generate.log "^And God said"
+    ;;
+  *)
+    fail "unknown case"
+    ;;
+esac
+log "ok"
