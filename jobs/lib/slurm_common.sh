@@ -18,7 +18,7 @@
 #   MESHTRAIN_OUT_DIR     train.out_dir; default $SLURM_SUBMIT_DIR/out/<job name>-<job id>
 #   MESHTRAIN_CKPT_DIR    ckpt.dir; default <out_dir>/ckpt
 #   MESHTRAIN_CHECKPOINTS auto (default: on when `meshtrain train --help` lists --ckpt.dir),
-#                         on, off: pass --ckpt.dir, and `--resume latest` when
+#                         on, off: pass --ckpt.dir, and `--train.resume latest` when
 #                         <ckpt.dir>/latest exists
 #   MESHTRAIN_MAX_REQUEUES stop requeueing after this many restarts (default 50)
 #   MESHTRAIN_SITE_ENV    file with the site's NCCL/MPI settings (default jobs/lib/site_env.sh)
@@ -175,7 +175,7 @@ mt_mesh_args() {
   fi
 }
 
-# train: output folder, checkpoint folder and `--resume latest` (MT_TRAIN).
+# train: output folder, checkpoint folder and `--train.resume latest` (MT_TRAIN).
 mt_train_args() {
   MT_TRAIN=()
   local out ckpt mode=${MESHTRAIN_CHECKPOINTS:-auto}
@@ -200,8 +200,8 @@ mt_train_args() {
     ckpt=${MESHTRAIN_CKPT_DIR:-$out/ckpt}
     MT_TRAIN+=(--ckpt.dir "$ckpt")
   fi
-  if [ -z "$(mt_arg_value resume)" ] && [ -e "$ckpt/latest" ]; then
-    MT_TRAIN+=(--resume latest)
+  if [ -z "$(mt_option train.resume)" ] && [ -e "$ckpt/latest" ]; then
+    MT_TRAIN+=(--train.resume latest)
     mt_log "resuming from $ckpt/latest (restart ${SLURM_RESTART_COUNT:-0})"
   fi
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the payload of each Slurm script in jobs/ without Slurm: fake srun, mpirun, scontrol and
 # meshtrain on PATH log their arguments; the SLURM_* variables are those Slurm sets in a batch job.
-# Checks the launch lines (ranks = nodes x GPUs, --mesh.*, --resume latest) and the requeue logic.
+# Checks the launch lines (ranks = nodes x GPUs, --mesh.*, --train.resume latest) and the requeue
+# logic.
 #   tests/scripts/test_slurm_jobs.sh SOURCE_DIR WORK_DIR
 set -euo pipefail
 src=$(cd "$1" && pwd)
@@ -97,7 +98,7 @@ has srun "--nodes=2 --ntasks=8 --ntasks-per-node=4 --cpus-per-task=8 --cpu-bind=
 has srun "--gpu-bind=none"
 has meshtrain "train --mesh.pp 2 --mesh.tp 2 --train.out_dir $out --ckpt.dir $out/ckpt --train.steps 5"
 hasnt meshtrain "--mesh.dp"
-hasnt meshtrain "--resume"
+hasnt meshtrain "--train.resume"
 has env "OMP_NUM_THREADS=8 OPENBLAS_NUM_THREADS=8"
 not_called scontrol
 
@@ -151,7 +152,7 @@ has meshtrain "train --mesh.tp 2 --train.out_dir $work/elsewhere/out/meshtrain-4
 # ---- resume and requeue ---------------------------------------------------------------------
 mkdir -p "$out/ckpt" && echo step_00000100.h5 > "$out/ckpt/latest"
 run_job resume_latest 0 slurm-multinode.sh SLURM_RESTART_COUNT=1 -- --tp 2
-has meshtrain "--ckpt.dir $out/ckpt --resume latest"
+has meshtrain "--ckpt.dir $out/ckpt --train.resume latest"
 output_has "resuming from $out/ckpt/latest (restart 1)"
 rm -rf "$out"
 
