@@ -449,7 +449,7 @@ int main(int argc, char** argv) {
       int world = 1;
       MPI_Comm_size(MPI_COMM_WORLD, &world);
       mesh::ProcessMesh pm(MPI_COMM_WORLD, mesh::Shape{1, world, 1});
-      auto ppc = comm::make_communicator(comm::Backend::mpi, pm.pp().get());
+      auto ppc = comm::make_communicator(comm::default_backend(), pm.pp().get());
       model::GptConfig cfg;
       cfg.n_layer = a.n_layer;
       cfg.n_embd = a.n_embd;

@@ -153,8 +153,8 @@ struct Layout {
   std::unique_ptr<comm::Communicator> ppc, tpc;
   Layout(int pp_, int tp_)
       : pp(pp_), tp(tp_), mesh(mt_test::world(), mesh::Shape{1, pp_, tp_}),
-        ppc(comm::make_communicator(comm::Backend::mpi, mesh.pp().get())),
-        tpc(comm::make_communicator(comm::Backend::mpi, mesh.tp().get())) {}
+        ppc(comm::make_communicator(comm::default_backend(), mesh.pp().get())),
+        tpc(comm::make_communicator(comm::default_backend(), mesh.tp().get())) {}
   int stage() const { return mesh.coord().pp; }
 };
 
