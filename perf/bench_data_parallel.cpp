@@ -155,8 +155,8 @@ void run_time(const Args& a) {
                 100 * grads.hidden_fraction(), params.total_seconds / k * 1e3, opt_comm / k * 1e3);
   if (rank == 0 && a.offload)
     std::printf("  offload per step: gradients down + host norm %.1f ms, host update %.1f ms "
-                "(%s), parameters up %.1f ms\n",
-                down / k * 1e3, update / k * 1e3, "threads: automatic", up / k * 1e3);
+                "(%d threads), parameters up %.1f ms\n",
+                down / k * 1e3, update / k * 1e3, zo.adamw().host_threads(), up / k * 1e3);
 }
 
 // ---- memory ----

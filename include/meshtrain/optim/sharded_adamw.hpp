@@ -75,6 +75,7 @@ class ShardedAdamWT {
     double down = 0, update = 0, up = 0;
   };
   const OffloadSeconds& offload_seconds() const { return offload_s_; }
+  int host_threads() const { return host_threads_; }
  private:
   static std::size_t at(const ShardRange& r, Index w) { return w == Index::flat ? r.flat : r.shard; }
   static std::size_t at(const ShardPiece& p, Index w) { return w == Index::flat ? p.flat : p.shard; }
