@@ -14,6 +14,30 @@ po::options_description mesh_options() {
   return d;
 }
 
+po::options_description parallel_options() {
+  po::options_description d("Parallelism [tp] [pp] [zero] [dp]");
+  d.add_options()
+      ("tp.sequence_parallel", po::value<bool>()->default_value(false)->implicit_value(true),
+       "shard LayerNorm/residual activations along the sequence over the tp group")
+      ("pp.schedule", po::value<std::string>()->default_value("1f1b"),
+       "pipeline schedule: gpipe, 1f1b or interleaved (micro-batches per step = "
+       "train.grad_accum)")
+      ("pp.virtual_chunks", po::value<int>()->default_value(1),
+       "model chunks per pipeline rank (interleaved schedule only)")
+      ("pp.layers", po::value<std::string>()->default_value(""),
+       "explicit blocks per stage (per virtual chunk), e.g. 4,4,3,1; default: balanced by cost")
+      ("zero.stage", po::value<int>()->default_value(0),
+       "ZeRO stage over the dp group: 0 (DDP), 1 (optimizer state), 2 (+ gradients), "
+       "3 (+ parameters)")
+      ("zero.offload_optimizer", po::value<std::string>()->default_value("none"),
+       "none or cpu: master weights, Adam state and the optimizer step in host memory")
+      ("dp.bucket_mb", po::value<double>()->default_value(25.0),
+       "gradient bucket size in MB for the overlapped dp reduction")
+      ("dp.overlap", po::value<bool>()->default_value(true)->implicit_value(true),
+       "launch each bucket's reduction as soon as its gradients are ready");
+  return d;
+}
+
 po::options_description log_options() {
   po::options_description d("Logging [log]");
   d.add_options()

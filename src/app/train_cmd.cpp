@@ -5,11 +5,14 @@
 #include <filesystem>
 
 #include "meshtrain/app/options.hpp"
+#include "meshtrain/comm/factory.hpp"
 #include "meshtrain/core/log.hpp"
 #include "meshtrain/io/dataset.hpp"
 #include "meshtrain/io/hf_checkpoint.hpp"
 #include "meshtrain/io/tokenizer.hpp"
 #include "meshtrain/model/gpt.hpp"
+#include "meshtrain/parallel/context.hpp"
+#include "meshtrain/parallel/model_transfer.hpp"
 #include "meshtrain/train/generate.hpp"
 #include "meshtrain/train/trainer.hpp"
 
@@ -89,7 +92,8 @@ po::options_description train_options() {
        "prompt of the sample")
       ("train.sample_temperature", po::value<double>()->default_value(0.8), "sampling temperature")
       ("train.sample_top_k", po::value<int>()->default_value(40), "sample from the k most likely");
-  d.add(data).add(t).add(mesh_options()).add(log_options());
+  d.add(data).add(t).add(mesh_options()).add(parallel_options()).add(comm_options())
+      .add(log_options());
   return d;
 }
 
@@ -127,32 +131,88 @@ template <class T>
 void train_and_sample(const po::variables_map& vm, const model::GptConfig& mc,
                       const train::TrainConfig& tc, const io::TokenDataset& train_data,
                       const io::TokenDataset* val_data, const std::string& out_dir,
-                      const std::string& tok_kind) {
-  model::GptT<T> m(mc, tc.micro_batch, tc.seq_len, vm["train.recompute"].as<bool>());
+                      const std::string& tok_kind, const parallel::ParallelContext* par) {
+  const bool recompute = vm["train.recompute"].as<bool>();
   const std::string init = vm["model.init_from"].as<std::string>();
-  if (init.empty()) m.init_parameters(tc.seed);
-  else io::import_hf(m, init);
-  train::TrainerT<T> trainer(m, tc, train_data, val_data);
-  trainer.run();
+  std::unique_ptr<model::GptT<T>> m;
+  std::unique_ptr<train::TrainerT<T>> trainer;
+  if (!par) {
+    m = std::make_unique<model::GptT<T>>(mc, tc.micro_batch, tc.seq_len, recompute);
+    if (init.empty()) m->init_parameters(tc.seed);
+    else io::import_hf(*m, init);
+    trainer = std::make_unique<train::TrainerT<T>>(*m, tc, train_data, val_data);
+  } else {
+    m = std::make_unique<model::GptT<T>>(mc, tc.micro_batch, tc.seq_len, par->layout(recompute));
+    // ZeRO-3 keeps no full parameter buffer: initialise a temporary one and scatter it.
+    View1<T> full = m->params();
+    if (full.span() == 0) full = zeros<T>("init.params", m->registry().size());
+    if (init.empty()) {
+      m->init_parameters_into(tc.seed, full);
+    } else {
+      model::Gpt whole(mc, 1, tc.seq_len);
+      io::import_hf(whole, init);
+      parallel::take_slice(whole, *m, full);
+    }
+    trainer = std::make_unique<train::TrainerT<T>>(*m, tc, train_data, val_data, par);
+    if (m->params().span() == 0) trainer->parameters_ready(full);
+  }
+  trainer->run();
 
-  if (vm["train.save"].as<bool>()) {
-    io::export_hf(m, out_dir + "/model", tok_kind);
-    logging::info("saved ", out_dir, "/model (model.safetensors + config.json, HuggingFace GPT-2)");
+  // Export and sampling use the whole model on one rank: in parallel runs world rank 0 gathers
+  // every rank's slice into a single-rank fp32 model.
+  std::unique_ptr<model::Gpt> gathered;
+  if (par) {
+    View1<T> tmp;
+    if (m->params().span() == 0) tmp = alloc<T>("export.params", m->registry().size());
+    gathered = parallel::gather_to_rank0(*par, *m, trainer->full_parameters(tmp));
+    if (!gathered) return;  // not world rank 0
   }
-  const int n_sample = vm["train.sample_tokens"].as<int>();
-  if (n_sample > 0) {
-    auto tok = tokenizer_from(vm, tok_kind);
-    train::SampleConfig sc;
-    sc.max_new_tokens = n_sample;
-    sc.temperature = static_cast<float>(vm["train.sample_temperature"].as<double>());
-    sc.top_k = vm["train.sample_top_k"].as<int>();
-    sc.seed = tc.seed;
-    auto prompt = tok->encode(vm["train.sample_prompt"].as<std::string>());
-    if (prompt.empty()) prompt.push_back(tok->eot() >= 0 ? tok->eot() : 0);
-    model::GptT<T> sampler(mc, 1, tc.seq_len);  // batch 1, sharing the trained weights
-    sampler.share_parameters(m);
-    logging::info("sample:\n", tok->decode(train::generate(sampler, prompt, sc)));
-  }
+  auto save_and_sample = [&](auto& model) {
+    using M = std::remove_reference_t<decltype(model)>;
+    if (vm["train.save"].as<bool>()) {
+      io::export_hf(model, out_dir + "/model", tok_kind);
+      logging::info("saved ", out_dir, "/model (model.safetensors + config.json, HuggingFace GPT-2)");
+    }
+    const int n_sample = vm["train.sample_tokens"].as<int>();
+    if (n_sample > 0) {
+      auto tok = tokenizer_from(vm, tok_kind);
+      train::SampleConfig sc;
+      sc.max_new_tokens = n_sample;
+      sc.temperature = static_cast<float>(vm["train.sample_temperature"].as<double>());
+      sc.top_k = vm["train.sample_top_k"].as<int>();
+      sc.seed = tc.seed;
+      auto prompt = tok->encode(vm["train.sample_prompt"].as<std::string>());
+      if (prompt.empty()) prompt.push_back(tok->eot() >= 0 ? tok->eot() : 0);
+      M sampler(mc, 1, tc.seq_len);  // batch 1, sharing the trained weights
+      sampler.share_parameters(model);
+      logging::info("sample:\n", tok->decode(train::generate(sampler, prompt, sc)));
+    }
+  };
+  if (gathered) save_and_sample(*gathered);
+  else save_and_sample(*m);
+}
+
+parallel::ParallelConfig parallel_config(const po::variables_map& vm, const mesh::Shape& shape) {
+  parallel::ParallelConfig c;
+  c.shape = shape;
+  c.order = mesh_order(vm);
+  c.backend = comm::default_backend();
+  const std::string b = vm["comm.backend"].as<std::string>();
+  if (b != "auto") c.backend = comm::parse_backend(b);
+  c.sequence_parallel = vm["tp.sequence_parallel"].as<bool>();
+  c.schedule = parallel::parse_schedule_kind(vm["pp.schedule"].as<std::string>());
+  c.virtual_chunks = vm["pp.virtual_chunks"].as<int>();
+  c.layers = vm["pp.layers"].as<std::string>();
+  c.dp.zero_stage = vm["zero.stage"].as<int>();
+  const std::string off = vm["zero.offload_optimizer"].as<std::string>();
+  MESHTRAIN_CONFIG_CHECK(off == "none" || off == "cpu", "zero.offload_optimizer='", off,
+                         "' is not one of none, cpu");
+  c.dp.offload = off == "cpu";
+  const double mb = vm["dp.bucket_mb"].as<double>();
+  MESHTRAIN_CONFIG_CHECK(mb > 0, "dp.bucket_mb=", mb, " must be positive");
+  c.dp.bucket_bytes = static_cast<std::size_t>(mb * 1048576.0);
+  c.dp.overlap = vm["dp.overlap"].as<bool>();
+  return c;
 }
 
 int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
@@ -160,8 +220,7 @@ int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
   const config::Parsed p = config::parse(args, desc);
   logging::set_context(log_context(p.vm, rt.rank()));
   const mesh::Shape shape = mesh_shape(p.vm, rt.size());
-  MESHTRAIN_CONFIG_CHECK(shape.world() == 1, "this build trains on one rank (dp = pp = tp = 1); ",
-                         "the job has ", rt.size(), " ranks");
+  const parallel::ParallelConfig pc = parallel_config(p.vm, shape);
   const model::GptConfig mc = model_config(p.vm);
   train::TrainConfig tc;
   const std::string precision = p.vm["train.precision"].as<std::string>();
@@ -218,13 +277,23 @@ int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
     val_data->check_vocab(mc.vocab_size);
   }
 
+  // One rank without ZeRO or offload trains the whole model directly; anything else goes
+  // through the parallel context (communicators, schedule, ZeRO).
+  std::unique_ptr<parallel::ParallelContext> par;
+  if (shape.world() > 1 || pc.dp.zero_stage > 0 || pc.dp.offload) {
+    par = std::make_unique<parallel::ParallelContext>(rt.world(), pc, mc, tc.seq_len,
+                                                      tc.grad_accum);
+    logging::info("layout: ", par->describe());
+    const std::string advice = parallel::layout_advice(pc, tc.grad_accum);
+    if (!advice.empty()) logging::warn(advice);
+  }
   if (precision == "fp32")
-    train_and_sample<float>(p.vm, mc, tc, train_data, val_data.get(), out_dir, tok_kind);
+    train_and_sample<float>(p.vm, mc, tc, train_data, val_data.get(), out_dir, tok_kind, par.get());
 #if MESHTRAIN_HAVE_BF16
   else if (precision == "bf16")
-    train_and_sample<bf16>(p.vm, mc, tc, train_data, val_data.get(), out_dir, tok_kind);
+    train_and_sample<bf16>(p.vm, mc, tc, train_data, val_data.get(), out_dir, tok_kind, par.get());
   else
-    train_and_sample<fp16>(p.vm, mc, tc, train_data, val_data.get(), out_dir, tok_kind);
+    train_and_sample<fp16>(p.vm, mc, tc, train_data, val_data.get(), out_dir, tok_kind, par.get());
 #endif
   return kExitOk;
 }

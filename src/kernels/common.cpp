@@ -21,6 +21,20 @@ Scalar<float> persistent_scalar(int slot) {
   return slots[slot];
 }
 
+Kokkos::View<double, MemSpace> persistent_double() {
+  static Kokkos::View<double, MemSpace> d;
+  static bool hooked = false;
+  if (!hooked) {
+    Kokkos::push_finalize_hook([] {
+      d = Kokkos::View<double, MemSpace>();
+      hooked = false;
+    });
+    hooked = true;
+  }
+  if (!d.data()) d = Kokkos::View<double, MemSpace>("meshtrain::scratch_double");
+  return d;
+}
+
 View1<float> persistent_buffer(int slot, std::size_t n) {
   static std::array<View1<float>, 4> slots;
   static bool hooked = false;

@@ -69,6 +69,8 @@ void check_extent(const V& v, std::size_t need, const char* fn, const char* what
 // hook): reductions must not allocate per call, since a cudaMalloc/cudaFree synchronises the
 // device and the host.
 Scalar<float> persistent_scalar(int slot);
+// A device double for reductions that need double accumulation (one user at a time, in queue order).
+Kokkos::View<double, MemSpace> persistent_double();
 // A device buffer of at least n floats kept for the run (grown, never shrunk), for two-stage
 // reductions. Slots are independent; uses of one slot are ordered by the instance's queue.
 View1<float> persistent_buffer(int slot, std::size_t n);

@@ -1,2 +1,4 @@
 # Tests of the train layer.
 meshtrain_add_test(NAME test_trainer SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_trainer.cpp)
+meshtrain_add_test(NAME test_layouts SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_layouts.cpp
+  RANKS 1 2 4 8 TIMEOUT 600)

@@ -12,6 +12,7 @@ namespace po = boost::program_options;
 
 po::options_description mesh_options();  // [mesh] dp, pp, tp, order
 po::options_description log_options();   // [log] all_ranks, level
+po::options_description parallel_options();  // [tp] [pp] [zero] [dp]
 po::options_description comm_options();  // [comm] backend
 
 // mesh.dp = 0 means "world / (pp * tp)".

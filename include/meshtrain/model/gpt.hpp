@@ -114,6 +114,9 @@ class GptT {
   // weights N(0, 0.02), residual projections N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorm
   // weights 1; padding rows of wte 0.
   void init_parameters(std::uint64_t seed);
+  // The same values written into `flat` (registry layout), e.g. a temporary full buffer that
+  // ZeRO-3 scatters into its shards when the model does not allocate its parameters.
+  void init_parameters_into(std::uint64_t seed, View1<T> flat) const;
   // Use `other`'s parameter buffer (same configuration), e.g. a batch-1 model for sampling that
   // shares the weights of the training model instead of copying them.
   void share_parameters(const GptT& other);
