@@ -33,6 +33,7 @@ struct DpOptions {
   std::size_t bucket_bytes = 25u << 20;      // gradient bucket size (bytes of the compute type)
   bool overlap = true;                       // false: wait for each collective when launched
   bool offload = false;                      // optimizer state and step on the host
+  int offload_threads = 0;                   // threads of the host step (0: automatic)
 };
 
 // What data parallelism needs from the model: its registry (and so its units), its full flat
