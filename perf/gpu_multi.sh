@@ -19,7 +19,7 @@ if [ "$what" = equiv ] || [ "$what" = all ]; then
   for prec in fp32 bf16; do
     common=(--model.preset gpt2-124m --model.n_layer 4 --train.seq_len 256 --train.steps 20
             --train.precision "$prec" --train.log_every 1 --train.eval_every 0 --data.val ""
-            --train.sample_tokens 0 --train.save false --train.lr 6e-4 --train.warmup 5)
+            --train.sample_tokens 0 --train.save false --ckpt.final false --train.lr 6e-4 --train.warmup 5)
     mt 1 "${common[@]}" --train.micro_batch 8 --train.grad_accum 2 \
       --train.metrics "$out/equiv_${prec}_1gpu.jsonl" > "$out/equiv_${prec}_1gpu.log" 2>&1 || status=1
     for lay in "dp:--mesh.dp 2 --train.micro_batch 8 --train.grad_accum 1" \
@@ -58,7 +58,7 @@ fi
 if [ "$what" = ddp ] || [ "$what" = all ]; then
   common=(--model.preset gpt2-124m --train.seq_len 1024 --train.micro_batch 16 --train.steps 30
           --train.precision bf16 --train.log_every 1 --train.eval_every 0 --data.val ""
-          --train.sample_tokens 0 --train.save false)
+          --train.sample_tokens 0 --train.save false --ckpt.final false)
   mt 1 "${common[@]}" --train.metrics "$out/ddp_1gpu.jsonl" > "$out/ddp_1gpu.log" 2>&1 || status=1
   mt 2 "${common[@]}" --mesh.dp 2 --train.metrics "$out/ddp_2gpu.jsonl" > "$out/ddp_2gpu.log" 2>&1 || status=1
   NCCL_P2P_DISABLE=1 mt 2 "${common[@]}" --mesh.dp 2 \

@@ -34,7 +34,8 @@ if [ "$what" = train ] || [ "$what" = all ]; then
       mpirun -np 1 "$bundle/bin/meshtrain" train --model.preset gpt2-124m \
         --train.micro_batch "$mb" --train.precision "$prec" --train.seq_len 1024 \
         --train.steps "${STEPS:-12}" --train.log_every 1 --train.eval_batches 1 \
-        --train.sample_tokens 0 --train.save false --train.out_dir "$out/run_${prec}_$mb" \
+        --train.sample_tokens 0 --train.save false --ckpt.final false \
+        --train.out_dir "$out/run_${prec}_$mb" \
         > "$log" 2>&1 || status=1
       grep -E "step +(1|${STEPS:-12})/|error" "$log" | sed "s/^/$prec mb$mb: /"
     done
