@@ -1,0 +1,34 @@
+#pragma once
+// Replays of the buffer pools whose size depends on the order of requests: GradSync's bucket and
+// gather pools (ZeRO 2/3) and the pipeline runner's message pool. Each replays the same
+// acquire/release sequence as the code (best fit, grow on demand) over the hook or action order
+// of one step, so the predicted pool is the one the run ends up with.
+#include <cstddef>
+#include <vector>
+
+#include "meshtrain/model/registry.hpp"
+#include "meshtrain/parallel/schedule.hpp"
+#include "meshtrain/parallel/zero_partition.hpp"
+
+namespace meshtrain::plan::detail {
+
+// Elements allocated by GradSync's pools on a single-chunk stage (ZeRO 2/3 run with pp = 1):
+// gradient bucket buffers (ZeRO 2/3) and gathered-unit buffers (ZeRO 3), over n_micro
+// micro-batches. With dp = 1 a collective completes when first tested; otherwise only when
+// something waits for it (a full pool, the bucket's next launch, finish()) or, at ZeRO-3, for a
+// later collective on the same communicator (each unit's parameter gather is waited for). MPI
+// progresses non-blocking collectives only inside MPI calls, so a test at the next hook is not
+// enough for the peer ranks to have joined; measured on the CPU build, this is what happens.
+struct ZeroPools {
+  std::size_t grad_elems = 0, param_elems = 0;
+};
+ZeroPools replay_zero_pools(const model::ParameterRegistry& reg,
+                            const std::vector<parallel::Bucket>& buckets,
+                            const parallel::ZeroPartition& part, int dp, int zero_stage,
+                            int n_micro);
+
+// Message buffers the pipeline runner of `stage` allocates (each activation_elems()), replaying
+// its action list with receives posted `recv_ahead` ahead and sends completing when reaped.
+int replay_pipeline_buffers(const parallel::ScheduleSpec& spec, int stage, int recv_ahead = 2);
+
+}  // namespace meshtrain::plan::detail
