@@ -1,11 +1,15 @@
 #include "meshtrain/app/plan_run.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <memory>
 
 #include "meshtrain/comm/factory.hpp"
 #include "meshtrain/core/alloc_tracker.hpp"
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/timer.hpp"
+#include "meshtrain/kernels/gemm.hpp"
 #include "meshtrain/model/gpt.hpp"
 #include "meshtrain/parallel/context.hpp"
 #include "meshtrain/parallel/grad_sync.hpp"
@@ -19,6 +23,43 @@ double LayoutRun::median_step(int skip) const {
   if (t.empty()) return step_seconds.empty() ? 0.0 : step_seconds.back();
   std::sort(t.begin(), t.end());
   return t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
+}
+
+void quiet_barrier(MPI_Comm comm) {
+  MPI_Request req;
+  MPI_Ibarrier(comm, &req);
+  int done = 0;
+  while (!done) {
+    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+MachineProbe probe_machine(MPI_Comm comm) {
+  const int M = 256, N = 1024, K = 256;
+  View1<float> a("meshtrain::probe.a", std::size_t(M) * K), b("meshtrain::probe.b", std::size_t(K) * N),
+      c("meshtrain::probe.c", std::size_t(M) * N);
+  auto loop = [&] {
+    Timer t;
+    for (int i = 0; i < 40; ++i)
+      kernels::gemm<float>(ExecSpace{}, kernels::Trans::N, kernels::Trans::N, M, N, K, 1.0f,
+                           a.data(), K, b.data(), N, 0.0f, c.data(), N);
+    Kokkos::fence();
+    return t.seconds();
+  };
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  MachineProbe p;
+  if (rank == 0) {
+    loop();
+    p.alone_s = loop();
+  }
+  quiet_barrier(comm);
+  MPI_Barrier(comm);
+  const double mine = loop();
+  MPI_Allreduce(&mine, &p.together_s, 1, MPI_DOUBLE, MPI_MAX, comm);
+  MPI_Bcast(&p.alone_s, 1, MPI_DOUBLE, 0, comm);
+  return p;
 }
 
 namespace {

@@ -12,6 +12,7 @@
 #include "meshtrain/parallel/partition.hpp"
 #include "meshtrain/parallel/zero_partition.hpp"
 #include "pools.hpp"
+#include "stage_cache.hpp"
 
 namespace meshtrain::plan {
 
@@ -58,12 +59,9 @@ std::string layout_error(const model::GptConfig& cfg, int seq_len, const Layout&
     // (GradSync::set_embedding_group refuses it).
     MESHTRAIN_CONFIG_CHECK(l.zero_stage < 2 || l.pp == 1, "zero.stage=", l.zero_stage,
                            " with mesh.pp > 1 is not supported (tied embedding)");
-    const auto spec = l.schedule_spec();
-    parallel::validate(spec, cfg.n_layer);
-    const auto pieces = parallel::partition(spec, cfg, seq_len);
+    parallel::validate(l.schedule_spec(), cfg.n_layer);
     // The registry checks tp against heads, widths and the padded vocabulary.
-    model::ParameterRegistry reg(cfg, 0, l.tp, 0, parallel::stage_chunks(pieces, l.pp, 0), true,
-                                 l.pp == 1);
+    detail::cached_registry(cfg, seq_len, l, 0);
   } catch (const ConfigError& e) {
     return e.what();
   }
@@ -75,7 +73,7 @@ std::vector<MemoryBreakdown> memory_per_stage(const model::GptConfig& cfg, int s
   const std::string err = layout_error(cfg, seq_len, l);
   if (!err.empty()) throw ConfigError(err);
   const auto spec = l.schedule_spec();
-  const auto pieces = parallel::partition(spec, cfg, seq_len);
+  const auto& pieces = detail::cached_pieces(cfg, seq_len, l);
   const std::size_t E = compute_bytes(l.precision);
   const std::size_t P = l.tp, B = l.micro_batch, T = seq_len, C = cfg.n_embd;
   const std::size_t N = B * T;
@@ -90,7 +88,7 @@ std::vector<MemoryBreakdown> memory_per_stage(const model::GptConfig& cfg, int s
     m.stage = s;
     const auto chunks = parallel::stage_chunks(pieces, l.pp, s);
     const bool embed = s == 0, head = s == l.pp - 1;
-    const model::ParameterRegistry reg(cfg, 0, l.tp, s, chunks, embed, head);
+    const model::ParameterRegistry& reg = detail::cached_registry(cfg, seq_len, l, s);
     const std::size_t n = reg.size();
     m.registry_elems = n;
     for (const auto& p : reg.params()) m.psi += static_cast<double>(p.numel);

@@ -69,7 +69,7 @@ class ZeroReplay {
   }
 
   void before_forward(int u) {
-    poll();
+    poll(true);
     if (stage_ < 3) return;
     ensure_params(u);
     const int next = u + 1 < n_units() ? u + 1 : -1;
@@ -81,7 +81,7 @@ class ZeroReplay {
     if (next >= 0) start_gather(next);
   }
   void before_backward(int u) {
-    poll();
+    poll(false);
     if (stage_ == 3) {
       ensure_params(u);
       if (u != tied_) {
@@ -93,7 +93,7 @@ class ZeroReplay {
     ensure_grad_buffer(unit_bucket_[u]);
   }
   void after_backward(int u) {
-    poll();
+    poll(false);
     const int b = unit_bucket_[u];
     if (--pending_[b] == 0) {
       pending_[b] = units_in(b);
@@ -102,7 +102,7 @@ class ZeroReplay {
     if (stage_ == 3) release_params(u);
   }
   void finish() {
-    poll();
+    poll(false);
     for (int b = 0; b < n_buckets(); ++b)
       if (grad_buf_[b] >= 0) launch(b);
     for (int b = 0; b < n_buckets(); ++b) {
@@ -122,8 +122,11 @@ class ZeroReplay {
   void reset_counts() {
     for (int b = 0; b < n_buckets(); ++b) pending_[b] = units_in(b);
   }
-  void poll() {
-    if (instant_) complete_all();
+  // A hook's test of the requests in flight. In forward (a whole micro-batch's forward since
+  // the launches at the end of the previous backward) they have completed; during backward,
+  // buckets launched moments ago have not, unless dp = 1.
+  void poll(bool in_forward) {
+    if (instant_ || in_forward) complete_all();
   }
   void complete_bucket(int b) {
     if (inflight_[b] >= 0) grad_pool_.release(inflight_[b]);
@@ -133,7 +136,7 @@ class ZeroReplay {
     if (grad_buf_[b] >= 0) return;
     const std::size_t need = piece_[b] * dp_;
     const std::size_t limit = tied_ >= 0 ? 3 : 2;
-    poll();
+    poll(false);
     while (!grad_pool_.has_free(need) && grad_pool_.count() >= limit) {
       int oldest = -1;
       for (int i = 0; i < n_buckets(); ++i)

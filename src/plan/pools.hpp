@@ -14,11 +14,12 @@ namespace meshtrain::plan::detail {
 
 // Elements allocated by GradSync's pools on a single-chunk stage (ZeRO 2/3 run with pp = 1):
 // gradient bucket buffers (ZeRO 2/3) and gathered-unit buffers (ZeRO 3), over n_micro
-// micro-batches. With dp = 1 a collective completes when first tested; otherwise only when
-// something waits for it (a full pool, the bucket's next launch, finish()) or, at ZeRO-3, for a
-// later collective on the same communicator (each unit's parameter gather is waited for). MPI
-// progresses non-blocking collectives only inside MPI calls, so a test at the next hook is not
-// enough for the peer ranks to have joined; measured on the CPU build, this is what happens.
+// micro-batches. With dp = 1 a collective completes when first tested. Otherwise a reduce-scatter
+// launched during backward is still in flight at the next backward hook (the peers have not
+// joined yet; MPI progresses only inside MPI calls) and completes when something waits for it
+// (a full pool, the bucket's next launch, finish(), and at ZeRO-3 the wait for a later gather on
+// the same communicator) or by the next micro-batch's forward hooks. Measured on the CPU build,
+// this is what happens (test_plan_memory).
 struct ZeroPools {
   std::size_t grad_elems = 0, param_elems = 0;
 };

@@ -24,6 +24,17 @@ struct LayoutRun {
   double median_step(int skip = 1) const;  // median of the steps after the first `skip`
 };
 
+// How fast this machine computes right now: a fixed GEMM loop on rank 0 alone (the others wait
+// without spinning), then on every rank at once. On a shared machine the load of other jobs
+// moves both; the planner's CPU validation divides it out (plan_validate.cpp), and `meshtrain
+// bench` derives the concurrency from it (ranks x alone / together). Collective.
+struct MachineProbe {
+  double alone_s = 0, together_s = 0;  // the slowest rank's time for `together`
+};
+MachineProbe probe_machine(MPI_Comm world);
+// MPI_Barrier without busy-polling (sleeps between tests).
+void quiet_barrier(MPI_Comm comm);
+
 // Collective over `world` (whose size must be l.world()). The dataset's windows must be
 // seq_len long. Random initialisation from `seed`; every step is a real training step.
 LayoutRun run_layout(MPI_Comm world, const model::GptConfig& cfg, int seq_len,
