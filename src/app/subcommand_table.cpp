@@ -1,5 +1,7 @@
 #include "meshtrain/app/subcommand_table.hpp"
 
+#include "meshtrain/app/bench_cmd.hpp"
+#include "meshtrain/app/plan_cmd.hpp"
 #include "meshtrain/app/prep.hpp"
 #include "meshtrain/app/selfcheck.hpp"
 #include "meshtrain/app/train_cmd.hpp"
@@ -16,6 +18,11 @@ const std::vector<Subcommand>& subcommand_table() {
        cmd_generate},
       {"prep", "tokenise raw text into token shards (rank 0 only; mpirun not needed)",
        prep_options, cmd_prep},
+      {"plan", "predict memory and step time of every layout for a model and cluster, rank them, "
+               "write the chosen one's config and Slurm job, validate on this job",
+       plan_options, cmd_plan},
+      {"bench", "measure the planner's calibration on this machine (GEMM, attention, memory, "
+                "collectives) into a JSON file", bench_options, cmd_bench},
   };
   return table;
 }

@@ -1,0 +1,196 @@
+#include "meshtrain/plan/search.hpp"
+
+#include <algorithm>
+
+#include "meshtrain/core/error.hpp"
+
+namespace meshtrain::plan {
+
+namespace {
+
+std::vector<int> divisors(long n) {
+  std::vector<int> d;
+  for (long i = 1; i <= n; ++i)
+    if (n % i == 0) d.push_back(static_cast<int>(i));
+  return d;
+}
+
+MemoryTarget target_of(const Calibration& cal) {
+  MemoryTarget t;
+  t.device_is_host = cal.device == "cpu";
+  t.runtime_bytes = cal.runtime_bytes;
+  return t;
+}
+
+double usable(const SearchOptions& o, const Calibration& cal) {
+  return o.cluster.memory_bytes > 0 ? o.cluster.memory_bytes * cal.usable_memory_fraction : 1e300;
+}
+
+}  // namespace
+
+long default_global_batch(int world) { return std::max(512, world); }
+
+Scenario classify(const model::GptConfig& cfg, int seq_len, const SearchOptions& opt,
+                  const Calibration& cal) {
+  Scenario s;
+  s.single_node = opt.cluster.world <= opt.cluster.gpus_per_node;
+  s.fast_inter_node = cal.inter.busbw_gbs >= 0.25 * cal.intra.busbw_gbs;
+  const double cap = usable(opt, cal);
+  Layout one;
+  one.precision = opt.precision;
+  one.bucket_bytes = opt.bucket_bytes;
+  s.fits_one_device = peak_memory(cfg, seq_len, one, target_of(cal)).device() <= cap;
+  // The largest layer: the model states and activations of a one-block model at micro-batch 1
+  // (the embedding included, which for GPT-2 is the largest single tensor).
+  model::GptConfig one_block = cfg;
+  one_block.n_layer = 1;
+  Layout lb = one;
+  lb.zero_stage = 0;
+  const auto mb = peak_memory(one_block, seq_len, lb, target_of(cal));
+  s.largest_layer_fits = mb.model_states() + mb.activations <= cap;
+  if (s.single_node) {
+    if (s.fits_one_device) s.rule = "single node, fits on one GPU -> DDP (or ZeRO)";
+    else if (s.largest_layer_fits)
+      s.rule = "single node, doesn't fit on one GPU -> PP, ZeRO or TP (close with NVLink; "
+               "otherwise PP fastest)";
+    else s.rule = "largest layer doesn't fit on one GPU -> TP (or ZeRO)";
+  } else if (s.fits_one_device) {
+    s.rule = s.fast_inter_node ? "multi-node, fits on one GPU, fast links -> DDP or ZeRO"
+                               : "multi-node, fits on one GPU -> DDP (slow links: mind the "
+                                 "all-reduce)";
+  } else if (s.fast_inter_node) {
+    s.rule = "multi-node, fast inter-node links -> ZeRO, or PP+TP+DP";
+  } else {
+    s.rule = "multi-node, slow inter-node links, memory tight -> DP+PP+TP+ZeRO-1";
+  }
+  return s;
+}
+
+std::string family(const Layout& l) {
+  std::vector<std::string> parts;
+  if (l.dp > 1 && (l.pp > 1 || l.tp > 1)) parts.push_back("DP");
+  if (l.pp > 1) parts.push_back("PP");
+  if (l.tp > 1) parts.push_back("TP");
+  if (l.zero_stage > 0) parts.push_back(cat("ZeRO-", l.zero_stage));
+  std::string f;
+  for (const auto& p : parts) {
+    if (!f.empty()) f.push_back('+');
+    f.append(p);
+  }
+  if (f.empty()) f = l.dp > 1 ? "DDP" : "single GPU";
+  if (l.offload) f.append(" (offload)");
+  return f;
+}
+
+std::string rule_agreement(const Scenario& s, const Candidate& c) {
+  const Layout& l = c.layout;
+  const bool model_parallel = l.pp > 1 || l.tp > 1;
+  const bool zero = l.zero_stage > 0;
+  bool agrees = false;
+  std::string why;
+  if (s.fits_one_device) {
+    agrees = !model_parallel;
+    if (!agrees) why = cat("model parallelism chosen although the model fits: ", c.cost.bottleneck,
+                           " of pure DP is larger");
+  } else if (s.single_node || s.fast_inter_node) {
+    agrees = model_parallel || zero;
+  } else {  // slow links, memory tight
+    agrees = model_parallel && l.zero_stage <= 1;
+    if (!agrees)
+      why = model_parallel ? "ZeRO-2/3 traffic crosses the slow links"
+                           : "no model parallelism over slow links";
+  }
+  if (!agrees && why.empty()) why = cat("bottleneck: ", c.cost.bottleneck);
+  if (agrees) return "agrees";
+  std::string out = "differs (";
+  out.append(why).push_back(')');
+  return out;
+}
+
+SearchResult search(const model::GptConfig& cfg, int seq_len, const SearchOptions& opt,
+                    const Calibration& cal) {
+  SearchResult r;
+  const int W = opt.cluster.world, G = std::max(opt.cluster.gpus_per_node, 1);
+  const long GB = opt.global_batch > 0 ? opt.global_batch : default_global_batch(W);
+  const double cap = usable(opt, cal);
+  const MemoryTarget tgt = target_of(cal);
+  r.scenario = classify(cfg, seq_len, opt, cal);
+  auto consider = [&](const Layout& l) -> const Candidate* {
+    ++r.enumerated;
+    if (!layout_error(cfg, seq_len, l).empty()) {
+      ++r.invalid;
+      return nullptr;
+    }
+    Candidate c;
+    c.layout = l;
+    c.memory = peak_memory(cfg, seq_len, l, tgt);
+    c.fits = c.memory.device() <= cap;
+    if (!c.fits) {
+      ++r.pruned_memory;
+      return nullptr;
+    }
+    c.cost = step_cost(cfg, seq_len, l, opt.cluster, cal);
+    r.ranked.push_back(c);
+    return &r.ranked.back();
+  };
+  for (int tp : divisors(W)) {
+    if (opt.tp_within_node && (tp > G || G % tp != 0)) continue;
+    for (int pp : divisors(W / tp)) {
+      if (pp > cfg.n_layer) continue;
+      const int dp = W / (tp * pp);
+      if (GB % dp != 0) continue;
+      for (int mb : opt.micro_batches) {
+        if ((GB / dp) % mb != 0) continue;
+        const int n_micro = static_cast<int>(GB / dp / mb);
+        std::vector<std::pair<parallel::ScheduleKind, int>> scheds;
+        if (pp == 1) scheds.push_back({parallel::ScheduleKind::one_f_one_b, 1});
+        else {
+          scheds.push_back({parallel::ScheduleKind::one_f_one_b, 1});
+          scheds.push_back({parallel::ScheduleKind::gpipe, 1});
+          for (int v : opt.virtual_chunks) scheds.push_back({parallel::ScheduleKind::interleaved, v});
+        }
+        for (auto [kind, v] : scheds)
+          for (int zero : opt.zero_stages) {
+            if (dp == 1 && zero > 0) continue;  // nothing to shard over
+            if (zero >= 2 && pp > 1) continue;  // refused by the code (tied embedding)
+            for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
+              Layout l;
+              l.dp = dp;
+              l.pp = pp;
+              l.tp = tp;
+              l.zero_stage = zero;
+              l.micro_batch = mb;
+              l.n_micro = n_micro;
+              l.schedule = kind;
+              l.virtual_chunks = v;
+              l.sequence_parallel = sp == 1;
+              l.precision = opt.precision;
+              l.bucket_bytes = opt.bucket_bytes;
+              // Recompute and offload only buy memory: tried when the plain layout does not fit.
+              const std::size_t before = r.ranked.size();
+              const long pruned = r.pruned_memory;
+              consider(l);
+              if (r.ranked.size() > before || r.pruned_memory == pruned) continue;
+              Layout rc = l;
+              rc.recompute = true;
+              const long pruned_rc = r.pruned_memory;
+              consider(rc);
+              if (r.pruned_memory == pruned_rc) continue;
+              Layout off = l;
+              off.offload = true;
+              if (consider(off)) continue;
+              off.recompute = true;
+              consider(off);
+            }
+          }
+      }
+    }
+  }
+  std::stable_sort(r.ranked.begin(), r.ranked.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.cost.step_s != b.cost.step_s) return a.cost.step_s < b.cost.step_s;
+    return a.memory.device() < b.memory.device();
+  });
+  return r;
+}
+
+}  // namespace meshtrain::plan
