@@ -11,20 +11,25 @@
 
 namespace meshtrain::plan {
 
-double Calibration::gemm_tflops(double flops) const {
+double GemmPoint::intensity() const { return flops() / (2.0 * (m * k + k * n + m * n)); }
+
+double Calibration::gemm_tflops(double m, double n, double k) const {
   if (gemm.empty()) return 1.0;
-  std::vector<std::pair<double, double>> pts;
-  for (const auto& g : gemm) pts.emplace_back(g.flops(), g.tflops);
-  std::sort(pts.begin(), pts.end());
-  if (flops <= pts.front().first) return pts.front().second;
-  if (flops >= pts.back().first) return pts.back().second;
-  for (std::size_t i = 1; i < pts.size(); ++i) {
-    if (flops > pts[i].first) continue;
-    const double x0 = std::log(pts[i - 1].first), x1 = std::log(pts[i].first);
-    const double w = x1 > x0 ? (std::log(flops) - x0) / (x1 - x0) : 1.0;
-    return pts[i - 1].second + w * (pts[i].second - pts[i - 1].second);
+  // Inverse-distance weighting in (log FLOPs, log arithmetic intensity): a GEMM is like the
+  // measured shapes nearest to it in size and in FLOPs per byte (a wide-and-thin product of
+  // the same FLOPs as a square one runs slower).
+  const GemmPoint q{m, n, k, 0};
+  const double lf = std::log(q.flops()), li = std::log(q.intensity());
+  double wsum = 0, tsum = 0;
+  for (const auto& g : gemm) {
+    const double df = std::log(g.flops()) - lf, di = std::log(g.intensity()) - li;
+    const double d2 = df * df + di * di;
+    if (d2 < 1e-12) return g.tflops;
+    const double w = 1.0 / (d2 * d2);
+    wsum += w;
+    tsum += w * g.tflops;
   }
-  return pts.back().second;
+  return tsum / wsum;
 }
 
 namespace {

@@ -48,8 +48,7 @@ struct Part {
 };
 
 double gemm(const Calibration& c, double m, double n, double k) {
-  const double f = 2.0 * m * n * k;
-  return f / (c.gemm_tflops(f) * 1e12);
+  return 2.0 * m * n * k / (c.gemm_tflops(m, n, k) * 1e12);
 }
 double membound(double elems, double bytes_per_elem, double gbs) {
   return elems * bytes_per_elem / (gbs * 1e9);
@@ -328,7 +327,9 @@ StepCost step_cost(const model::GptConfig& cfg, int seq_len, const Layout& l,
   // all the time, computing or spinning in MPI waits (Open MPI polls), so the whole step slows
   // by ranks / concurrency.
   const long on_node = std::min<long>(l.world(), std::max(cluster.gpus_per_node, 1));
-  out.step_s = critical * std::max(1.0, static_cast<double>(on_node) / cal.concurrency);
+  out.step_s = critical;
+  if (cal.device == "cpu")
+    out.step_s *= std::max(1.0, static_cast<double>(on_node) / cal.concurrency);
   out.contention = out.step_s / critical;
   const double tokens = static_cast<double>(l.global_batch()) * seq_len;
   out.tokens_per_s = tokens / out.step_s;

@@ -34,8 +34,9 @@ std::string format_table(const SearchResult& r, const model::GptConfig& cfg, int
     << " per node, "
     << (opt.cluster.memory_bytes > 0 ? format_bytes(opt.cluster.memory_bytes) : std::string("unlimited"))
     << " each; global batch " << gb << " sequences (" << gb * seq_len << " tokens)\n"
-    << "calibration: " << cal.machine << (cal.measured ? " (measured" : " (NOT measured here: ")
-    << (cal.measured ? ", " + cal.date : cal.source) << ")"
+    << "calibration: " << cal.machine
+    << (cal.measured ? " (measured " + cal.date + ")"
+                     : std::string(" (derived from documented figures, NOT measured here)"))
     << (cal.validated_layouts ? cat(", scales compute ", cal.scale_compute, " comm ",
                                     cal.scale_comm, " from ", cal.validated_layouts,
                                     " validated layouts")
@@ -59,7 +60,7 @@ std::string format_table(const SearchResult& r, const model::GptConfig& cfg, int
                   i + 1, c.layout.short_name().c_str(), format_bytes(c.memory.device()).c_str(),
                   c.cost.step_s * 1e3, c.cost.tokens_per_s, 100 * c.cost.mfu,
                   c.cost.bottleneck.c_str(), family(c.layout).c_str(),
-                  rule_agreement(r.scenario, c).c_str());
+                  rule_agreement(r, c).c_str());
     o << line;
   }
   const Candidate& b = r.ranked.front();
@@ -87,7 +88,7 @@ std::string format_table(const SearchResult& r, const model::GptConfig& cfg, int
   return o.str();
 }
 
-std::string candidate_json(const Candidate& c, const Scenario& s) {
+std::string candidate_json(const Candidate& c, const SearchResult& r) {
   const Layout& l = c.layout;
   std::ostringstream o;
   o << "{\"layout\": " << q(l.name()) << ", \"dp\": " << l.dp << ", \"pp\": " << l.pp
@@ -102,7 +103,7 @@ std::string candidate_json(const Candidate& c, const Scenario& s) {
     << c.memory.stage << ", \"step_s\": " << fmt("%.6g", c.cost.step_s)
     << ", \"tokens_per_s\": " << fmt("%.6g", c.cost.tokens_per_s) << ", \"mfu\": "
     << fmt("%.4f", c.cost.mfu) << ", \"bottleneck\": " << q(c.cost.bottleneck)
-    << ", \"family\": " << q(family(l)) << ", \"rule\": " << q(rule_agreement(s, c))
+    << ", \"family\": " << q(family(l)) << ", \"rule\": " << q(rule_agreement(r, c))
     << ", \"parts_s\": {\"compute\": " << fmt("%.6g", c.cost.compute_s) << ", \"tp\": "
     << fmt("%.6g", c.cost.tp_comm_s) << ", \"bubble\": " << fmt("%.6g", c.cost.pp_bubble_s)
     << ", \"p2p\": " << fmt("%.6g", c.cost.pp_comm_s) << ", \"dp\": "
@@ -125,7 +126,7 @@ std::string to_json(const SearchResult& r, const model::GptConfig& cfg, int seq_
     << ", \"enumerated\": " << r.enumerated << ", \"invalid\": " << r.invalid
     << ", \"pruned_memory\": " << r.pruned_memory << ", \"layouts\": [";
   for (int i = 0; i < top && i < static_cast<int>(r.ranked.size()); ++i)
-    o << (i ? ",\n  " : "\n  ") << candidate_json(r.ranked[static_cast<std::size_t>(i)], r.scenario);
+    o << (i ? ",\n  " : "\n  ") << candidate_json(r.ranked[static_cast<std::size_t>(i)], r);
   o << "\n]}\n";
   return o.str();
 }

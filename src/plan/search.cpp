@@ -1,6 +1,7 @@
 #include "meshtrain/plan/search.hpp"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "meshtrain/core/error.hpp"
 
@@ -82,29 +83,40 @@ std::string family(const Layout& l) {
   return f;
 }
 
-std::string rule_agreement(const Scenario& s, const Candidate& c) {
-  const Layout& l = c.layout;
+bool rule_recommends(const Scenario& s, const Layout& l) {
   const bool model_parallel = l.pp > 1 || l.tp > 1;
-  const bool zero = l.zero_stage > 0;
-  bool agrees = false;
-  std::string why;
-  if (s.fits_one_device) {
-    agrees = !model_parallel;
-    if (!agrees) why = cat("model parallelism chosen although the model fits: ", c.cost.bottleneck,
-                           " of pure DP is larger");
-  } else if (s.single_node || s.fast_inter_node) {
-    agrees = model_parallel || zero;
-  } else {  // slow links, memory tight
-    agrees = model_parallel && l.zero_stage <= 1;
-    if (!agrees)
-      why = model_parallel ? "ZeRO-2/3 traffic crosses the slow links"
-                           : "no model parallelism over slow links";
+  if (s.fits_one_device) return !model_parallel;                       // DDP or ZeRO
+  if (!s.largest_layer_fits) return l.tp > 1 || l.zero_stage == 3;     // TP or ZeRO
+  if (s.single_node) return model_parallel || l.zero_stage > 0;        // PP, ZeRO or TP
+  if (s.fast_inter_node) return l.zero_stage > 0 || (l.pp > 1 && l.tp > 1);  // ZeRO or 3D
+  return l.pp > 1 && l.tp > 1 && l.zero_stage <= 1;                    // DP+PP+TP+ZeRO-1
+}
+
+std::string rule_agreement(const SearchResult& r, const Candidate& c) {
+  if (rule_recommends(r.scenario, c.layout)) return "agrees";
+  for (const Candidate& o : r.ranked) {  // fastest first
+    if (!rule_recommends(r.scenario, o.layout)) continue;
+    const double slower = 100.0 * (o.cost.step_s / c.cost.step_s - 1.0);
+    // The part of the step that grows most from this layout to the rule's.
+    const StepCost &a = c.cost, &b = o.cost;
+    const std::pair<double, const char*> d[] = {
+        {b.compute_s - a.compute_s, "compute"},
+        {b.tp_comm_s - a.tp_comm_s, "tp communication"},
+        {b.pp_bubble_s - a.pp_bubble_s, "pipeline bubble"},
+        {b.pp_comm_s - a.pp_comm_s, "pipeline messages"},
+        {b.dp_comm_s - a.dp_comm_s, "exposed dp communication"},
+        {b.zero3_gather_s - a.zero3_gather_s, "ZeRO-3 gathers"},
+        {b.optimizer_s - a.optimizer_s, "optimizer"},
+        {b.overhead_s - a.overhead_s, "launch overhead"}};
+    const auto* worst = &d[0];
+    for (const auto& x : d)
+      if (x.first > worst->first) worst = &x;
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "differs: the rule's best, %s, is %.0f%% slower (more %s)",
+                  o.layout.short_name().c_str(), slower, worst->second);
+    return buf;
   }
-  if (!agrees && why.empty()) why = cat("bottleneck: ", c.cost.bottleneck);
-  if (agrees) return "agrees";
-  std::string out = "differs (";
-  out.append(why).push_back(')');
-  return out;
+  return "differs: no layout of the rule's kind fits";
 }
 
 SearchResult search(const model::GptConfig& cfg, int seq_len, const SearchOptions& opt,

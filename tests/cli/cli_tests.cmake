@@ -91,3 +91,6 @@ if(NOT MESHTRAIN_ENABLE_CUDA)
 endif()
 meshtrain_cli_test(train_bad_precision 1 2 "train.precision='fp8' is not one of fp32, bf16, fp16"
   train --train.precision fp8)
+
+# The planner and its calibration benchmark.
+include(${CMAKE_CURRENT_SOURCE_DIR}/cli/plan_cli_tests.cmake)

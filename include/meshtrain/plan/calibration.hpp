@@ -27,6 +27,7 @@ struct GemmPoint {
   double m = 0, n = 0, k = 0;  // row-major C[m, n] += A[m, k] B[k, n]
   double tflops = 0;           // achieved
   double flops() const { return 2.0 * m * n * k; }
+  double intensity() const;  // FLOPs per element of A, B and C
 };
 
 struct Calibration {
@@ -40,7 +41,7 @@ struct Calibration {
   double peak_tflops = 0;      // per device, for MFU
   double concurrency = 1;      // ranks per node that compute at full speed at once (CPU: the
                                // cores this job gets, measured; GPUs: one per rank)
-  std::vector<GemmPoint> gemm; // achieved TFLOP/s by GEMM size, interpolated by FLOPs
+  std::vector<GemmPoint> gemm; // achieved TFLOP/s at measured shapes (gemm_tflops)
   double attention_fwd_tflops = 1, attention_bwd_tflops = 1;  // causal FLOPs
   double memory_gbs = 10;      // a large copy (read + write)
   // Effective bandwidth of memory-bound kernels (cost.cpp's byte counts).
@@ -60,9 +61,9 @@ struct Calibration {
   double scale_compute = 1, scale_comm = 1;
   int validated_layouts = 0;
 
-  // GEMM TFLOP/s for a call of `flops`: log-linear interpolation between the measured points
-  // ordered by FLOPs, clamped at the ends.
-  double gemm_tflops(double flops) const;
+  // Achieved TFLOP/s of a GEMM of this shape, from the measured points nearest to it in size
+  // and arithmetic intensity (inverse-distance weighting in log space).
+  double gemm_tflops(double m, double n, double k) const;
 };
 
 // ConfigError naming the file and the field on a bad document.

@@ -13,7 +13,7 @@ std::string format_table(const SearchResult& r, const model::GptConfig& cfg, int
 std::string to_json(const SearchResult& r, const model::GptConfig& cfg, int seq_len,
                     const SearchOptions& opt, const Calibration& cal, int top);
 // One candidate as a JSON object (also used by the validation report).
-std::string candidate_json(const Candidate& c, const Scenario& s);
+std::string candidate_json(const Candidate& c, const SearchResult& r);
 
 // [mesh] [pp] [tp] [zero] [dp] [train] sections of the layout; `model_section` (the [model]
 // lines of the planned model) is written first.

@@ -57,8 +57,11 @@ Scenario classify(const model::GptConfig& cfg, int seq_len, const SearchOptions&
 
 // The layout's family in the table's vocabulary ("DDP", "ZeRO-3", "PP+TP", "DP+PP+TP+ZeRO-1").
 std::string family(const Layout& l);
-// Whether the family is one the scenario's rule names, with a short reason when not.
-std::string rule_agreement(const Scenario& s, const Candidate& c);
+// Whether the layout is of a kind the scenario's rule recommends.
+bool rule_recommends(const Scenario& s, const Layout& l);
+// "agrees", or "differs: <the fastest layout the rule recommends> predicts N % slower
+// (<its bottleneck>)" / "differs: no layout the rule recommends fits".
+std::string rule_agreement(const SearchResult& r, const Candidate& c);
 
 // The default global batch when none is given: 512 sequences, or one per rank beyond that.
 long default_global_batch(int world);
