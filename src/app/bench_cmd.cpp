@@ -66,9 +66,9 @@ po::options_description bench_options() {
       ("bench.tp", po::value<std::string>()->default_value("1,2"),
        "tensor-parallel sizes whose GEMM shapes are timed")
       ("bench.reps", po::value<int>()->default_value(5), "timed repetitions (median)")
-      ("bench.concurrency", po::value<double>()->default_value(0),
-       "ranks per node that compute at full speed at once; 0 = measured with this job's ranks "
-       "(CPU; one rank: the core count), 1 on GPUs")
+      ("bench.slowdown", po::value<bool>()->default_value(true)->implicit_value(true),
+       "measure how ranks of this node slow each other down (CPU builds: 1, 2, 4 ... of this "
+       "job's ranks computing at once); false or GPU builds: no slowdown")
       ("bench.peak_tflops", po::value<double>()->default_value(0),
        "peak FLOP/s of one device for MFU; 0 = the best GEMM measured")
       ("bench.link", po::value<std::string>()->default_value("intra"),
@@ -220,7 +220,10 @@ void measure_kernels(const model::GptConfig& cfg, const Settings& st, plan::Cali
   }
 }
 
-// All ranks: all-reduce on the world at a few sizes, t = alpha + 2(n-1)/n x bytes / busbw.
+// All ranks: t = alpha + 2(n-1)/n x bytes / busbw on the world. alpha is what a one-element
+// all-reduce adds after a short compute phase, as in a tensor-parallel block (on a shared CPU
+// machine: the delay until every rank is scheduled again, milliseconds under load, not the
+// transport's microseconds); busbw comes from 1 and 8 MiB with alpha taken off.
 plan::LinkClass measure_link(comm::Communicator& world, MPI_Comm mpi, int reps) {
   plan::LinkClass l;
   const int n = world.size();
@@ -228,12 +231,10 @@ plan::LinkClass measure_link(comm::Communicator& world, MPI_Comm mpi, int reps) 
     l.note = "not measured: one rank";
     return l;
   }
-  std::vector<double> xs, ts;
-  for (std::size_t bytes : {std::size_t(64) << 10, std::size_t(1) << 20, std::size_t(8) << 20}) {
-    View1<float> buf = filled("bench.allreduce", bytes / 4, 1.0f);
+  auto median_time = [&](View1<float> buf) {
     std::vector<double> t;
     world.all_reduce(buf);
-    for (int i = 0; i < std::max(reps, 3); ++i) {
+    for (int i = 0; i < std::max(reps, 5); ++i) {
       MPI_Barrier(mpi);
       Timer clock;
       world.all_reduce(buf);
@@ -243,23 +244,93 @@ plan::LinkClass measure_link(comm::Communicator& world, MPI_Comm mpi, int reps) 
       t.push_back(slowest);
     }
     std::sort(t.begin(), t.end());
-    xs.push_back(2.0 * (n - 1) / n * bytes);
-    ts.push_back(t[t.size() / 2]);
+    return t[t.size() / 2];
+  };
+  double alpha = median_time(filled("bench.allreduce", 1, 1.0f));
+  {
+    // Synchronisation after compute, in a group of two (a tensor-parallel pair): what a
+    // one-element all-reduce adds to a short GEMM, ranks 0 and 1 only.
+    int me = 0;
+    MPI_Comm_rank(mpi, &me);
+    MPI_Comm pair;
+    MPI_Comm_split(mpi, me < 2 ? 0 : 1, me, &pair);
+    double added = 0;
+    if (me < 2) {
+      const int M = 128, reps_sync = 40;
+      auto a = filled("bench.sync_a", M * M, 0.01f), c = filled("bench.sync_c", M * M, 0.0f);
+      float one = 1.0f, sum = 0;
+      auto phase = [&](bool sync) {
+        MPI_Barrier(pair);
+        Timer clock;
+        for (int i = 0; i < reps_sync; ++i) {
+          kernels::gemm<float>(ExecSpace{}, kernels::Trans::N, kernels::Trans::N, M, M, M, 1.0f,
+                               a.data(), M, a.data(), M, 0.0f, c.data(), M);
+          Kokkos::fence();
+          if (sync) MPI_Allreduce(&one, &sum, 1, MPI_FLOAT, MPI_SUM, pair);
+        }
+        double s = clock.seconds(), slowest = 0;
+        MPI_Allreduce(&s, &slowest, 1, MPI_DOUBLE, MPI_MAX, pair);
+        return slowest;
+      };
+      phase(true);
+      const double with = phase(true), without = phase(false);
+      added = (with - without) / reps_sync;
+    }
+    MPI_Comm_free(&pair);
+    quiet_barrier(mpi);  // the others wait without taking a core
+    MPI_Bcast(&added, 1, MPI_DOUBLE, 0, mpi);
+    alpha = std::max(alpha, added);
   }
-  // Least squares t = a + x / bw.
-  double mx = 0, mt = 0;
-  for (std::size_t i = 0; i < xs.size(); ++i) mx += xs[i] / xs.size(), mt += ts[i] / xs.size();
-  double sxx = 0, sxt = 0;
-  for (std::size_t i = 0; i < xs.size(); ++i) {
-    sxx += (xs[i] - mx) * (xs[i] - mx);
-    sxt += (xs[i] - mx) * (ts[i] - mt);
+  double inv_bw = 0;
+  int k = 0;
+  for (std::size_t bytes : {std::size_t(1) << 20, std::size_t(8) << 20}) {
+    const double t = median_time(filled("bench.allreduce", bytes / 4, 1.0f));
+    inv_bw += std::max(t - alpha, 0.1 * t) / (2.0 * (n - 1) / n * bytes);
+    ++k;
   }
-  const double slope = sxx > 0 && sxt > 0 ? sxt / sxx : ts.back() / xs.back();
-  l.busbw_gbs = 1.0 / slope / 1e9;
-  l.alpha_us = std::max(0.0, (mt - slope * mx) * 1e6);
+  l.alpha_us = alpha * 1e6;
+  l.busbw_gbs = k / inv_bw / 1e9;
   l.measured = true;
-  l.note = cat("all-reduce of 64 KiB, 1 MiB, 8 MiB on ", n, " ranks (", comm::backend_name(world.backend()), ")");
+  l.note = cat("all-reduce of 4 B (and after compute, in a pair), 1 MiB, 8 MiB on ", n, " ranks (",
+               comm::backend_name(world.backend()), ")");
   return l;
+}
+
+// The GEMM loop of probe_machine on the first k ranks at once (the others wait without
+// spinning), k = 1, 2, 4, ... and the job's size: per-rank time over rank 0's alone.
+std::vector<std::pair<double, double>> rank_slowdown(MPI_Comm comm) {
+  int n = 1, rank = 0;
+  MPI_Comm_size(comm, &n);
+  MPI_Comm_rank(comm, &rank);
+  const int M = 256, N = 1024, K = 256;
+  auto a = filled("bench.sd_a", std::size_t(M) * K, 0.01f), b = filled("bench.sd_b", std::size_t(K) * N, 0.01f),
+       cm = filled("bench.sd_c", std::size_t(M) * N, 0.0f);
+  auto loop = [&] {
+    Timer t;
+    for (int i = 0; i < 40; ++i)
+      kernels::gemm<float>(ExecSpace{}, kernels::Trans::N, kernels::Trans::N, M, N, K, 1.0f,
+                           a.data(), K, b.data(), N, 0.0f, cm.data(), N);
+    Kokkos::fence();
+    return t.seconds();
+  };
+  std::vector<int> ks;
+  for (int k = 1; k < n; k *= 2) ks.push_back(k);
+  ks.push_back(n);
+  std::vector<std::pair<double, double>> out;
+  double base = 0;
+  for (int k : ks) {
+    std::vector<double> t;  // the slowest busy rank's time, three times
+    for (int rep = 0; rep < 3; ++rep) {
+      quiet_barrier(comm);
+      double mine = rank < k ? loop() : 0.0, w = 0;
+      MPI_Allreduce(&mine, &w, 1, MPI_DOUBLE, MPI_MAX, comm);
+      t.push_back(w);
+    }
+    std::sort(t.begin(), t.end());
+    if (k == 1) base = t[1];
+    out.emplace_back(k, std::max(1.0, t[1] / base));
+  }
+  return out;
 }
 
 std::string today() {
@@ -297,7 +368,6 @@ int cmd_bench(Runtime& rt, const std::vector<std::string>& args) {
     c.machine = host;
   }
   c.peak_tflops = p.vm["bench.peak_tflops"].as<double>();
-  c.concurrency = p.vm["bench.concurrency"].as<double>();
   c.dp_overlap = kDeviceIsHost ? 0.5 : 1.0;
   c.runtime_bytes = static_cast<double>(device_used_bytes());
   c.source = cat("meshtrain bench, ", cfg.describe(), ", seq ", st.T, ", micro-batches ",
@@ -308,12 +378,7 @@ int cmd_bench(Runtime& rt, const std::vector<std::string>& args) {
   quiet_barrier(rt.world());
   const MachineProbe probe = probe_machine(rt.world());
   c.probe_alone_s = probe.alone_s;
-  if (c.concurrency <= 0) {
-    const int n = rt.size();
-    c.concurrency = !kDeviceIsHost ? 1.0
-                    : n > 1 ? std::clamp(n * probe.alone_s / probe.together_s, 1.0, double(n))
-                            : std::max(1u, std::thread::hardware_concurrency());
-  }
+  if (kDeviceIsHost && p.vm["bench.slowdown"].as<bool>()) c.rank_slowdown = rank_slowdown(rt.world());
   auto world = comm::make_communicator(comm::default_backend(), rt.world());
   plan::LinkClass measured = measure_link(*world, rt.world(), st.reps);
   plan::LinkClass other = measured;
@@ -323,8 +388,10 @@ int cmd_bench(Runtime& rt, const std::vector<std::string>& args) {
   c.inter = link == "inter" ? measured : other;
   if (rt.rank() == 0) {
     plan::save_calibration(p.vm["bench.out"].as<std::string>(), c);
-    logging::info("GEMM ", c.gemm.size(), " shapes, best ", c.peak_tflops, " TFLOP/s; concurrency ",
-                  c.concurrency, "; attention ",
+    std::string sl;
+    for (auto [k, f] : c.rank_slowdown) sl += cat(sl.empty() ? "" : ", ", k, ": ", f);
+    logging::info("GEMM ", c.gemm.size(), " shapes, best ", c.peak_tflops,
+                  " TFLOP/s; slowdown by busy ranks {", sl, "}; attention ",
                   c.attention_fwd_tflops, " / ", c.attention_bwd_tflops,
                   " TFLOP/s; copy ", c.memory_gbs, " GB/s; all-reduce alpha ", c.intra.alpha_us,
                   " us, busbw ", measured.busbw_gbs, " GB/s");

@@ -50,6 +50,9 @@ po::options_description plan_options() {
        "folder of the project's Slurm scripts, for --plan.emit_slurm")
       ("plan.validate", po::value<int>()->default_value(0),
        "run the top K layouts on this job's ranks, compare, refit the calibration's scales")
+      ("plan.validate_pick", po::value<std::string>()->default_value("top"),
+       "which K layouts --plan.validate runs: top (the fastest) or spread (evenly over the "
+       "ranking, to test the model across kinds of layouts)")
       ("plan.validate_steps", po::value<int>()->default_value(4),
        "steps per validated layout (the first is not timed)")
       ("plan.data", po::value<std::string>()->default_value(""),
@@ -141,8 +144,13 @@ int cmd_plan(Runtime& rt, const std::vector<std::string>& args) {
     MESHTRAIN_CONFIG_CHECK(opt.cluster.world == rt.size(), "plan.validate runs the layouts on ",
                            "this job: plan.world=", opt.cluster.world, " but the job has ",
                            rt.size(), " ranks");
-    std::vector<plan::Candidate> chosen(
-        r.ranked.begin(), r.ranked.begin() + std::min<std::size_t>(k, r.ranked.size()));
+    const std::string pick = vm["plan.validate_pick"].as<std::string>();
+    MESHTRAIN_CONFIG_CHECK(pick == "top" || pick == "spread", "plan.validate_pick='", pick,
+                           "' is not top or spread");
+    std::vector<plan::Candidate> chosen;
+    const std::size_t n = r.ranked.size(), kk = std::min<std::size_t>(k, n);
+    for (std::size_t i = 0; i < kk; ++i)
+      chosen.push_back(r.ranked[pick == "top" || kk == 1 ? i : i * (n - 1) / (kk - 1)]);
     const auto rows = validate_layouts(rt.world(), cfg, seq, chosen, opt, cal,
                                        vm["plan.validate_steps"].as<int>(),
                                        vm["plan.data"].as<std::string>());

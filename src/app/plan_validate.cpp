@@ -59,15 +59,14 @@ std::vector<ValidationRow> validate_layouts(MPI_Comm world, const model::GptConf
   if (rank == 0)
     std::printf("\nvalidation on this job (%d steps each, the first not timed)%s:\n"
                 "%-34s %10s %10s %8s %10s %8s %11s %11s %8s\n",
-                steps, probe ? "; 'load-corr.' = prediction x the machine's speed now" : "",
+                steps, probe ? "; 'load-corr.' = prediction x (speed at calibration / speed now)" : "",
                 "layout", "predicted", "measured", "error", "load-corr.", "error", "pred. mem",
                 "measured", "error");
   for (const auto& cand : c) {
     double load = 1;
     if (probe) {
       const MachineProbe now = probe_machine(world);
-      load = now.alone_s / cal.probe_alone_s * std::max(1.0, now.together_s / now.alone_s) /
-             std::max(1.0, cand.cost.contention);
+      load = now.alone_s / cal.probe_alone_s;  // the model owns the ranks' interference
     }
     const LayoutRun run = run_layout(world, cfg, seq_len, cand.layout, ds, std::max(steps, 2));
     double peak = run.peak_bytes, worst = 0;
@@ -108,7 +107,7 @@ void refit_scales(const std::vector<ValidationRow>& rows, plan::Calibration& cal
     // The parts the two scales multiply, with the current scales divided out, times the load
     // factor (shared cores, other jobs) that the model does not own.
     const auto& c = r.predicted.cost;
-    const double k = r.load_factor * c.contention;
+    const double k = r.load_factor * c.contention;  // the factors the scales do not own
     const double X = k * (c.compute_s + c.optimizer_s + c.pp_bubble_s + c.overhead_s) /
                      cal.scale_compute;
     const double Y = k * (c.tp_comm_s + c.pp_comm_s + c.dp_comm_s + c.zero3_gather_s) /

@@ -32,6 +32,19 @@ double Calibration::gemm_tflops(double m, double n, double k) const {
   return tsum / wsum;
 }
 
+double Calibration::slowdown(double busy) const {
+  const auto& p = rank_slowdown;
+  if (p.empty() || busy <= p.front().first) return 1.0;
+  for (std::size_t i = 1; i < p.size(); ++i)
+    if (busy <= p[i].first) {
+      const double w = (busy - p[i - 1].first) / (p[i].first - p[i - 1].first);
+      return p[i - 1].second + w * (p[i].second - p[i - 1].second);
+    }
+  if (p.size() == 1) return p.back().second;
+  const auto &a = p[p.size() - 2], &b = p.back();  // the last segment, extended
+  return b.second + (busy - b.first) * (b.second - a.second) / (b.first - a.first);
+}
+
 namespace {
 
 double num(const io::Json& o, const char* key, double fallback, const std::string& what) {
@@ -94,8 +107,21 @@ Calibration parse_calibration(const std::string& text, const std::string& what) 
                          "' is not cpu or gpu");
   c.precision = str(j, "precision", c.precision);
   c.peak_tflops = num(j, "peak_tflops", 0, what);
-  c.concurrency = num(j, "concurrency", 1, what);
-  MESHTRAIN_CONFIG_CHECK(c.concurrency > 0, what, ": concurrency must be positive");
+  if (const io::Json* r = j.find("rank_slowdown")) {
+    MESHTRAIN_CONFIG_CHECK(r->kind == io::Json::Kind::array, what,
+                           ": rank_slowdown must be an array of [ranks, slowdown] pairs");
+    c.rank_slowdown.clear();
+    for (const auto& p : r->arr) {
+      MESHTRAIN_CONFIG_CHECK(p.kind == io::Json::Kind::array && p.arr.size() == 2, what,
+                             ": rank_slowdown must be an array of [ranks, slowdown] pairs");
+      c.rank_slowdown.emplace_back(p.arr[0].as_number(what), p.arr[1].as_number(what));
+      MESHTRAIN_CONFIG_CHECK(c.rank_slowdown.back().first >= 1 &&
+                                 c.rank_slowdown.back().second > 0,
+                             what, ": rank_slowdown needs ranks >= 1 and positive slowdowns");
+    }
+    std::sort(c.rank_slowdown.begin(), c.rank_slowdown.end());
+    if (c.rank_slowdown.empty()) c.rank_slowdown = {{1, 1}};
+  }
   if (const io::Json* g = j.find("gemm")) {
     MESHTRAIN_CONFIG_CHECK(g->kind == io::Json::Kind::array, what, ": gemm must be an array");
     for (const auto& p : g->arr) {
@@ -158,8 +184,11 @@ std::string to_json(const Calibration& c) {
     << (c.measured ? "true" : "false") << ",\n  \"source\": " << esc(c.source)
     << ",\n  \"date\": " << esc(c.date) << ",\n  \"notes\": " << esc(c.notes)
     << ",\n  \"device\": " << esc(c.device) << ",\n  \"precision\": " << esc(c.precision)
-    << ",\n  \"peak_tflops\": " << fmt(c.peak_tflops) << ",\n  \"concurrency\": "
-    << fmt(c.concurrency) << ",\n  \"gemm\": [";
+    << ",\n  \"peak_tflops\": " << fmt(c.peak_tflops) << ",\n  \"rank_slowdown\": [";
+  for (std::size_t i = 0; i < c.rank_slowdown.size(); ++i)
+    o << (i ? ", [" : "[") << fmt(c.rank_slowdown[i].first) << ", "
+      << fmt(c.rank_slowdown[i].second) << "]";
+  o << "],\n  \"gemm\": [";
   for (std::size_t i = 0; i < c.gemm.size(); ++i)
     o << (i ? ",\n" : "\n") << "    {\"m\": " << fmt(c.gemm[i].m) << ", \"n\": " << fmt(c.gemm[i].n)
       << ", \"k\": " << fmt(c.gemm[i].k) << ", \"tflops\": " << fmt(c.gemm[i].tflops) << "}";

@@ -184,7 +184,7 @@ StepCost step_cost(const model::GptConfig& cfg, int seq_len, const Layout& l,
 
   const auto& pieces = detail::cached_pieces(cfg, seq_len, l);
   StepCost out;
-  double worst_mb = -1;
+  double worst_mb = -1, node_work = 0;
   for (int st = 0; st < l.pp; ++st) {
     const auto chunks = parallel::stage_chunks(pieces, l.pp, st);
     const bool embed = st == 0, has_head = st == l.pp - 1;
@@ -249,21 +249,28 @@ StepCost step_cost(const model::GptConfig& cfg, int seq_len, const Layout& l,
         }
         cost_fill += membound(n, 2 * s.E, cal.memory_gbs);  // staging copies
       }
-      if (l.zero_stage == 3) {  // each unit gathered before its forward and its backward
-        double first = 0, hidden_f = 0, hidden_b = 0, total = 0;
+      if (l.zero_stage == 3) {
+        // Each unit is gathered before its forward and again before its backward, the next
+        // unit's gather overlapping this unit's compute. In backward the unit's reduce-scatter
+        // shares the link with the next gather, so both must hide behind one unit's compute;
+        // what does not is exposed (and replaces the bucket timeline above, which would count
+        // the same reduce-scatters on a link of their own).
+        double first = 0, exp_f = 0, exp_b = 0, total = 0;
         for (std::size_t u = 0; u < units.size(); ++u) {
           const auto& g = part.groups()[part.group_of(units[u].begin)];
-          const double t = all_gather(dpl, dp, static_cast<double>(g.piece) * dp * s.E);
-          total += 2 * t;
+          const double bytes = static_cast<double>(g.piece) * dp * s.E;
+          const double t = all_gather(dpl, dp, bytes);  // a reduce-scatter costs the same
+          total += 3 * t;
           if (u == 0) first = t;
           if (units[u].layer >= 0) {
-            hidden_f += std::max(0.0, t - (bf.compute() + bf.tp));
-            hidden_b += std::max(0.0, t - (bb.compute() + bb.tp));
+            exp_f += std::max(0.0, t - (bf.compute() + bf.tp));
+            exp_b += std::max(0.0, 2 * t - (bb.compute() + bb.tp));
           }
         }
-        const double per_mb = 2 * first + hidden_f + hidden_b;
+        const double per_mb = 3 * first + exp_f + exp_b;  // the first gathers, the last scatter
         gather_exposed = m * (cal.dp_overlap * per_mb + (1 - cal.dp_overlap) * total);
-        dp_total += m * total;
+        dp_exposed = 0;
+        dp_total = m * total;
       }
     }
     if (l.pp > 1 && (embed || has_head)) {  // tied wte gradient over the embedding group
@@ -289,6 +296,9 @@ StepCost step_cost(const model::GptConfig& cfg, int seq_len, const Layout& l,
 
     const double kernels = m * (fwd.kernels + bwd.kernels) + 10;
     const double overhead = cal.step_overhead_ms * 1e-3 + kernels * cal.kernel_overhead_us * 1e-6;
+    // What this stage's ranks keep a core busy with (computing, copying messages): the work
+    // that ranks sharing a node's cores divide among themselves.
+    node_work += (m * mb + opt + overhead + dp_total) * l.dp * l.tp;
     if (mb > worst_mb) {
       worst_mb = mb;
       out.compute_s = m * (fwd.compute() + bwd.compute());
@@ -323,13 +333,15 @@ StepCost step_cost(const model::GptConfig& cfg, int seq_len, const Layout& l,
   out.zero3_gather_s *= sm;
   const double critical = out.compute_s + out.tp_comm_s + out.pp_bubble_s + out.pp_comm_s +
                           out.dp_comm_s + out.zero3_gather_s + out.optimizer_s + out.overhead_s;
-  // Ranks sharing a node's cores (CPU runs with more ranks than cores): every rank is runnable
-  // all the time, computing or spinning in MPI waits (Open MPI polls), so the whole step slows
-  // by ranks / concurrency.
+  // Ranks of one node slow each other down (shared memory bandwidth; on a CPU with fewer cores
+  // than ranks, time-sharing) by the calibration's measured factor at the number of ranks busy
+  // on average: the node's busy work over the step. Waiting ranks do not count: oversubscribed
+  // Open MPI yields the core while it polls (measured: a 4-stage pipeline with one micro-batch
+  // on 2 cores runs as fast as one rank).
   const long on_node = std::min<long>(l.world(), std::max(cluster.gpus_per_node, 1));
-  out.step_s = critical;
-  if (cal.device == "cpu")
-    out.step_s *= std::max(1.0, static_cast<double>(on_node) / cal.concurrency);
+  const double busy = std::clamp(node_work * sc * static_cast<double>(on_node) / l.world() /
+                                     critical, 1.0, static_cast<double>(on_node));
+  out.step_s = critical * cal.slowdown(busy);
   out.contention = out.step_s / critical;
   const double tokens = static_cast<double>(l.global_batch()) * seq_len;
   out.tokens_per_s = tokens / out.step_s;

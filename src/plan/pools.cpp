@@ -122,11 +122,11 @@ class ZeroReplay {
   void reset_counts() {
     for (int b = 0; b < n_buckets(); ++b) pending_[b] = units_in(b);
   }
-  // A hook's test of the requests in flight. In forward (a whole micro-batch's forward since
-  // the launches at the end of the previous backward) they have completed; during backward,
-  // buckets launched moments ago have not, unless dp = 1.
-  void poll(bool in_forward) {
-    if (instant_ || in_forward) complete_all();
+  // A hook's test of the requests in flight: with dp = 1 they are complete; otherwise taken to
+  // be still in flight (the peers may not have joined; MPI progresses only inside MPI calls),
+  // which makes the replayed pool the largest the run can reach.
+  void poll(bool /*in_forward*/) {
+    if (instant_) complete_all();
   }
   void complete_bucket(int b) {
     if (inflight_[b] >= 0) grad_pool_.release(inflight_[b]);

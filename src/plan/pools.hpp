@@ -15,11 +15,11 @@ namespace meshtrain::plan::detail {
 // Elements allocated by GradSync's pools on a single-chunk stage (ZeRO 2/3 run with pp = 1):
 // gradient bucket buffers (ZeRO 2/3) and gathered-unit buffers (ZeRO 3), over n_micro
 // micro-batches. With dp = 1 a collective completes when first tested. Otherwise a reduce-scatter
-// launched during backward is still in flight at the next backward hook (the peers have not
-// joined yet; MPI progresses only inside MPI calls) and completes when something waits for it
-// (a full pool, the bucket's next launch, finish(), and at ZeRO-3 the wait for a later gather on
-// the same communicator) or by the next micro-batch's forward hooks. Measured on the CPU build,
-// this is what happens (test_plan_memory).
+// is taken to complete only when something waits for it (a full pool, the bucket's next launch,
+// finish(), and at ZeRO-3 the wait for a later gather on the same communicator): the upper bound
+// of the pool. A run whose reduce-scatters finish early (a test at a later hook found them done)
+// holds at most one bucket buffer less; both happen on the CPU build (test_plan_memory,
+// --plan.validate), so the planner keeps the bound.
 struct ZeroPools {
   std::size_t grad_elems = 0, param_elems = 0;
 };

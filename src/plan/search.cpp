@@ -97,6 +97,12 @@ std::string rule_agreement(const SearchResult& r, const Candidate& c) {
   for (const Candidate& o : r.ranked) {  // fastest first
     if (!rule_recommends(r.scenario, o.layout)) continue;
     const double slower = 100.0 * (o.cost.step_s / c.cost.step_s - 1.0);
+    if (slower <= 0) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "differs: the rule's best, %s, is %.0f%% faster",
+                    o.layout.short_name().c_str(), -slower);
+      return buf;
+    }
     // The part of the step that grows most from this layout to the rule's.
     const StepCost &a = c.cost, &b = o.cost;
     const std::pair<double, const char*> d[] = {

@@ -37,7 +37,8 @@ TEST_CASE("calibration files round-trip and interpolate GEMM throughput", "[plan
   REQUIRE(back.gemm.size() == c.gemm.size());
   REQUIRE(back.intra.busbw_gbs == c.intra.busbw_gbs);
   REQUIRE(back.inter.alpha_us == c.inter.alpha_us);
-  REQUIRE(back.concurrency == c.concurrency);
+  REQUIRE(back.rank_slowdown == c.rank_slowdown);
+  REQUIRE(c.slowdown(8) == 1);
   // Exact at the measured shapes; between them near the closest in size and intensity: a 7B
   // block GEMM is near the 8192^3 ceiling, a tiny one near the smallest point.
   REQUIRE(c.gemm_tflops(16384, 768, 768) == Approx(380));

@@ -26,8 +26,8 @@ struct LayoutRun {
 
 // How fast this machine computes right now: a fixed GEMM loop on rank 0 alone (the others wait
 // without spinning), then on every rank at once. On a shared machine the load of other jobs
-// moves both; the planner's CPU validation divides it out (plan_validate.cpp), and `meshtrain
-// bench` derives the concurrency from it (ranks x alone / together). Collective.
+// moves both; the planner's CPU validation divides the drift of `alone` out (plan_validate.cpp).
+// Collective.
 struct MachineProbe {
   double alone_s = 0, together_s = 0;  // the slowest rank's time for `together`
 };

@@ -39,8 +39,10 @@ struct Calibration {
   std::string device = "cpu";  // "cpu" (device memory is host memory) or "gpu"
   std::string precision = "fp32";  // precision the compute figures were taken in
   double peak_tflops = 0;      // per device, for MFU
-  double concurrency = 1;      // ranks per node that compute at full speed at once (CPU: the
-                               // cores this job gets, measured; GPUs: one per rank)
+  // Per-rank slowdown when k ranks of one node compute at once, as (k, slowdown) points with
+  // slowdown(1) = 1: shared memory bandwidth and caches, and on a CPU with fewer cores than
+  // ranks the time-sharing. GPUs: none (each rank has its own device).
+  std::vector<std::pair<double, double>> rank_slowdown{{1, 1}};
   std::vector<GemmPoint> gemm; // achieved TFLOP/s at measured shapes (gemm_tflops)
   double attention_fwd_tflops = 1, attention_bwd_tflops = 1;  // causal FLOPs
   double memory_gbs = 10;      // a large copy (read + write)
@@ -64,6 +66,9 @@ struct Calibration {
   // Achieved TFLOP/s of a GEMM of this shape, from the measured points nearest to it in size
   // and arithmetic intensity (inverse-distance weighting in log space).
   double gemm_tflops(double m, double n, double k) const;
+  // rank_slowdown at `busy` ranks: linear between points (and beyond the last, along the last
+  // segment), 1 below the first.
+  double slowdown(double busy) const;
 };
 
 // ConfigError naming the file and the field on a bad document.

@@ -9,9 +9,9 @@
 // drain path; the DP reduction overlapped with the last micro-batch's backward bucket by bucket
 // (the last bucket is exposed; ZeRO 2/3 reduce-scatter every micro-batch); ZeRO-3 gathers
 // prefetched one unit ahead; the ZeRO 1/2 parameter all-gather, the gradient norm and AdamW
-// (on the host with offload, plus the copies) after it. Ranks beyond the calibration's
-// concurrency on one node share its cores: the step is then at least the node's total work
-// divided by the concurrency (CPU runs with more ranks than cores).
+// (on the host with offload, plus the copies) after it. Ranks of a node slow each other down by the calibration's measured per-rank slowdown at the
+// number of ranks busy on average (shared memory bandwidth; time-sharing when a CPU has fewer
+// cores than ranks).
 #include <string>
 
 #include "meshtrain/model/config.hpp"
@@ -54,7 +54,7 @@ struct StepCost {
   double zero3_gather_s = 0; // exposed ZeRO-3 parameter gathers
   double optimizer_s = 0;    // norm, clipping, AdamW (+ offload copies)
   double overhead_s = 0;     // per-step fixed costs, kernel launches
-  double contention = 1;     // > 1: ranks share the node's compute (CPU)
+  double contention = 1;     // > 1: ranks of a node slow each other down
   double tokens_per_s = 0;
   double mfu = 0;            // model FLOPs (6N + 12 L C T per token) / (world x peak)
   std::string bottleneck;    // the largest exposed part
