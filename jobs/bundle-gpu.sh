@@ -16,4 +16,4 @@ for exe in "$@"; do
     if ! [[ $name =~ $skip ]]; then cp -L "$path" "$out/lib/"; fi
   done
 done
-echo "bundled $(ls "$out/bin" | wc -l) executable(s) and $(ls "$out/lib" | wc -l) libraries into $out ($(du -sh "$out" | cut -f1))"
+echo "bundled $(find "$out/bin" -type f | wc -l) executable(s) and $(find "$out/lib" -type f | wc -l) libraries into $out ($(du -sh "$out" | cut -f1))"

@@ -14,4 +14,5 @@ fi
 if [ "$(id -u)" -eq 0 ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
-exec mpirun -np "$ranks" --oversubscribe ${MPIRUN_FLAGS:-} "$exe" "$@"
+read -r -a flags <<< "${MPIRUN_FLAGS:-}"   # extra mpirun flags, word-split
+exec mpirun -np "$ranks" --oversubscribe "${flags[@]}" "$exe" "$@"

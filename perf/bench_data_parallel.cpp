@@ -107,7 +107,7 @@ void run_time(const Args& a) {
   const float scale = 1.0f / static_cast<float>(global * a.seq_len);
   std::vector<double> times;
   CommStats grads, params;
-  double opt_comm = 0;
+  double opt_comm = 0, down = 0, update = 0, up = 0;
   for (int s = 0; s < a.steps; ++s) {
     MPI_Barrier(dup.get());
     sync.reset_stats();
@@ -137,6 +137,9 @@ void run_time(const Args& a) {
       grads += sync.grad_stats();
       params += sync.param_stats();
       opt_comm += zo.last_comm_seconds();
+      down += zo.adamw().offload_seconds().down;
+      update += zo.adamw().offload_seconds().update;
+      up += zo.adamw().offload_seconds().up;
     }
   }
   std::sort(times.begin(), times.end());
@@ -150,6 +153,10 @@ void run_time(const Args& a) {
                 a.accum, a.seq_len, med * 1e3, global * a.seq_len / med,
                 grads.total_seconds / k * 1e3, grads.exposed_seconds / k * 1e3,
                 100 * grads.hidden_fraction(), params.total_seconds / k * 1e3, opt_comm / k * 1e3);
+  if (rank == 0 && a.offload)
+    std::printf("  offload per step: gradients down + host norm %.1f ms, host update %.1f ms "
+                "(%d threads), parameters up %.1f ms\n",
+                down / k * 1e3, update / k * 1e3, zo.adamw().host_threads(), up / k * 1e3);
 }
 
 // ---- memory ----

@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
       MPI_Comm_size(MPI_COMM_WORLD, &world);
       MPI_Comm_rank(MPI_COMM_WORLD, &rank);
       mesh::ProcessMesh pm(MPI_COMM_WORLD, mesh::Shape{1, 1, world});
-      auto tp = comm::make_communicator(comm::Backend::mpi, pm.tp().get());
+      auto tp = comm::make_communicator(comm::default_backend(), pm.tp().get());
       model::GptConfig cfg = model::preset(a.preset);
       // GPT-2 1.5B has 25 heads, which no tp of 2 or 4 divides: --n-head 16 (head size 100)
       // keeps every parameter and activation tensor the same size.

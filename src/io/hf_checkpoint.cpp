@@ -82,6 +82,22 @@ void import_hf(model::GptT<T>& m, const std::string& dir) {
   Kokkos::deep_copy(m.params(), host);
 }
 
+void write_hf_config(const model::GptConfig& c, const std::string& dir,
+                     const std::string& tokenizer) {
+  std::filesystem::create_directories(dir);
+  std::ofstream cfg(dir + "/config.json");
+  if (!cfg) throw ConfigError(cat("cannot write ", dir, "/config.json"));
+  cfg << "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
+      << "  \"activation_function\": \"gelu_new\",\n  \"n_layer\": " << c.n_layer
+      << ",\n  \"n_head\": " << c.n_head << ",\n  \"n_embd\": " << c.n_embd
+      << ",\n  \"vocab_size\": " << c.vocab_size << ",\n  \"n_positions\": " << c.block_size
+      << ",\n  \"n_ctx\": " << c.block_size
+      << ",\n  \"layer_norm_epsilon\": 1e-05,\n  \"tie_word_embeddings\": true,\n"
+      << "  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n"
+      << "  \"torch_dtype\": \"float32\",\n  \"meshtrain_tokenizer\": \"" << json_escape(tokenizer)
+      << "\"\n}\n";
+}
+
 template <class T>
 void export_hf(const model::GptT<T>& m, const std::string& dir, const std::string& tokenizer) {
   const auto& reg = m.registry();
@@ -102,17 +118,7 @@ void export_hf(const model::GptT<T>& m, const std::string& dir, const std::strin
   w.set_metadata("format", "pt");
   w.set_metadata("producer", "meshtrain");
   w.write(dir + "/model.safetensors");
-  std::ofstream cfg(dir + "/config.json");
-  if (!cfg) throw ConfigError(cat("cannot write ", dir, "/config.json"));
-  cfg << "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
-      << "  \"activation_function\": \"gelu_new\",\n  \"n_layer\": " << c.n_layer
-      << ",\n  \"n_head\": " << c.n_head << ",\n  \"n_embd\": " << c.n_embd
-      << ",\n  \"vocab_size\": " << c.vocab_size << ",\n  \"n_positions\": " << c.block_size
-      << ",\n  \"n_ctx\": " << c.block_size
-      << ",\n  \"layer_norm_epsilon\": 1e-05,\n  \"tie_word_embeddings\": true,\n"
-      << "  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n"
-      << "  \"torch_dtype\": \"float32\",\n  \"meshtrain_tokenizer\": \"" << json_escape(tokenizer)
-      << "\"\n}\n";
+  write_hf_config(c, dir, tokenizer);
 }
 
 template void import_hf<float>(model::GptT<float>&, const std::string&);

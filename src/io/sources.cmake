@@ -8,3 +8,11 @@ target_sources(meshtrain_lib PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/safetensors.cpp
   ${CMAKE_CURRENT_LIST_DIR}/hf_checkpoint.cpp
 )
+# Parallel HDF5 checkpoints (issue 8).
+target_sources(meshtrain_lib PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/hdf5_util.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/checkpoint_layout.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/checkpoint_common.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/checkpoint_write.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/checkpoint_read.cpp
+)

@@ -102,7 +102,8 @@ GptT<T>::GptT(const GptConfig& cfg, int micro_batch, int seq_len, const ModelLay
     ca->embed = c == 0 && layout_.has_embedding;
     ca->head = c == n_chunks - 1 && layout_.has_head;
     for (int s = 0; s < layout_.n_slots; ++s) {
-      SlotActivations<T> sa;
+      auto owned = std::make_unique<SlotActivations<T>>();
+      SlotActivations<T>& sa = *owned;
       if (ca->embed) sa.tokens = alloc<std::int32_t>("act.tokens", N);
       sa.input = alloc<T>("act.chunk_input", Nl * C);
       for (int l = ca->range.first; l < ca->range.last; ++l) {
@@ -110,7 +111,7 @@ GptT<T>::GptT(const GptConfig& cfg, int micro_batch, int seq_len, const ModelLay
         if (!layout_.recompute) sa.acts.push_back(std::make_unique<BlockActivations<T>>(shape));
       }
       if (ca->head) sa.dhead = alloc<T>("act.dhead", Nl * C);
-      ca->slots.push_back(std::move(sa));
+      ca->slots.push_back(std::move(owned));
     }
     chunks_.push_back(std::move(ca));
   }
@@ -155,7 +156,8 @@ template <class T>
 std::size_t GptT<T>::activation_bytes() const {
   std::size_t n = shared_acts_ ? shared_acts_->bytes() : 0;
   for (const auto& ca : chunks_)
-    for (const auto& s : ca->slots) {
+    for (const auto& sp : ca->slots) {
+      const SlotActivations<T>& s = *sp;
       n += (s.input.span() + s.dhead.span()) * sizeof(T) + s.tokens.span() * 4;
       for (const auto& v : s.block_out) n += v.span() * sizeof(T);
       for (const auto& a : s.acts) n += a->bytes();
@@ -305,7 +307,7 @@ View1<const T> GptT<T>::run_forward(int c, int slot, View1<const std::int32_t> t
   MESHTRAIN_CHECK(slot >= 0 && slot < layout_.n_slots, "forward: slot ", slot, " of ",
                   layout_.n_slots);
   ChunkActivations<T>& ca = *chunks_[static_cast<std::size_t>(c)];
-  SlotActivations<T>& s = ca.slots[static_cast<std::size_t>(slot)];
+  SlotActivations<T>& s = *ca.slots[static_cast<std::size_t>(slot)];
   if (ca.embed) {
     MESHTRAIN_CHECK(tokens.span() == static_cast<std::size_t>(N_), "model input has ",
                     tokens.span(), " tokens, expected micro_batch x seq_len = ", N_);
@@ -340,7 +342,7 @@ View1<const T> GptT<T>::backward(int c, int slot, View1<const T> dy) {
   MESHTRAIN_CHECK(c >= 0 && c < n_chunks(), "backward: chunk ", c, " of ", n_chunks());
   MESHTRAIN_CHECK(slot >= 0 && slot < layout_.n_slots, "backward: slot ", slot);
   ChunkActivations<T>& ca = *chunks_[static_cast<std::size_t>(c)];
-  SlotActivations<T>& s = ca.slots[static_cast<std::size_t>(slot)];
+  SlotActivations<T>& s = *ca.slots[static_cast<std::size_t>(slot)];
   if (ca.head) {
     Kokkos::deep_copy(exec_, dres_, s.dhead);
   } else {

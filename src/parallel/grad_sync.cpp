@@ -277,6 +277,18 @@ void GradSync<T>::finish() {
   // (or without set_last_micro); at 2/3 a bucket spanning two chunks of an interleaved pipeline,
   // whose units completed passes of different micro-batches (still a correct sum: every pass
   // lands in exactly one launch).
+  if (deferred_bucket_ >= 0 && grad_buf_[deferred_bucket_] >= 0) {
+    // The tied wte: summed over the embedding group in the bucket buffer, then reduce-scattered.
+    const auto& wte = model_.registry->get("transformer.wte.weight");
+    const Bucket& bk = buckets_[deferred_bucket_];
+    auto buf = grad_pool_.full(grad_buf_[deferred_bucket_]);
+    const Timer t;
+    embedding_->all_reduce(slice(buf, wte.offset - bk.range.begin, wte.numel));
+    grad_stats_.total_seconds += t.seconds();
+    grad_stats_.exposed_seconds += t.seconds();
+    grad_stats_.bytes += wte.numel * sizeof(T);
+    ++grad_stats_.ops;
+  }
   for (int b = 0; b < B; ++b) {
     if (opt_.zero_stage <= 1 ? !launched_[b] : grad_buf_[b] >= 0) launch(b);
   }
@@ -285,7 +297,7 @@ void GradSync<T>::finish() {
     complete_bucket(b);
   }
   reset_counts();
-  if (embedding_ && embedding_->size() > 1) {
+  if (embedding_ && embedding_->size() > 1 && opt_.zero_stage <= 1) {
     const auto& wte = model_.registry->get("transformer.wte.weight");
     const Timer t;
     embedding_->all_reduce(slice(model_.grads, wte.offset, wte.numel));
@@ -300,14 +312,11 @@ void GradSync<T>::finish() {
 
 template <class T>
 void GradSync<T>::set_embedding_group(comm::Communicator* embedding) {
+  deferred_bucket_ = -1;
   if (embedding && embedding->size() > 1) {
-    MESHTRAIN_CONFIG_CHECK(opt_.zero_stage <= 1, "zero.stage=", opt_.zero_stage,
-                           " with pipeline parallelism and the tied embedding is not supported "
-                           "yet: the first and last stage would each hold a differently "
-                           "partitioned shard of wte's gradient; use zero.stage 0 or 1 with "
-                           "mesh.pp > 1");
     MESHTRAIN_CHECK(model_.registry->find("transformer.wte.weight"),
                     "set_embedding_group: this rank holds no wte");
+    if (opt_.zero_stage >= 2) deferred_bucket_ = bucket_of(model_.registry->embedding_unit());
   }
   embedding_ = embedding;
 }
@@ -404,7 +413,8 @@ void GradSync<T>::after_backward(int unit) {
   ++done_[b];
   if (--pending_[b] == 0) {
     pending_[b] = units;
-    if (opt_.zero_stage >= 2 || (n_micro_ == 0 && last_micro_)) launch(b);
+    if ((opt_.zero_stage >= 2 && b != deferred_bucket_) || (n_micro_ == 0 && last_micro_))
+      launch(b);
   }
   if (opt_.zero_stage <= 1 && n_micro_ > 0 && done_[b] == units * n_micro_) launch(b);
   if (opt_.zero_stage == 3) release_params(unit);

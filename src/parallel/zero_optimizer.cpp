@@ -12,7 +12,7 @@ ZeroOptimizer<T>::ZeroOptimizer(GradSync<T>& sync, const optim::AdamWConfig& cfg
       opt_(sync.optimizer_pieces(), sync.optimizer_ranges(),
            sync.optimizer_partition().shard_size(), cfg,
            sync.options().offload ? optim::StatePlacement::host : optim::StatePlacement::device,
-           exec) {}
+           exec, sync.options().offload_threads) {}
 
 template <class T>
 void ZeroOptimizer<T>::init_master() {

@@ -61,10 +61,11 @@ meshtrain_cli_test(prep_no_output 0 2 "prep.output is required" prep --prep.inpu
 set_tests_properties(cli_prep_kjv PROPERTIES FIXTURES_SETUP kjv_shards)
 
 # meshtrain train / generate on the shipped corpus (a 1-layer model, a few steps).
-set(_train_small --model.n_layer 1 --model.n_embd 32 --model.n_head 2 --train.micro_batch 2
+set(_train_base --model.n_embd 32 --train.micro_batch 2
     --train.seq_len 32 --train.steps 3 --train.warmup 1 --train.eval_batches 1
     --data.train ${CMAKE_BINARY_DIR}/cli_prep/kjv_train_*.bin
     --data.val ${CMAKE_BINARY_DIR}/cli_prep/kjv_val_*.bin)
+set(_train_small ${_train_base} --model.n_layer 1 --model.n_head 2)
 meshtrain_cli_test(train_smoke 1 0 "step +3/3 \\| loss [0-9.]+ .*final val loss.*sample:" train
   ${_train_small} --train.sample_tokens 20 --train.out_dir ${CMAKE_BINARY_DIR}/cli_train)
 set_tests_properties(cli_train_smoke PROPERTIES FIXTURES_REQUIRED kjv_shards
@@ -76,7 +77,23 @@ meshtrain_cli_test(train_recompute 1 0 "final val loss" train ${_train_small}
   --train.recompute --train.sample_tokens 0 --train.save false
   --train.out_dir ${CMAKE_BINARY_DIR}/cli_train_recompute)
 set_tests_properties(cli_train_recompute PROPERTIES FIXTURES_REQUIRED kjv_shards)
-meshtrain_cli_test(train_two_ranks 2 2 "trains on one rank" train ${_train_small})
+# Parallel layouts: a 3D run end to end (export and sample gathered on rank 0) and the
+# configuration checks, which must fail on every rank with one message instead of hanging.
+meshtrain_cli_test(train_3d 8 0
+  "layout: dp 2 \\(ZeRO-1\\) x pp 2 .*x tp 2.*step +3/3 .*final val loss.*saved .*sample:" train
+  ${_train_base} --model.n_layer 2 --model.n_head 2 --mesh.pp 2 --mesh.tp 2 --zero.stage 1 --train.grad_accum 2
+  --tp.sequence_parallel --train.sample_tokens 10 --train.out_dir ${CMAKE_BINARY_DIR}/cli_train_3d)
+set_tests_properties(cli_train_3d PROPERTIES FIXTURES_REQUIRED kjv_shards)
+meshtrain_cli_test(train_tp_heads 2 2 "mesh.tp=2 must divide model.n_head=1" train ${_train_base}
+  --model.n_layer 1 --model.n_head 1 --mesh.tp 2 --train.out_dir ${CMAKE_BINARY_DIR}/cli_train_bad)
+meshtrain_cli_test(train_pp_layers 2 2 "2 pipeline stages but model.n_layer=1" train
+  ${_train_small} --mesh.pp 2 --train.out_dir ${CMAKE_BINARY_DIR}/cli_train_bad)
+meshtrain_cli_test(train_bad_zero 2 2 "zero.stage=5 must be 0, 1, 2 or 3" train ${_train_small}
+  --zero.stage 5 --train.out_dir ${CMAKE_BINARY_DIR}/cli_train_bad)
+meshtrain_cli_test(train_bad_schedule 2 2 "pp.schedule" train ${_train_base} --mesh.pp 2
+  --model.n_layer 2 --model.n_head 2 --pp.schedule zigzag --train.out_dir ${CMAKE_BINARY_DIR}/cli_train_bad)
+set_tests_properties(cli_train_tp_heads cli_train_pp_layers cli_train_bad_zero
+  cli_train_bad_schedule PROPERTIES FIXTURES_REQUIRED kjv_shards)
 meshtrain_cli_test(train_missing_data 1 2 "no_such_\\*\\.bin" train
   --data.train no_such_*.bin --train.out_dir ${CMAKE_BINARY_DIR}/cli_train_missing)
 meshtrain_cli_test(train_bad_preset 1 2 "model.preset='gpt3' is not one of" train

@@ -9,3 +9,7 @@ meshtrain_add_test(NAME test_io_prep SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_prep
 foreach(t test_io_tokenizer test_io_prep)
   target_compile_definitions(${t} PRIVATE MESHTRAIN_IO_TEST_DATA="${MESHTRAIN_IO_TEST_DATA}")
 endforeach()
+meshtrain_add_test(NAME test_io_checkpoint_layout
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_checkpoint_layout.cpp)
+meshtrain_add_test(NAME test_io_checkpoint SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_checkpoint.cpp
+  RANKS 1 2 4)

@@ -81,7 +81,7 @@ void check_layout(bool sequence_parallel, bool recompute) {
   const auto cfg = tiny();
   const int W = mt_test::world_size();
   mesh::ProcessMesh pm(mt_test::world(), mesh::Shape{1, 1, W});
-  auto tp = comm::make_communicator(comm::Backend::mpi, pm.tp().get());
+  auto tp = comm::make_communicator(comm::default_backend(), pm.tp().get());
   model::ModelLayout layout;
   layout.tp = tp.get();
   layout.sequence_parallel = sequence_parallel;
@@ -145,7 +145,7 @@ TEST_CASE("tp must divide the heads and the padded vocabulary", "[model][tp][mpi
   const int W = mt_test::world_size();
   if (W == 1) return;
   mesh::ProcessMesh pm(mt_test::world(), mesh::Shape{1, 1, W});
-  auto tp = comm::make_communicator(comm::Backend::mpi, pm.tp().get());
+  auto tp = comm::make_communicator(comm::default_backend(), pm.tp().get());
   model::ModelLayout layout;
   layout.tp = tp.get();
   auto cfg = tiny();

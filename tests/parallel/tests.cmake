@@ -2,7 +2,7 @@
 meshtrain_add_test(NAME test_schedule SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_schedule.cpp)
 meshtrain_add_test(NAME test_partition SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_partition.cpp)
 meshtrain_add_test(NAME test_pipeline_runner
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_pipeline_runner.cpp RANKS 1 2 4)
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_pipeline_runner.cpp RANKS 1 2 4 8)
 # Data parallelism and ZeRO.
 meshtrain_add_test(NAME test_zero_partition SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_zero_partition.cpp)
 meshtrain_add_test(NAME test_grad_sync SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_grad_sync.cpp RANKS 1 2 4)

@@ -173,7 +173,7 @@ TEST_CASE("every layout trains the single-rank model", "[train][layout][mpi]") {
                {2, 2, 1, 1, 2, K::one_f_one_b}, {2, 1, 2, 1, 2, K::one_f_one_b, 1, true},
                {1, 2, 2, 0, 4, K::gpipe, 1, true}, {1, 4, 1, 1, 4, K::one_f_one_b},
                {1, 2, 2, 1, 4, K::interleaved, 2, false, false, true}, {1, 1, 4, 0, 2},
-               {2, 2, 1, 1, 2, K::gpipe}};
+               {2, 2, 1, 2, 2, K::gpipe}, {2, 2, 1, 3, 2, K::one_f_one_b}};
   } else if (W == 8) {
     layouts = {{8, 1, 1, 3, 1}, {8, 1, 1, 0, 1}, {2, 2, 2, 1, 2, K::one_f_one_b, 1, true},
                {2, 2, 2, 1, 4, K::interleaved, 2}, {1, 4, 2, 1, 8, K::one_f_one_b},

@@ -21,6 +21,10 @@ std::string read_hf_tokenizer(const std::string& dir);
 template <class T>
 void import_hf(model::GptT<T>& m, const std::string& dir);
 
+// Writes <dir>/config.json (GPT2LMHeadModel, tied head) for model `c` (creating <dir>).
+void write_hf_config(const model::GptConfig& c, const std::string& dir,
+                     const std::string& tokenizer);
+
 // Writes <dir>/model.safetensors and <dir>/config.json (creating <dir>).
 template <class T>
 void export_hf(const model::GptT<T>& m, const std::string& dir, const std::string& tokenizer);

@@ -54,7 +54,7 @@ template <class T>
 struct ChunkActivations {
   LayerRange range;
   bool embed = false, head = false;
-  std::vector<SlotActivations<T>> slots;
+  std::vector<std::unique_ptr<SlotActivations<T>>> slots;  // pointers: nothing gets copied
 };
 
 }  // namespace meshtrain::model

@@ -38,9 +38,11 @@ enum class StatePlacement { device, host };
 template <class T>
 class ShardedAdamWT {
  public:
+  // host_threads: threads of the offloaded step (0: the hardware's on GPU builds, whose host
+  // cores are otherwise idle; 1 on host builds, whose cores run the model).
   ShardedAdamWT(std::vector<ShardPiece> pieces, std::vector<ShardRange> ranges,
                 std::size_t shard_size, const AdamWConfig& cfg, StatePlacement placement,
-                ExecSpace exec = ExecSpace{});
+                ExecSpace exec = ExecSpace{}, int host_threads = 0);
 
   // Whether the step keeps its own fp32 master weights: for 16-bit T, and with offload (the
   // host cannot update device parameters). Otherwise the fp32 parameters are the master.
@@ -67,7 +69,13 @@ class ShardedAdamWT {
     std::size_t device_state = 0, host_state = 0, host_staging = 0;
   };
   Bytes bytes() const;
-
+  // Offload: seconds of the last step in gradients down (with the host sum of squares), the
+  // host update, and parameters up.
+  struct OffloadSeconds {
+    double down = 0, update = 0, up = 0;
+  };
+  const OffloadSeconds& offload_seconds() const { return offload_s_; }
+  int host_threads() const { return host_threads_; }
  private:
   static std::size_t at(const ShardRange& r, Index w) { return w == Index::flat ? r.flat : r.shard; }
   static std::size_t at(const ShardPiece& p, Index w) { return w == Index::flat ? p.flat : p.shard; }
@@ -84,6 +92,8 @@ class ShardedAdamWT {
   HostView1<float> hmaster_, hm_, hv_;    // host placement
   HostView1<T> hgrads_, hcopy_;           // host placement: gradients down, 16-bit copy up
   Scalar<float> sumsq_, norm_, scale_;
+  int host_threads_ = 1;
+  OffloadSeconds offload_s_;
 };
 
 }  // namespace meshtrain::optim

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "meshtrain/comm/communicator.hpp"
+#include "meshtrain/comm/factory.hpp"
 #include "meshtrain/mesh/process_mesh.hpp"
 #include "meshtrain/model/config.hpp"
 #include "meshtrain/model/gpt.hpp"
@@ -20,7 +21,7 @@ namespace meshtrain::parallel {
 struct ParallelConfig {
   mesh::Shape shape;
   mesh::Order order;
-  comm::Backend backend = comm::Backend::mpi;
+  comm::Backend backend = comm::default_backend();  // NCCL for device memory when built
   bool sequence_parallel = false;
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
   int virtual_chunks = 1;

@@ -33,6 +33,7 @@ struct DpOptions {
   std::size_t bucket_bytes = 25u << 20;      // gradient bucket size (bytes of the compute type)
   bool overlap = true;                       // false: wait for each collective when launched
   bool offload = false;                      // optimizer state and step on the host
+  int offload_threads = 0;                   // threads of the host step (0: automatic)
 };
 
 // What data parallelism needs from the model: its registry (and so its units), its full flat
@@ -109,10 +110,14 @@ class GradSync : public model::LayerHooks {
 
   // Pipeline parallelism with the tied embedding: the first stage's wte and the last stage's copy
   // are one parameter, whose gradient is the sum over the embedding group (null or size 1: no
-  // sum). finish() adds it after the pipeline has flushed (summing earlier would deadlock 1F1B:
-  // the last stage would wait for a first stage that waits for it). Sums commute, so it comes
-  // after the DP reduction. ZeRO 0/1 only for now: at stages 2/3 each stage holds only its shard
-  // of wte's gradient, and the two stages' partitions of it differ (ConfigError).
+  // sum). It is summed in finish(), after the pipeline has flushed: summing per micro-batch
+  // would deadlock 1F1B (the last stage would wait for a first stage that waits for it).
+  //   ZeRO 0/1: after the DP all-reduce (sums commute), on the full gradient buffer.
+  //   ZeRO 2/3: the two stages partition wte differently (the first stage's embedding unit also
+  //   holds wpe), so the sum must precede the reduce-scatter: the bucket holding wte is not
+  //   reduced per micro-batch but keeps accumulating in its buffer, and finish() sums wte over
+  //   the embedding group and then reduce-scatters the bucket once. Both copies then take the
+  //   same update from the same summed gradient, each in its own stage's shards.
   void set_embedding_group(comm::Communicator* embedding);
 
   // ---- the step ----
@@ -222,6 +227,7 @@ class GradSync : public model::LayerHooks {
   View1<T> stage_send_, stage_recv_;    // ZeRO 1/2 parameter all-gather staging
   CommStats grad_stats_, param_stats_;
   comm::Communicator* embedding_ = nullptr;
+  int deferred_bucket_ = -1;  // ZeRO 2/3 with pp: the bucket holding wte, reduced in finish()
 };
 
 }  // namespace meshtrain::parallel

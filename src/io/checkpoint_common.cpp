@@ -1,0 +1,187 @@
+#include "checkpoint_common.hpp"
+
+#include <algorithm>
+
+#include "meshtrain/core/mpi_check.hpp"
+
+namespace meshtrain::io::ckpt {
+
+model::ParameterRegistry full_registry(const model::GptConfig& cfg) {
+  return model::ParameterRegistry(cfg, 0, 1, 0, 0, cfg.n_layer, true, true);
+}
+
+std::string dataset_path(const std::string& prefix, const std::string& name) {
+  return "/" + prefix + "/" + name;
+}
+
+std::vector<std::vector<int>> pieces_by_tensor(const model::ParameterRegistry& full,
+                                               const std::vector<TensorPiece>& pieces,
+                                               const std::string& prefix) {
+  std::unordered_map<std::string, int> index;
+  for (std::size_t i = 0; i < full.params().size(); ++i)
+    index.emplace(full.params()[i].name, static_cast<int>(i));
+  std::vector<std::vector<int>> out(full.params().size());
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    const TensorPiece& pc = pieces[i];
+    MESHTRAIN_CHECK(pc.param != nullptr, "checkpoint group '", prefix, "': piece ", i,
+                    " has no parameter");
+    auto it = index.find(pc.param->name);
+    MESHTRAIN_CHECK(it != index.end(), "checkpoint group '", prefix, "': parameter ",
+                    pc.param->name, " is not part of the model");
+    MESHTRAIN_CHECK(full.params()[it->second].global_shape == pc.param->global_shape,
+                    "checkpoint group '", prefix, "': parameter ", pc.param->name,
+                    " has another global shape than the model's");
+    MESHTRAIN_CHECK(pc.local_begin + pc.count <= pc.param->numel, "checkpoint group '", prefix,
+                    "': piece [", pc.local_begin, ", ", pc.local_begin + pc.count, ") of ",
+                    pc.param->name, " exceeds its ", pc.param->numel, " local elements");
+    if (pc.count > 0) out[static_cast<std::size_t>(it->second)].push_back(static_cast<int>(i));
+  }
+  return out;
+}
+
+h5::Handle piece_selection(hid_t file_space, const TensorPiece& piece) {
+  h5::Handle s(MESHTRAIN_H5_CHECK(H5Scopy(file_space)), H5Sclose);
+  const int rank = MESHTRAIN_H5_CHECK(H5Sget_simple_extent_ndims(s));
+  bool first = true;
+  for (const Block& b : global_blocks(piece)) {
+    hsize_t start[2], count[2];
+    if (rank == 2) {
+      start[0] = static_cast<hsize_t>(b.row0), start[1] = static_cast<hsize_t>(b.col0);
+      count[0] = static_cast<hsize_t>(b.rows), count[1] = static_cast<hsize_t>(b.cols);
+    } else {
+      start[0] = static_cast<hsize_t>(b.col0), count[0] = static_cast<hsize_t>(b.cols);
+    }
+    MESHTRAIN_H5_CHECK(H5Sselect_hyperslab(s, first ? H5S_SELECT_SET : H5S_SELECT_OR, start,
+                                           nullptr, count, nullptr));
+    first = false;
+  }
+  if (first) MESHTRAIN_H5_CHECK(H5Sselect_none(s));
+  return s;
+}
+
+h5::Handle empty_selection(hid_t file_space) {
+  h5::Handle s(MESHTRAIN_H5_CHECK(H5Scopy(file_space)), H5Sclose);
+  MESHTRAIN_H5_CHECK(H5Sselect_none(s));
+  return s;
+}
+
+h5::Handle memory_space(std::size_t count) {
+  const hsize_t n = std::max<hsize_t>(count, 1);
+  h5::Handle s(MESHTRAIN_H5_CHECK(H5Screate_simple(1, &n, nullptr)), H5Sclose);
+  if (count == 0) MESHTRAIN_H5_CHECK(H5Sselect_none(s));
+  return s;
+}
+
+h5::Handle transfer_list(bool collective) {
+  h5::Handle p(MESHTRAIN_H5_CHECK(H5Pcreate(H5P_DATASET_XFER)), H5Pclose);
+  MESHTRAIN_H5_CHECK(H5Pset_dxpl_mpio(p, collective ? H5FD_MPIO_COLLECTIVE : H5FD_MPIO_INDEPENDENT));
+  return p;
+}
+
+std::vector<TensorTransfer> plan_transfers(MPI_Comm comm, const std::vector<std::vector<int>>& mine,
+                                           const std::vector<TensorPiece>& pieces, Transfer mode) {
+  const std::size_t n = mine.size();
+  // [t]: rounds (max over ranks), [n + t]: 0 when this rank's pieces are one contiguous run of
+  // the file or none (max over ranks: 0 when that holds everywhere).
+  std::vector<int> v(2 * n, 0);
+  for (std::size_t t = 0; t < n; ++t) {
+    v[t] = static_cast<int>(mine[t].size());
+    bool one_run = mine[t].size() <= 1;
+    if (mine[t].size() == 1) {
+      const TensorPiece& pc = pieces[static_cast<std::size_t>(mine[t][0])];
+      const auto first = pc.param->global_index(static_cast<std::int64_t>(pc.local_begin),
+                                                pc.tp_rank, pc.tp_size);
+      const auto last = pc.param->global_index(
+          static_cast<std::int64_t>(pc.local_begin + pc.count - 1), pc.tp_rank, pc.tp_size);
+      one_run = last - first + 1 == static_cast<std::int64_t>(pc.count);  // indices increase
+    }
+    v[n + t] = one_run ? 0 : 1;
+  }
+  MESHTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_INT,
+                                    MPI_MAX, comm));
+  std::vector<TensorTransfer> out(n);
+  for (std::size_t t = 0; t < n; ++t) {
+    out[t].rounds = v[t];
+    out[t].independent = mode == Transfer::independent ||
+                         (mode == Transfer::automatic && v[n + t] == 0);
+  }
+  return out;
+}
+
+h5::Handle mpio_access(MPI_Comm comm) {
+  h5::Handle p(MESHTRAIN_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
+  MESHTRAIN_H5_CHECK(H5Pset_fapl_mpio(p, comm, MPI_INFO_NULL));
+  // Metadata (object headers, attributes, links) is read by one rank and broadcast, and written
+  // collectively: a file with hundreds of datasets opens in one round of messages, not one
+  // small read per rank per object.
+  MESHTRAIN_H5_CHECK(H5Pset_all_coll_metadata_ops(p, true));
+  MESHTRAIN_H5_CHECK(H5Pset_coll_metadata_write(p, true));
+  // The 1.8 file format (readable by every HDF5 since 1.8, h5py included) stores the many root
+  // attributes densely and checksums object headers.
+  MESHTRAIN_H5_CHECK(H5Pset_libver_bounds(p, H5F_LIBVER_V18, H5F_LIBVER_V18));
+  return p;
+}
+
+void broadcast(MPI_Comm comm, std::string& s) {
+  unsigned long long n = s.size();
+  MESHTRAIN_MPI_CHECK(MPI_Bcast(&n, 1, MPI_UNSIGNED_LONG_LONG, 0, comm));
+  s.resize(static_cast<std::size_t>(n));
+  if (n > 0) MESHTRAIN_MPI_CHECK(MPI_Bcast(s.data(), static_cast<int>(n), MPI_CHAR, 0, comm));
+}
+
+namespace {
+
+// 0 ok, 1 ConfigError, 2 other error.
+void settle(MPI_Comm comm, const std::string& what, int kind, std::string msg) {
+  int rank = 0, size = 1;
+  MESHTRAIN_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  MESHTRAIN_MPI_CHECK(MPI_Comm_size(comm, &size));
+  const int mine = kind != 0 ? rank : size;
+  int first = size;
+  MESHTRAIN_MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
+  if (first == size) return;
+  MESHTRAIN_MPI_CHECK(MPI_Bcast(&kind, 1, MPI_INT, first, comm));
+  unsigned long long n = msg.size();
+  MESHTRAIN_MPI_CHECK(MPI_Bcast(&n, 1, MPI_UNSIGNED_LONG_LONG, first, comm));
+  msg.resize(static_cast<std::size_t>(n));
+  if (n > 0) MESHTRAIN_MPI_CHECK(MPI_Bcast(msg.data(), static_cast<int>(n), MPI_CHAR, first, comm));
+  if (!what.empty()) msg = cat(what, ": ", msg);
+  if (first != rank && kind != 1) msg = cat(msg, " (reported by rank ", first, ")");
+  if (kind == 1) throw Agreed<ConfigError>(msg);
+  throw Agreed<Error>(msg);
+}
+
+}  // namespace
+
+void agree(MPI_Comm comm, const std::string& what, const std::function<void()>& f) {
+  int kind = 0;
+  std::string msg;
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    kind = 1, msg = e.what();
+  } catch (const std::exception& e) {
+    kind = 2, msg = e.what();
+  }
+  settle(comm, what, kind, std::move(msg));
+}
+
+void on_root(MPI_Comm comm, const std::string& what, const std::function<void()>& f) {
+  int rank = 0;
+  MESHTRAIN_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  agree(comm, what, [&] {
+    if (rank == 0) f();
+  });
+}
+
+const std::vector<ModelKey>& model_keys() {
+  using C = model::GptConfig;
+  static const std::vector<ModelKey> keys = {
+      {"model.n_layer", &C::n_layer},       {"model.n_head", &C::n_head},
+      {"model.n_embd", &C::n_embd},         {"model.vocab_size", &C::vocab_size},
+      {"model.block_size", &C::block_size}, {"model.vocab_pad", &C::vocab_pad},
+  };
+  return keys;
+}
+
+}  // namespace meshtrain::io::ckpt

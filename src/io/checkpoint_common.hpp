@@ -1,0 +1,109 @@
+#pragma once
+// What the checkpoint writer and reader share (private to src/io): the tensor list of a model,
+// the mapping of a rank's pieces onto datasets, HDF5 selections of pieces and the collective
+// error agreement.
+#include <mpi.h>
+
+#include <functional>
+#include <type_traits>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "hdf5_util.hpp"
+#include "meshtrain/io/checkpoint.hpp"
+
+namespace meshtrain::io::ckpt {
+
+// The registry of the whole model on one rank (tp = 1, one stage, every block): the names and
+// global shapes of every tensor a checkpoint holds, in a fixed order every rank agrees on.
+model::ParameterRegistry full_registry(const model::GptConfig& cfg);
+
+std::string dataset_path(const std::string& prefix, const std::string& name);
+
+// For each tensor of the full registry, the indices of the pieces of `pieces` that belong to it.
+// Error when a piece names a parameter the model does not have or another global shape.
+std::vector<std::vector<int>> pieces_by_tensor(const model::ParameterRegistry& full,
+                                               const std::vector<TensorPiece>& pieces,
+                                               const std::string& prefix);
+
+// File-space selection of a piece's global elements (union of hyperslabs) in a copy of
+// `file_space`; or nothing.
+h5::Handle piece_selection(hid_t file_space, const TensorPiece& piece);
+h5::Handle empty_selection(hid_t file_space);
+// A 1-D memory space of `count` elements, all selected (count = 0: nothing selected).
+h5::Handle memory_space(std::size_t count);
+
+// Dataset transfer lists: collective or independent MPI-IO.
+h5::Handle transfer_list(bool collective);
+
+// How one tensor's data moves. Collective: as many collective calls as the rank with most pieces
+// of it needs (ranks with fewer take part with empty selections). Independent: each rank writes
+// or reads its pieces on its own, which `Transfer::automatic` chooses when every rank's pieces
+// of the tensor are at most one contiguous run of the file (no two-phase exchange to gain, and no
+// rank waits for another).
+struct TensorTransfer {
+  int rounds = 0;
+  bool independent = false;
+};
+// `mine[t]`: indices into `pieces` of this rank's pieces of tensor t. Collective (all-reduces).
+std::vector<TensorTransfer> plan_transfers(MPI_Comm comm, const std::vector<std::vector<int>>& mine,
+                                           const std::vector<TensorPiece>& pieces, Transfer mode);
+
+// Moves this rank's pieces `mine` of dataset `d` between the file and data[i] (float* to read,
+// const float* to write).
+template <class Ptr>
+void transfer(hid_t d, const TensorTransfer& how, const std::vector<int>& mine,
+              const std::vector<TensorPiece>& pieces, const std::vector<Ptr>& data,
+              hid_t collective, hid_t independent) {
+  constexpr bool kWrite = std::is_const_v<std::remove_pointer_t<Ptr>>;
+  h5::Handle fspace(MESHTRAIN_H5_CHECK(H5Dget_space(d)), H5Sclose);
+  auto move = [&](const TensorPiece* pc, Ptr buf, hid_t dxpl) {
+    h5::Handle fsel = pc ? piece_selection(fspace, *pc) : empty_selection(fspace);
+    h5::Handle msp = memory_space(pc ? pc->count : 0);
+    if constexpr (kWrite) MESHTRAIN_H5_CHECK(H5Dwrite(d, H5T_NATIVE_FLOAT, msp, fsel, dxpl, buf));
+    else MESHTRAIN_H5_CHECK(H5Dread(d, H5T_NATIVE_FLOAT, msp, fsel, dxpl, buf));
+  };
+  if (how.independent) {
+    for (int i : mine) move(&pieces[static_cast<std::size_t>(i)], data[static_cast<std::size_t>(i)], independent);
+    return;
+  }
+  float dummy = 0.0f;
+  for (int r = 0; r < how.rounds; ++r) {
+    if (r < static_cast<int>(mine.size())) {
+      const auto i = static_cast<std::size_t>(mine[static_cast<std::size_t>(r)]);
+      move(&pieces[i], data[i], collective);
+    } else {
+      move(nullptr, &dummy, collective);
+    }
+  }
+}
+// File access list: MPI-IO on `comm`, collective metadata reads and writes.
+h5::Handle mpio_access(MPI_Comm comm);
+
+// The exceptions `agree` throws carry this tag: every rank throws at the same point, so unwinding
+// may close files collectively. Any other exception may be one rank's alone: handles are then
+// released, not closed (see h5::Handle::release).
+struct AgreedTag {};
+template <class Base>
+struct Agreed : Base, AgreedTag {
+  explicit Agreed(const std::string& what) : Base(what) {}
+};
+
+// Runs `f` on every rank; if it throws on any rank, every rank throws the same exception type
+// (ConfigError when the first failing rank had one, else Error) with the lowest failing rank's
+// message, so no rank is left waiting in a later collective. `what` prefixes the message.
+void agree(MPI_Comm comm, const std::string& what, const std::function<void()>& f);
+// Runs `f` on rank 0 only, then agrees as above.
+void on_root(MPI_Comm comm, const std::string& what, const std::function<void()>& f);
+
+void broadcast(MPI_Comm comm, std::string& s);
+
+// Root attributes holding the model configuration.
+struct ModelKey {
+  const char* attr;  // "model.n_layer"
+  int model::GptConfig::*field;
+};
+const std::vector<ModelKey>& model_keys();
+
+}  // namespace meshtrain::io::ckpt

@@ -1,0 +1,33 @@
+# The scripts around the executable (label 'scripts', no MPI, a few seconds in all): Slurm jobs,
+# Spack files, the scaling driver. shellcheck and python3-yaml come from .ci/install-deps.
+find_program(MESHTRAIN_SHELLCHECK shellcheck)
+find_package(Python3 COMPONENTS Interpreter)
+
+function(meshtrain_script_test name)
+  add_test(NAME scripts_${name} COMMAND ${ARGN} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(scripts_${name} PROPERTIES LABELS scripts TIMEOUT 120)
+endfunction()
+
+# A missing tool fails its test with the reason, instead of skipping what CI must check.
+set(_missing sh -c "echo \"$0 not found: run .ci/install-deps\" >&2; exit 1")
+
+file(GLOB _shell_scripts CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/jobs/*.sh
+  ${PROJECT_SOURCE_DIR}/jobs/lib/*.sh ${PROJECT_SOURCE_DIR}/tests/scripts/*.sh)
+if(MESHTRAIN_SHELLCHECK)
+  meshtrain_script_test(shellcheck ${MESHTRAIN_SHELLCHECK} ${_shell_scripts})
+else()
+  meshtrain_script_test(shellcheck ${_missing} shellcheck)
+endif()
+
+meshtrain_script_test(slurm_jobs bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/test_slurm_jobs.sh
+  ${PROJECT_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/scripts_slurm_jobs)
+
+if(Python3_Interpreter_FOUND)
+  meshtrain_script_test(spack ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/scripts/test_spack.py
+    ${PROJECT_SOURCE_DIR})
+  meshtrain_script_test(scaling ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/scripts/test_scaling.py
+    ${PROJECT_SOURCE_DIR})
+else()
+  meshtrain_script_test(spack ${_missing} python3)
+  meshtrain_script_test(scaling ${_missing} python3)
+endif()
