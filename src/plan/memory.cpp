@@ -55,10 +55,6 @@ std::string layout_error(const model::GptConfig& cfg, int seq_len, const Layout&
         !(l.sequence_parallel && l.tp > 1) ||
             (static_cast<long>(l.micro_batch) * seq_len) % l.tp == 0,
         "tp.sequence_parallel: micro_batch x seq_len must be divisible by mesh.tp=", l.tp);
-    // The tied embedding: ZeRO 2/3 shard wte's gradient differently on the first and last stage
-    // (GradSync::set_embedding_group refuses it).
-    MESHTRAIN_CONFIG_CHECK(l.zero_stage < 2 || l.pp == 1, "zero.stage=", l.zero_stage,
-                           " with mesh.pp > 1 is not supported (tied embedding)");
     parallel::validate(l.schedule_spec(), cfg.n_layer);
     // The registry checks tp against heads, widths and the padded vocabulary.
     detail::cached_registry(cfg, seq_len, l, 0);
@@ -142,8 +138,8 @@ std::vector<MemoryBreakdown> memory_per_stage(const model::GptConfig& cfg, int s
 
     // ---- communication buffers ----
     if (par && l.zero_stage >= 2) {
-      const auto pools =
-          detail::replay_zero_pools(reg, buckets, part, l.dp, l.zero_stage, l.n_micro);
+      const auto pools = detail::replay_zero_pools(reg, buckets, part, l.dp, l.zero_stage, spec,
+                                                   s, chunks);
       m.comm_buffers += static_cast<double>((pools.grad_elems + pools.param_elems) * E);
     }
     if (par && (l.zero_stage == 1 || l.zero_stage == 2) && l.dp > 1) {

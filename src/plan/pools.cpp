@@ -48,7 +48,7 @@ class Pool {
 class ZeroReplay {
  public:
   ZeroReplay(const model::ParameterRegistry& reg, const std::vector<parallel::Bucket>& buckets,
-             const parallel::ZeroPartition& part, int dp, int stage)
+             const parallel::ZeroPartition& part, int dp, int stage, bool deferred_wte)
       : buckets_(buckets), stage_(stage), dp_(dp), instant_(dp == 1) {
     const int U = static_cast<int>(reg.units().size());
     const int B = static_cast<int>(buckets.size());
@@ -65,6 +65,7 @@ class ZeroReplay {
     grad_launch_.assign(B, 0);
     pending_.assign(B, 0);
     param_buf_.assign(U, -1);
+    if (deferred_wte && reg.embedding_unit() >= 0) deferred_ = unit_bucket_[reg.embedding_unit()];
     reset_counts();
   }
 
@@ -97,7 +98,7 @@ class ZeroReplay {
     const int b = unit_bucket_[u];
     if (--pending_[b] == 0) {
       pending_[b] = units_in(b);
-      launch(b);
+      if (b != deferred_) launch(b);
     }
     if (stage_ == 3) release_params(u);
   }
@@ -186,6 +187,7 @@ class ZeroReplay {
   int stage_, dp_;
   bool instant_;  // dp = 1: collectives complete when first tested; otherwise when waited for
   int head_ = -1, tied_ = -1;
+  int deferred_ = -1;  // pp > 1: the bucket holding wte, reduced in finish()
   long clock_ = 0;
   std::vector<int> unit_bucket_, grad_buf_, inflight_, pending_, param_buf_;
   std::vector<std::size_t> piece_;
@@ -199,34 +201,49 @@ class ZeroReplay {
 ZeroPools replay_zero_pools(const model::ParameterRegistry& reg,
                             const std::vector<parallel::Bucket>& buckets,
                             const parallel::ZeroPartition& part, int dp, int zero_stage,
-                            int n_micro) {
+                            const parallel::ScheduleSpec& spec, int stage,
+                            const std::vector<model::LayerRange>& chunks) {
   if (zero_stage < 2) return {};
-  ZeroReplay z(reg, buckets, part, dp, zero_stage);
+  // GradSync::set_embedding_group defers the wte bucket on the stages of the embedding group.
+  const bool deferred = spec.pp > 1 && (stage == 0 || stage == spec.pp - 1);
+  ZeroReplay z(reg, buckets, part, dp, zero_stage, deferred);
   const int eu = reg.embedding_unit(), hu = reg.head_unit();
-  std::vector<int> blocks;  // block units in layer order
-  for (int u = 0; u < static_cast<int>(reg.units().size()); ++u)
-    if (reg.units()[u].layer >= 0) blocks.push_back(u);
+  const int last = static_cast<int>(chunks.size()) - 1;
+  // The hooks of GptT::forward / backward for chunk c (gpt.cpp, gpt_layers.cpp).
+  auto forward = [&](int c) {
+    if (c == 0 && reg.has_embedding() && eu >= 0) z.before_forward(eu);
+    for (int l = chunks[c].first; l < chunks[c].last; ++l) z.before_forward(reg.unit_of_layer(l));
+    if (c == last && hu >= 0) {  // the head, whose backward runs inside its forward
+      z.before_forward(hu);
+      if (eu >= 0) z.before_forward(eu);
+      z.before_backward(hu);
+      if (eu >= 0) z.before_backward(eu);
+      z.after_backward(hu);
+      if (eu >= 0 && !reg.has_embedding()) z.after_backward(eu);
+    }
+  };
+  auto backward = [&](int c) {
+    for (int l = chunks[c].last - 1; l >= chunks[c].first; --l) {
+      z.before_backward(reg.unit_of_layer(l));
+      z.after_backward(reg.unit_of_layer(l));
+    }
+    if (c == 0 && reg.has_embedding() && eu >= 0) {
+      z.before_backward(eu);
+      z.after_backward(eu);
+    }
+  };
+  const auto actions = spec.pp > 1 ? parallel::build_schedule(spec, stage)
+                                   : std::vector<parallel::Action>{};
   for (int step = 0; step < 2; ++step) {  // the pools reach their size in the first step
-    for (int m = 0; m < n_micro; ++m) {
-      // GptT::forward_train: embedding, blocks, head (whose backward runs inside it).
-      if (eu >= 0 && reg.has_embedding()) z.before_forward(eu);
-      for (int u : blocks) z.before_forward(u);
-      if (hu >= 0) {
-        z.before_forward(hu);
-        if (eu >= 0) z.before_forward(eu);
-        z.before_backward(hu);
-        if (eu >= 0) z.before_backward(eu);
-        z.after_backward(hu);
-        if (eu >= 0 && !reg.has_embedding()) z.after_backward(eu);
+    if (spec.pp == 1) {
+      for (int m = 0; m < spec.n_micro; ++m) {
+        forward(0);
+        backward(0);
       }
-      // GptT::backward: blocks in reverse, then the embedding.
-      for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
-        z.before_backward(*it);
-        z.after_backward(*it);
-      }
-      if (eu >= 0 && reg.has_embedding()) {
-        z.before_backward(eu);
-        z.after_backward(eu);
+    } else {
+      for (const auto& a : actions) {
+        if (a.op == parallel::Op::forward) forward(a.chunk);
+        if (a.op == parallel::Op::backward) backward(a.chunk);
       }
     }
     z.finish();

@@ -12,9 +12,11 @@
 
 namespace meshtrain::plan::detail {
 
-// Elements allocated by GradSync's pools on a single-chunk stage (ZeRO 2/3 run with pp = 1):
-// gradient bucket buffers (ZeRO 2/3) and gathered-unit buffers (ZeRO 3), over n_micro
-// micro-batches. With dp = 1 a collective completes when first tested. Otherwise a reduce-scatter
+// Elements allocated by GradSync's pools on pipeline stage `stage` (its `chunks`): gradient
+// bucket buffers (ZeRO 2/3) and gathered-unit buffers (ZeRO 3), over one step of the schedule
+// (the model's hook order: parallel::build_schedule's forwards and backwards, or the plain
+// micro-batch loop at pp = 1). With pp > 1 the bucket holding the tied wte on the first and last
+// stage is reduced once, in finish(), after its sum over the embedding group. With dp = 1 a collective completes when first tested. Otherwise a reduce-scatter
 // is taken to complete only when something waits for it (a full pool, the bucket's next launch,
 // finish(), and at ZeRO-3 the wait for a later gather on the same communicator): the upper bound
 // of the pool. A run whose reduce-scatters finish early (a test at a later hook found them done)
@@ -26,7 +28,8 @@ struct ZeroPools {
 ZeroPools replay_zero_pools(const model::ParameterRegistry& reg,
                             const std::vector<parallel::Bucket>& buckets,
                             const parallel::ZeroPartition& part, int dp, int zero_stage,
-                            int n_micro);
+                            const parallel::ScheduleSpec& spec, int stage,
+                            const std::vector<model::LayerRange>& chunks);
 
 // Message buffers the pipeline runner of `stage` allocates (each activation_elems()), replaying
 // its action list with receives posted `recv_ahead` ahead and sends completing when reaped.

@@ -170,7 +170,6 @@ SearchResult search(const model::GptConfig& cfg, int seq_len, const SearchOption
         for (auto [kind, v] : scheds)
           for (int zero : opt.zero_stages) {
             if (dp == 1 && zero > 0) continue;  // nothing to shard over
-            if (zero >= 2 && pp > 1) continue;  // refused by the code (tied embedding)
             for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
               Layout l;
               l.dp = dp;
