@@ -1,6 +1,8 @@
 #include "meshtrain/app/subcommand_table.hpp"
 
 #include "meshtrain/app/convert.hpp"
+#include "meshtrain/app/bench_cmd.hpp"
+#include "meshtrain/app/plan_cmd.hpp"
 #include "meshtrain/app/prep.hpp"
 #include "meshtrain/app/selfcheck.hpp"
 #include "meshtrain/app/train_cmd.hpp"
@@ -19,6 +21,11 @@ const std::vector<Subcommand>& subcommand_table() {
        prep_options, cmd_prep},
       {"convert", "export a training checkpoint's model as a HuggingFace folder (safetensors)",
        convert_options, cmd_convert},
+      {"plan", "predict memory and step time of every layout for a model and cluster, rank them, "
+               "write the chosen one's config and Slurm job, validate on this job",
+       plan_options, cmd_plan},
+      {"bench", "measure the planner's calibration on this machine (GEMM, attention, memory, "
+                "collectives) into a JSON file", bench_options, cmd_bench},
   };
   return table;
 }

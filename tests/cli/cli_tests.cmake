@@ -131,3 +131,5 @@ meshtrain_cli_test(convert_no_checkpoint 0 2 "no checkpoint to resume from" conv
 meshtrain_cli_test(train_bad_ckpt_io 1 2
   "ckpt.io='fast' is not one of automatic, collective, independent" train --ckpt.io fast
   --train.out_dir ${CMAKE_BINARY_DIR}/cli_resume/bad_io)
+# The planner and its calibration benchmark.
+include(${CMAKE_CURRENT_SOURCE_DIR}/cli/plan_cli_tests.cmake)

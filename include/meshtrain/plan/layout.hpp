@@ -1,0 +1,44 @@
+#pragma once
+// A training layout as the planner sees it: everything that changes memory or step time, with
+// the names of the options that `meshtrain train` takes for it (mesh.*, zero.*, pp.*, tp.*,
+// train.*, dp.bucket_mb). Pure data, no MPI.
+#include <cstddef>
+#include <string>
+
+#include "meshtrain/parallel/schedule.hpp"
+
+namespace meshtrain::plan {
+
+enum class Precision { fp32, bf16, fp16 };
+Precision parse_precision(const std::string& text);  // ConfigError naming train.precision
+const char* precision_name(Precision p);
+// Bytes of the compute type of parameters, activations and gradients.
+inline std::size_t compute_bytes(Precision p) { return p == Precision::fp32 ? 4 : 2; }
+
+struct Layout {
+  int dp = 1, pp = 1, tp = 1;
+  int zero_stage = 0;                // zero.stage
+  bool offload = false;              // zero.offload_optimizer = cpu
+  int micro_batch = 1;               // train.micro_batch (sequences)
+  int n_micro = 1;                   // train.grad_accum: micro-batches per step per dp rank
+  parallel::ScheduleKind schedule = parallel::ScheduleKind::one_f_one_b;  // pp.schedule
+  int virtual_chunks = 1;            // pp.virtual_chunks
+  bool sequence_parallel = false;    // tp.sequence_parallel
+  bool recompute = false;            // train.recompute
+  Precision precision = Precision::fp32;
+  std::size_t bucket_bytes = 25u << 20;  // dp.bucket_mb
+
+  long world() const { return static_cast<long>(dp) * pp * tp; }
+  long global_batch() const { return static_cast<long>(micro_batch) * n_micro * dp; }
+  // Whether `meshtrain train` runs it through the parallel context (communicators, GradSync,
+  // the sharded optimizer) rather than the plain single-rank path.
+  bool parallel_path() const { return world() > 1 || zero_stage > 0 || offload; }
+  // The schedule the context builds (pp = 1: the trivial one).
+  parallel::ScheduleSpec schedule_spec() const;
+  // "dp 8 x pp 2 (1f1b) x tp 4 sp, ZeRO-1, mb 2 x 16, recompute, bf16"
+  std::string name() const;
+  // Compact key for tables: "8x2x4 z1 mb2x16 1f1b sp rc"
+  std::string short_name() const;
+};
+
+}  // namespace meshtrain::plan

@@ -1,0 +1,158 @@
+#include "meshtrain/app/plan_run.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+#include <memory>
+
+#include "meshtrain/comm/factory.hpp"
+#include "meshtrain/core/alloc_tracker.hpp"
+#include "meshtrain/core/error.hpp"
+#include "meshtrain/core/timer.hpp"
+#include "meshtrain/kernels/gemm.hpp"
+#include "meshtrain/model/gpt.hpp"
+#include "meshtrain/parallel/context.hpp"
+#include "meshtrain/parallel/grad_sync.hpp"
+#include "meshtrain/train/trainer.hpp"
+
+namespace meshtrain::app {
+
+double LayoutRun::median_step(int skip) const {
+  std::vector<double> t(step_seconds.begin() + std::min<std::size_t>(skip, step_seconds.size()),
+                        step_seconds.end());
+  if (t.empty()) return step_seconds.empty() ? 0.0 : step_seconds.back();
+  std::sort(t.begin(), t.end());
+  return t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
+}
+
+void quiet_barrier(MPI_Comm comm) {
+  MPI_Request req;
+  MPI_Ibarrier(comm, &req);
+  int done = 0;
+  while (!done) {
+    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+MachineProbe probe_machine(MPI_Comm comm) {
+  const int M = 256, N = 1024, K = 256;
+  View1<float> a("meshtrain::probe.a", std::size_t(M) * K), b("meshtrain::probe.b", std::size_t(K) * N),
+      c("meshtrain::probe.c", std::size_t(M) * N);
+  auto loop = [&] {
+    Timer t;
+    for (int i = 0; i < 40; ++i)
+      kernels::gemm<float>(ExecSpace{}, kernels::Trans::N, kernels::Trans::N, M, N, K, 1.0f,
+                           a.data(), K, b.data(), N, 0.0f, c.data(), N);
+    Kokkos::fence();
+    return t.seconds();
+  };
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  MachineProbe p;
+  if (rank == 0) {
+    loop();
+    p.alone_s = loop();
+  }
+  quiet_barrier(comm);
+  MPI_Barrier(comm);
+  const double mine = loop();
+  MPI_Allreduce(&mine, &p.together_s, 1, MPI_DOUBLE, MPI_MAX, comm);
+  MPI_Bcast(&p.alone_s, 1, MPI_DOUBLE, 0, comm);
+  return p;
+}
+
+namespace {
+
+template <class T>
+LayoutRun run_typed(MPI_Comm world, const model::GptConfig& cfg, int seq_len,
+                    const plan::Layout& l, const io::TokenDataset& data, int steps,
+                    std::uint64_t seed) {
+  int wsize = 0;
+  MPI_Comm_size(world, &wsize);
+  MESHTRAIN_CONFIG_CHECK(wsize == l.world(), "layout ", l.name(), " needs ", l.world(),
+                         " ranks, the job has ", wsize);
+  LayoutRun r;
+  // The initialisation buffer of ZeRO-3 is a temporary of this function, not of training;
+  // Kokkos' own team scratch and the kernels' process-wide scalars (allocated once per process,
+  // on first use) belong to the runtime overhead, not to the layout.
+  AllocTracker tracker({"init.params", "Kokkos::", "scratch_"});
+  std::unique_ptr<parallel::ParallelContext> par;
+  model::ModelLayout ml;
+  ml.recompute = l.recompute;
+  if (l.parallel_path()) {
+    parallel::ParallelConfig pc;
+    pc.shape = mesh::Shape{l.dp, l.pp, l.tp};
+    pc.backend = comm::default_backend();
+    pc.sequence_parallel = l.sequence_parallel;
+    pc.schedule = l.schedule;
+    pc.virtual_chunks = l.virtual_chunks;
+    pc.dp.zero_stage = l.zero_stage;
+    pc.dp.offload = l.offload;
+    pc.dp.bucket_bytes = l.bucket_bytes;
+    par = std::make_unique<parallel::ParallelContext>(world, pc, cfg, seq_len, l.n_micro);
+    ml = par->layout(l.recompute);
+    r.stage = par->stage();
+  }
+  model::GptT<T> m(cfg, l.micro_batch, seq_len, ml);
+  {
+    View1<T> full = m.params();
+    if (full.span() == 0) full = zeros<T>("init.params", m.registry().size());
+    m.init_parameters_into(seed, full);
+    train::TrainConfig tc;
+    tc.micro_batch = l.micro_batch;
+    tc.grad_accum = l.n_micro;
+    tc.seq_len = seq_len;
+    tc.steps = steps;
+    tc.seed = seed;
+    tc.eval_every = 0;
+    tc.log_every = 0;
+    tc.adamw.warmup_steps = 1;
+    tc.adamw.decay_steps = steps;
+    train::TrainerT<T> tr(m, tc, data, nullptr, par.get());
+    if (m.params().span() == 0) tr.parameters_ready(full);
+    full = View1<T>();
+    for (int s = 0; s < steps; ++s) {
+      MPI_Barrier(world);
+      const auto met = tr.step(s, false);
+      double t = met.step_seconds, slowest = 0;
+      MPI_Allreduce(&t, &slowest, 1, MPI_DOUBLE, MPI_MAX, world);
+      r.step_seconds.push_back(slowest);
+    }
+    r.peak_bytes = static_cast<double>(tracker.peak());
+    r.activations = static_cast<double>(m.activation_bytes());
+    r.model_buffers = static_cast<double>((m.params().span() + m.grads().span()) * sizeof(T));
+    const auto by = tracker.live_by_label();
+    auto sum_of = [&](std::initializer_list<const char*> prefixes) {
+      double s = 0;
+      for (const auto& [label, bytes] : by)
+        for (const char* p : prefixes)
+          if (label.rfind(p, 0) == 0) s += static_cast<double>(bytes);
+      return s;
+    };
+    r.model_buffers += sum_of({"zero.shard_"});
+    r.sync_buffers = sum_of({"zero.grad_bucket", "zero.param_gather", "zero.gather_"});
+    r.optimizer = sum_of({"optim."});
+  }
+  return r;
+}
+
+}  // namespace
+
+LayoutRun run_layout(MPI_Comm world, const model::GptConfig& cfg, int seq_len,
+                     const plan::Layout& l, const io::TokenDataset& data, int steps,
+                     std::uint64_t seed) {
+  if (l.precision == plan::Precision::fp32)
+    return run_typed<float>(world, cfg, seq_len, l, data, steps, seed);
+#if MESHTRAIN_HAVE_BF16
+  if (!kDeviceIsHost) {
+    if (l.precision == plan::Precision::bf16)
+      return run_typed<bf16>(world, cfg, seq_len, l, data, steps, seed);
+    return run_typed<fp16>(world, cfg, seq_len, l, data, steps, seed);
+  }
+#endif
+  throw ConfigError(cat("train.precision=", plan::precision_name(l.precision),
+                        " needs a GPU build (Kokkos 4 with CUDA); the CPU build runs fp32"));
+}
+
+}  // namespace meshtrain::app

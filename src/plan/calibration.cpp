@@ -1,0 +1,220 @@
+#include "meshtrain/plan/calibration.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "meshtrain/core/error.hpp"
+#include "meshtrain/io/json.hpp"
+
+namespace meshtrain::plan {
+
+double GemmPoint::intensity() const { return flops() / (2.0 * (m * k + k * n + m * n)); }
+
+double Calibration::gemm_tflops(double m, double n, double k) const {
+  if (gemm.empty()) return 1.0;
+  // Inverse-distance weighting in (log FLOPs, log arithmetic intensity): a GEMM is like the
+  // measured shapes nearest to it in size and in FLOPs per byte (a wide-and-thin product of
+  // the same FLOPs as a square one runs slower).
+  const GemmPoint q{m, n, k, 0};
+  const double lf = std::log(q.flops()), li = std::log(q.intensity());
+  double wsum = 0, tsum = 0;
+  for (const auto& g : gemm) {
+    const double df = std::log(g.flops()) - lf, di = std::log(g.intensity()) - li;
+    const double d2 = df * df + di * di;
+    if (d2 < 1e-12) return g.tflops;
+    const double w = 1.0 / (d2 * d2);
+    wsum += w;
+    tsum += w * g.tflops;
+  }
+  return tsum / wsum;
+}
+
+double Calibration::slowdown(double busy) const {
+  const auto& p = rank_slowdown;
+  if (p.empty() || busy <= p.front().first) return 1.0;
+  for (std::size_t i = 1; i < p.size(); ++i)
+    if (busy <= p[i].first) {
+      const double w = (busy - p[i - 1].first) / (p[i].first - p[i - 1].first);
+      return p[i - 1].second + w * (p[i].second - p[i - 1].second);
+    }
+  if (p.size() == 1) return p.back().second;
+  const auto &a = p[p.size() - 2], &b = p.back();  // the last segment, extended
+  return b.second + (busy - b.first) * (b.second - a.second) / (b.first - a.first);
+}
+
+namespace {
+
+double num(const io::Json& o, const char* key, double fallback, const std::string& what) {
+  const io::Json* v = o.find(key);
+  return v ? v->as_number(what + ": " + key) : fallback;
+}
+std::string str(const io::Json& o, const char* key, const std::string& fallback) {
+  const io::Json* v = o.find(key);
+  return v && v->kind == io::Json::Kind::string ? v->str : fallback;
+}
+bool flag(const io::Json& o, const char* key, bool fallback) {
+  const io::Json* v = o.find(key);
+  return v && v->kind == io::Json::Kind::boolean ? v->b : fallback;
+}
+
+LinkClass link(const io::Json* o, const std::string& what) {
+  LinkClass l;
+  if (!o) return l;
+  l.alpha_us = num(*o, "alpha_us", l.alpha_us, what);
+  l.busbw_gbs = num(*o, "busbw_gbs", l.busbw_gbs, what);
+  l.measured = flag(*o, "measured", false);
+  l.note = str(*o, "note", "");
+  MESHTRAIN_CONFIG_CHECK(l.busbw_gbs > 0 && l.alpha_us >= 0, what,
+                         ": busbw_gbs must be positive and alpha_us not negative");
+  return l;
+}
+
+std::string esc(const std::string& s) {
+  std::string r(1, '"');
+  r += io::json_escape(s);
+  r += '"';
+  return r;
+}
+std::string fmt(double v) {
+  char b[40];
+  std::snprintf(b, sizeof b, "%.6g", v);
+  return b;
+}
+std::string link_json(const LinkClass& l) {
+  std::ostringstream o;
+  o << "{\"alpha_us\": " << fmt(l.alpha_us) << ", \"busbw_gbs\": " << fmt(l.busbw_gbs)
+    << ", \"measured\": " << (l.measured ? "true" : "false") << ", \"note\": " << esc(l.note)
+    << "}";
+  return o.str();
+}
+
+}  // namespace
+
+Calibration parse_calibration(const std::string& text, const std::string& what) {
+  const io::Json j = io::Json::parse(text, what);
+  MESHTRAIN_CONFIG_CHECK(j.kind == io::Json::Kind::object, what, ": not a JSON object");
+  Calibration c;
+  c.machine = str(j, "machine", c.machine);
+  c.source = str(j, "source", "");
+  c.date = str(j, "date", "");
+  c.notes = str(j, "notes", "");
+  c.measured = flag(j, "measured", false);
+  c.device = str(j, "device", c.device);
+  MESHTRAIN_CONFIG_CHECK(c.device == "cpu" || c.device == "gpu", what, ": device '", c.device,
+                         "' is not cpu or gpu");
+  c.precision = str(j, "precision", c.precision);
+  c.peak_tflops = num(j, "peak_tflops", 0, what);
+  if (const io::Json* r = j.find("rank_slowdown")) {
+    MESHTRAIN_CONFIG_CHECK(r->kind == io::Json::Kind::array, what,
+                           ": rank_slowdown must be an array of [ranks, slowdown] pairs");
+    c.rank_slowdown.clear();
+    for (const auto& p : r->arr) {
+      MESHTRAIN_CONFIG_CHECK(p.kind == io::Json::Kind::array && p.arr.size() == 2, what,
+                             ": rank_slowdown must be an array of [ranks, slowdown] pairs");
+      c.rank_slowdown.emplace_back(p.arr[0].as_number(what), p.arr[1].as_number(what));
+      MESHTRAIN_CONFIG_CHECK(c.rank_slowdown.back().first >= 1 &&
+                                 c.rank_slowdown.back().second > 0,
+                             what, ": rank_slowdown needs ranks >= 1 and positive slowdowns");
+    }
+    std::sort(c.rank_slowdown.begin(), c.rank_slowdown.end());
+    if (c.rank_slowdown.empty()) c.rank_slowdown = {{1, 1}};
+  }
+  if (const io::Json* g = j.find("gemm")) {
+    MESHTRAIN_CONFIG_CHECK(g->kind == io::Json::Kind::array, what, ": gemm must be an array");
+    for (const auto& p : g->arr) {
+      GemmPoint pt{num(p, "m", 0, what), num(p, "n", 0, what), num(p, "k", 0, what),
+                   num(p, "tflops", 0, what)};
+      MESHTRAIN_CONFIG_CHECK(pt.flops() > 0 && pt.tflops > 0, what,
+                             ": every gemm point needs positive m, n, k and tflops");
+      c.gemm.push_back(pt);
+    }
+  }
+  if (const io::Json* a = j.find("attention")) {
+    c.attention_fwd_tflops = num(*a, "fwd_tflops", c.attention_fwd_tflops, what);
+    c.attention_bwd_tflops = num(*a, "bwd_tflops", c.attention_bwd_tflops, what);
+  }
+  c.memory_gbs = num(j, "memory_gbs", c.memory_gbs, what);
+  if (const io::Json* k = j.find("kernels_gbs")) {
+    c.elementwise_gbs = num(*k, "elementwise", c.elementwise_gbs, what);
+    c.gelu_gbs = num(*k, "gelu", c.gelu_gbs, what);
+    c.layernorm_gbs = num(*k, "layernorm", c.layernorm_gbs, what);
+    c.cross_entropy_gbs = num(*k, "cross_entropy", c.cross_entropy_gbs, what);
+    c.adamw_gbs = num(*k, "adamw", c.adamw_gbs, what);
+    c.host_adamw_gbs = num(*k, "host_adamw", c.host_adamw_gbs, what);
+  }
+  c.pcie_gbs = num(j, "pcie_gbs", c.pcie_gbs, what);
+  c.kernel_overhead_us = num(j, "kernel_overhead_us", 0, what);
+  c.step_overhead_ms = num(j, "step_overhead_ms", 0, what);
+  c.dp_overlap = std::clamp(num(j, "dp_overlap", 1, what), 0.0, 1.0);
+  c.runtime_bytes = num(j, "runtime_bytes", 0, what);
+  c.device_memory_gib = num(j, "device_memory_gib", 0, what);
+  c.probe_alone_s = num(j, "probe_alone_s", 0, what);
+  c.usable_memory_fraction = num(j, "usable_memory_fraction", 0.95, what);
+  if (const io::Json* l = j.find("links")) {
+    c.intra = link(l->find("intra"), what + ": links.intra");
+    c.inter = link(l->find("inter"), what + ": links.inter");
+  }
+  if (const io::Json* s = j.find("scale")) {
+    c.scale_compute = num(*s, "compute", 1, what);
+    c.scale_comm = num(*s, "comm", 1, what);
+    c.validated_layouts = static_cast<int>(num(*s, "validated_layouts", 0, what));
+  }
+  for (double v : {c.attention_fwd_tflops, c.attention_bwd_tflops, c.memory_gbs,
+                   c.elementwise_gbs, c.gelu_gbs, c.layernorm_gbs, c.cross_entropy_gbs,
+                   c.adamw_gbs, c.host_adamw_gbs, c.pcie_gbs, c.scale_compute, c.scale_comm})
+    MESHTRAIN_CONFIG_CHECK(v > 0, what, ": throughputs, bandwidths and scales must be positive");
+  return c;
+}
+
+Calibration load_calibration(const std::string& path) {
+  std::ifstream in(path);
+  MESHTRAIN_CONFIG_CHECK(in.good(), "calibration file '", path,
+                         "' (plan.calibration) cannot be opened; `meshtrain bench` writes one");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_calibration(ss.str(), path);
+}
+
+std::string to_json(const Calibration& c) {
+  std::ostringstream o;
+  o << "{\n  \"format\": 1,\n  \"machine\": " << esc(c.machine) << ",\n  \"measured\": "
+    << (c.measured ? "true" : "false") << ",\n  \"source\": " << esc(c.source)
+    << ",\n  \"date\": " << esc(c.date) << ",\n  \"notes\": " << esc(c.notes)
+    << ",\n  \"device\": " << esc(c.device) << ",\n  \"precision\": " << esc(c.precision)
+    << ",\n  \"peak_tflops\": " << fmt(c.peak_tflops) << ",\n  \"rank_slowdown\": [";
+  for (std::size_t i = 0; i < c.rank_slowdown.size(); ++i)
+    o << (i ? ", [" : "[") << fmt(c.rank_slowdown[i].first) << ", "
+      << fmt(c.rank_slowdown[i].second) << "]";
+  o << "],\n  \"gemm\": [";
+  for (std::size_t i = 0; i < c.gemm.size(); ++i)
+    o << (i ? ",\n" : "\n") << "    {\"m\": " << fmt(c.gemm[i].m) << ", \"n\": " << fmt(c.gemm[i].n)
+      << ", \"k\": " << fmt(c.gemm[i].k) << ", \"tflops\": " << fmt(c.gemm[i].tflops) << "}";
+  o << "\n  ],\n  \"attention\": {\"fwd_tflops\": " << fmt(c.attention_fwd_tflops)
+    << ", \"bwd_tflops\": " << fmt(c.attention_bwd_tflops) << "},\n  \"memory_gbs\": "
+    << fmt(c.memory_gbs) << ",\n  \"kernels_gbs\": {\"elementwise\": " << fmt(c.elementwise_gbs)
+    << ", \"gelu\": " << fmt(c.gelu_gbs) << ", \"layernorm\": " << fmt(c.layernorm_gbs)
+    << ", \"cross_entropy\": " << fmt(c.cross_entropy_gbs) << ", \"adamw\": " << fmt(c.adamw_gbs)
+    << ", \"host_adamw\": " << fmt(c.host_adamw_gbs) << "},\n  \"pcie_gbs\": " << fmt(c.pcie_gbs)
+    << ",\n  \"kernel_overhead_us\": " << fmt(c.kernel_overhead_us)
+    << ",\n  \"step_overhead_ms\": " << fmt(c.step_overhead_ms)
+    << ",\n  \"dp_overlap\": " << fmt(c.dp_overlap) << ",\n  \"runtime_bytes\": "
+    << fmt(c.runtime_bytes) << ",\n  \"device_memory_gib\": " << fmt(c.device_memory_gib)
+    << ",\n  \"probe_alone_s\": " << fmt(c.probe_alone_s)
+    << ",\n  \"usable_memory_fraction\": "
+    << fmt(c.usable_memory_fraction) << ",\n  \"links\": {\n    \"intra\": " << link_json(c.intra)
+    << ",\n    \"inter\": " << link_json(c.inter) << "\n  },\n  \"scale\": {\"compute\": "
+    << fmt(c.scale_compute) << ", \"comm\": " << fmt(c.scale_comm)
+    << ", \"validated_layouts\": " << c.validated_layouts << "}\n}\n";
+  return o.str();
+}
+
+void save_calibration(const std::string& path, const Calibration& c) {
+  std::ofstream out(path);
+  MESHTRAIN_CONFIG_CHECK(out.good(), "cannot write the calibration file '", path, "'");
+  out << to_json(c);
+}
+
+}  // namespace meshtrain::plan

@@ -1,0 +1,370 @@
+// Step-time model (cost.hpp). Shapes are the ones GptT runs (gpt_layers.cpp): per block four
+// linears (c_attn [C, 3C/tp], attn.c_proj [C/tp, C], c_fc [C, 4C/tp], mlp.c_proj [4C/tp, C]),
+// causal attention over n_head/tp heads, two LayerNorms, GELU, two residual adds; the head's
+// logits [N, V/tp] and fused cross-entropy; N = micro_batch x seq_len rows (N/tp under SP for
+// the LayerNorm/residual region).
+#include "meshtrain/plan/cost.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+#include <vector>
+
+#include "meshtrain/mesh/rank_math.hpp"
+#include "meshtrain/model/registry.hpp"
+#include "meshtrain/parallel/partition.hpp"
+#include "meshtrain/parallel/zero_partition.hpp"
+#include "stage_cache.hpp"
+
+namespace meshtrain::plan {
+
+namespace {
+
+constexpr double kKernelsBlockFwd = 14, kKernelsBlockBwd = 22;  // launches per block
+
+double coll(const LinkClass& l, double factor, double bytes) {
+  return l.alpha_us * 1e-6 + factor * bytes / (l.busbw_gbs * 1e9);
+}
+double all_reduce(const LinkClass& l, int n, double bytes) {
+  return n <= 1 ? 0.0 : coll(l, 2.0 * (n - 1) / n, bytes);
+}
+double all_gather(const LinkClass& l, int n, double full_bytes) {  // also reduce-scatter
+  return n <= 1 ? 0.0 : coll(l, double(n - 1) / n, full_bytes);
+}
+
+struct Shapes {
+  double B, T, N, Nl, C, P, Vl, E;
+  bool sp;
+};
+
+struct Part {
+  double gemm = 0, attn = 0, mem = 0, tp = 0, kernels = 0;  // seconds; kernel launches (count)
+  double compute() const { return gemm + attn + mem; }
+  Part& operator+=(const Part& o) {
+    gemm += o.gemm, attn += o.attn, mem += o.mem, tp += o.tp, kernels += o.kernels;
+    return *this;
+  }
+  Part times(double k) const { return {gemm * k, attn * k, mem * k, tp * k, kernels * k}; }
+};
+
+double gemm(const Calibration& c, double m, double n, double k) {
+  return 2.0 * m * n * k / (c.gemm_tflops(m, n, k) * 1e12);
+}
+double membound(double elems, double bytes_per_elem, double gbs) {
+  return elems * bytes_per_elem / (gbs * 1e9);
+}
+
+// One transformer block, one micro-batch.
+std::pair<Part, Part> block(const Shapes& s, const Calibration& c, const LinkClass& tpl) {
+  using KB = KernelBytes;
+  const double N = s.N, Nl = s.Nl, C = s.C, P = s.P, E = s.E;
+  const double lin[4][2] = {{C, 3 * C / P}, {C / P, C}, {C, 4 * C / P}, {C / P * 4, C}};
+  Part f, b;
+  double oc_sum = 0, dw[4];
+  for (int i = 0; i < 4; ++i) {
+    const double ic = lin[i][0], oc = lin[i][1];
+    oc_sum += oc;
+    f.gemm += gemm(c, N, oc, ic);
+    dw[i] = gemm(c, ic, oc, N);
+    b.gemm += gemm(c, N, ic, oc) + dw[i];
+  }
+  const double att = 2.0 * s.B * (C / P) * s.T * s.T;  // causal: half of 4 B H T^2 HS
+  f.attn = att / (c.attention_fwd_tflops * 1e12);
+  b.attn = 2.5 * att / (c.attention_bwd_tflops * 1e12);
+  f.mem = membound(2 * Nl * C, KB::layernorm_fwd(E), c.layernorm_gbs) +
+               membound(N * oc_sum, KB::bias_fwd(E), c.elementwise_gbs) +
+               membound(N * 4 * C / P, KB::gelu_fwd(E), c.gelu_gbs) +
+               membound(2 * Nl * C, KB::residual(E), c.elementwise_gbs);
+  b.mem = membound(2 * Nl * C, KB::layernorm_bwd(E), c.layernorm_gbs) +
+               membound(N * oc_sum, KB::bias_bwd(E), c.elementwise_gbs) +
+               membound(N * 4 * C / P, KB::gelu_bwd(E), c.gelu_gbs);
+  f.kernels = kKernelsBlockFwd;
+  b.kernels = kKernelsBlockBwd;
+  if (P > 1) {
+    const int n = static_cast<int>(P);
+    const double act = N * C * E;
+    // Forward: two row-parallel reductions (SP: two gathers and two reduce-scatters).
+    f.tp = s.sp ? 2 * (all_gather(tpl, n, act) + all_gather(tpl, n, act))
+                : 2 * all_reduce(tpl, n, act);
+    // Backward: the column-parallel input gradients (c_fc, c_attn) reduce while the weight
+    // gradient GEMM of the same linear runs; SP adds the gathers of the residual gradient and
+    // the LayerNorm parameter-gradient sums.
+    const double red = s.sp ? all_gather(tpl, n, act) : all_reduce(tpl, n, act);
+    b.tp = std::max(0.0, red - dw[2]) + std::max(0.0, red - dw[0]);
+    if (s.sp) b.tp += 2 * all_gather(tpl, n, act) + 4 * all_reduce(tpl, n, C * E);
+  }
+  return {f, b};
+}
+
+// Head (final LayerNorm, logits, cross-entropy and, fused into the forward, their backward).
+Part head(const Shapes& s, const Calibration& c, const LinkClass& tpl) {
+  using KB = KernelBytes;
+  const double N = s.N, Nl = s.Nl, C = s.C, Vl = s.Vl, E = s.E;
+  Part h;
+  const double dw = gemm(c, Vl, C, N);
+  h.gemm = gemm(c, N, Vl, C) + gemm(c, N, C, Vl) + dw;
+  h.mem = membound(N * Vl, KB::cross_entropy(E), c.cross_entropy_gbs) +
+          membound(Nl * C, KB::layernorm_fwd(E) + KB::layernorm_bwd(E), c.layernorm_gbs);
+  h.kernels = 10;
+  if (s.P > 1) {
+    const int n = static_cast<int>(s.P);
+    h.tp = all_reduce(tpl, n, N * 4) + all_reduce(tpl, n, 2 * N * 4) +
+           std::max(0.0, all_reduce(tpl, n, N * C * E) - dw);
+    if (s.sp) h.tp += all_gather(tpl, n, N * C * E);
+  }
+  return h;
+}
+
+Part embedding(const Shapes& s, const Calibration& c, const LinkClass& tpl) {
+  Part e;
+  e.mem = membound(s.N * s.C, 3 * s.E, c.elementwise_gbs);  // forward; backward the same
+  e.kernels = 4;
+  if (s.P > 1) e.tp = all_reduce(tpl, static_cast<int>(s.P), s.N * s.C * s.E);
+  return e;
+}
+
+bool crosses_nodes(const Layout& l, mesh::Axis axis, int G) {
+  const mesh::Shape shape{l.dp, l.pp, l.tp};
+  const mesh::Order order;  // tp-dp-pp: the default of mesh.order
+  for (int r : {0, static_cast<int>(l.world()) - 1}) {
+    const auto g = mesh::group_along(r, axis, shape, order);
+    for (int x : g)
+      if (x / G != g.front() / G) return true;
+  }
+  return false;
+}
+
+// Exposed and total time of bucketed collectives launched as backward completes units: bucket
+// b is ready when its first unit's backward ends (units run in reverse), collectives run one
+// after another; what outlasts the backward is exposed, scaled by how much overlap the
+// transport achieves (MPI progresses only inside MPI calls).
+std::pair<double, double> bucket_timeline(const std::vector<double>& ready,
+                                          const std::vector<double>& cost, double bwd_end,
+                                          double overlap) {
+  double end = 0, total = 0;
+  for (std::size_t b = 0; b < cost.size(); ++b) {
+    end = std::max(end, ready[b]) + cost[b];
+    total += cost[b];
+  }
+  const double timeline = std::max(0.0, end - bwd_end);
+  return {overlap * timeline + (1 - overlap) * total, total};
+}
+
+}  // namespace
+
+Placement placement(const Layout& l, int G) {
+  Placement p;
+  G = std::max(G, 1);
+  p.tp_inter = crosses_nodes(l, mesh::Axis::tp, G);
+  p.dp_inter = crosses_nodes(l, mesh::Axis::dp, G);
+  p.pp_inter = crosses_nodes(l, mesh::Axis::pp, G);
+  return p;
+}
+
+StepCost step_cost(const model::GptConfig& cfg, int seq_len, const Layout& l,
+                   const Cluster& cluster, const Calibration& cal) {
+  using KB = KernelBytes;
+  const Placement pl = placement(l, cluster.gpus_per_node);
+  const LinkClass &tpl = pl.tp_inter ? cal.inter : cal.intra,
+                  &dpl = pl.dp_inter ? cal.inter : cal.intra,
+                  &ppl = pl.pp_inter ? cal.inter : cal.intra;
+  Shapes s;
+  s.B = l.micro_batch;
+  s.T = seq_len;
+  s.N = s.B * s.T;
+  s.P = l.tp;
+  s.sp = l.sequence_parallel && l.tp > 1;
+  s.Nl = s.sp ? s.N / s.P : s.N;
+  s.C = cfg.n_embd;
+  s.Vl = double(cfg.padded_vocab()) / l.tp;
+  s.E = static_cast<double>(compute_bytes(l.precision));
+  const int m = l.n_micro, v = l.virtual_chunks, dp = l.dp;
+  const auto [bf, bb] = block(s, cal, tpl);
+  const Part hd = head(s, cal, tpl), em = embedding(s, cal, tpl);
+
+  const auto& pieces = detail::cached_pieces(cfg, seq_len, l);
+  StepCost out;
+  double worst_mb = -1, node_work = 0;
+  for (int st = 0; st < l.pp; ++st) {
+    const auto chunks = parallel::stage_chunks(pieces, l.pp, st);
+    const bool embed = st == 0, has_head = st == l.pp - 1;
+    double nblocks = 0;
+    for (const auto& c : chunks) nblocks += c.last - c.first;
+    // One micro-batch through this stage's chunks: compute, exposed tp, kernel launches.
+    Part fwd = bf.times(nblocks), bwd = bb.times(nblocks);
+    if (l.recompute) bwd += fwd;
+    if (embed) {
+      fwd += em;
+      bwd.mem += em.mem;
+    }
+    if (has_head) fwd += hd;  // the head's backward runs inside its forward
+    const double mb = fwd.compute() + bwd.compute() + fwd.tp + bwd.tp;
+
+    // ---- data parallelism and ZeRO ----
+    const model::ParameterRegistry& reg = detail::cached_registry(cfg, seq_len, l, st);
+    const double n = static_cast<double>(reg.size());
+    const auto buckets =
+        parallel::plan_buckets(reg.units(), compute_bytes(l.precision), l.bucket_bytes,
+                               l.zero_stage == 3);
+    std::vector<parallel::FlatRange> groups;
+    for (const auto& b : buckets) groups.push_back(b.range);
+    const parallel::ZeroPartition part(groups, dp);
+    // Backward completion time of each unit in the last micro-batch (the head's backward runs
+    // inside the forward, so its unit is ready first; blocks in reverse; the embedding last).
+    const auto& units = reg.units();
+    std::vector<double> done(units.size(), 0.0);
+    {
+      double t = 0;
+      const double per_block = bb.compute() + bb.tp + (l.recompute ? bf.compute() + bf.tp : 0);
+      for (int u = static_cast<int>(units.size()) - 1; u >= 0; --u) {
+        if (units[u].layer >= 0) t += per_block;
+        else if (u == reg.embedding_unit() && embed) t += em.mem;
+        done[u] = t;
+      }
+    }
+    double dp_exposed = 0, dp_total = 0, gather_exposed = 0, cost_fill = 0;
+    if (dp > 1) {
+      std::vector<double> ready, cost;
+      for (const auto& b : buckets) {
+        ready.push_back(done[b.first_unit]);
+        const auto& g = part.groups()[part.group_of(b.range.begin)];
+        const double bytes = static_cast<double>(g.piece) * dp * s.E;
+        cost.push_back(l.zero_stage <= 1 ? all_reduce(dpl, dp, bytes)
+                                         : all_gather(dpl, dp, bytes));
+      }
+      const auto [exp, tot] = bucket_timeline(ready, cost, bwd.compute() + bwd.tp, cal.dp_overlap);
+      if (l.zero_stage <= 1) {
+        dp_exposed = exp;
+        dp_total = tot;
+      } else {  // every micro-batch; earlier ones overlap the next micro-batch as well
+        dp_exposed = exp + (m - 1) * std::max(0.0, tot - mb) * cal.dp_overlap +
+                     (m - 1) * (1 - cal.dp_overlap) * tot;
+        dp_total = m * tot;
+      }
+      if (l.zero_stage == 1 || l.zero_stage == 2) {  // updated parameters, blocking
+        for (const auto& g : part.groups()) {
+          const double c = all_gather(dpl, dp, static_cast<double>(g.piece) * dp * s.E);
+          dp_exposed += c;
+          dp_total += c;
+        }
+        cost_fill += membound(n, 2 * s.E, cal.memory_gbs);  // staging copies
+      }
+      if (l.zero_stage == 3) {
+        // Each unit is gathered before its forward and again before its backward, the next
+        // unit's gather overlapping this unit's compute. In backward the unit's reduce-scatter
+        // shares the link with the next gather, so both must hide behind one unit's compute;
+        // what does not is exposed (and replaces the bucket timeline above, which would count
+        // the same reduce-scatters on a link of their own).
+        double first = 0, exp_f = 0, exp_b = 0, total = 0;
+        for (std::size_t u = 0; u < units.size(); ++u) {
+          const auto& g = part.groups()[part.group_of(units[u].begin)];
+          const double bytes = static_cast<double>(g.piece) * dp * s.E;
+          const double t = all_gather(dpl, dp, bytes);  // a reduce-scatter costs the same
+          total += 3 * t;
+          if (u == 0) first = t;
+          if (units[u].layer >= 0) {
+            exp_f += std::max(0.0, t - (bf.compute() + bf.tp));
+            exp_b += std::max(0.0, 2 * t - (bb.compute() + bb.tp));
+          }
+        }
+        const double per_mb = 3 * first + exp_f + exp_b;  // the first gathers, the last scatter
+        gather_exposed = m * (cal.dp_overlap * per_mb + (1 - cal.dp_overlap) * total);
+        dp_exposed = 0;
+        dp_total = m * total;
+      }
+    }
+    if (l.pp > 1 && (embed || has_head)) {  // tied wte gradient over the embedding group
+      const double c = all_reduce(ppl, 2, s.Vl * s.C * s.E);
+      dp_exposed += c;
+      dp_total += c;
+    }
+    // ---- optimizer ----
+    const double S = l.zero_stage >= 1 && l.parallel_path() ? part.shard_size() : n;
+    const bool master = s.E != 4 || l.offload;
+    double opt = membound(S, s.E, cal.elementwise_gbs);  // sum of squares
+    if (l.offload)
+      opt += membound(S, KB::adamw(s.E, true), cal.host_adamw_gbs) +
+             membound(S, 2 * s.E, cal.pcie_gbs);
+    else
+      opt += membound(S, KB::adamw(s.E, master), cal.adamw_gbs);
+    opt += 3 * all_reduce(cal.intra, 2, 4);  // norm over dp and the model-parallel group
+    // zero_grads / bucket fills: the gradient buffer (ZeRO 0/1) once, the buckets (ZeRO 2/3)
+    // every micro-batch.
+    cost_fill += l.zero_stage <= 1 ? membound(n, s.E, cal.elementwise_gbs)
+                                   : m * membound(n, 3 * s.E, cal.elementwise_gbs);
+    opt += cost_fill;
+
+    const double kernels = m * (fwd.kernels + bwd.kernels) + 10;
+    const double overhead = cal.step_overhead_ms * 1e-3 + kernels * cal.kernel_overhead_us * 1e-6;
+    // What this stage's ranks keep a core busy with (computing, copying messages): the work
+    // that ranks sharing a node's cores divide among themselves.
+    node_work += (m * mb + opt + overhead + dp_total) * l.dp * l.tp;
+    if (mb > worst_mb) {
+      worst_mb = mb;
+      out.compute_s = m * (fwd.compute() + bwd.compute());
+      out.gemm_s = m * (fwd.gemm + bwd.gemm);
+      out.attention_s = m * (fwd.attn + bwd.attn);
+      out.membound_s = m * (fwd.mem + bwd.mem);
+      out.tp_comm_s = m * (fwd.tp + bwd.tp);
+      out.optimizer_s = opt;
+      out.overhead_s = overhead;
+    }
+    out.dp_comm_s = std::max(out.dp_comm_s, dp_exposed);
+    out.dp_comm_total_s = std::max(out.dp_comm_total_s, dp_total);
+    out.zero3_gather_s = std::max(out.zero3_gather_s, gather_exposed);
+  }
+  if (l.pp > 1) {
+    out.pp_bubble_s = (l.pp - 1.0) / v * worst_mb;
+    const double msg = coll(ppl, 1.0, s.Nl * s.C * s.E);
+    out.pp_comm_s = 2 * (l.pp * v - 1) * msg + std::max(0.0, 2.0 * v * m * msg - m * worst_mb);
+  }
+  // Scale factors learnt from validation runs.
+  const double sc = cal.scale_compute, sm = cal.scale_comm;
+  out.compute_s *= sc;
+  out.gemm_s *= sc;
+  out.attention_s *= sc;
+  out.membound_s *= sc;
+  out.optimizer_s *= sc;
+  out.pp_bubble_s *= sc;
+  out.tp_comm_s *= sm;
+  out.pp_comm_s *= sm;
+  out.dp_comm_s *= sm;
+  out.dp_comm_total_s *= sm;
+  out.zero3_gather_s *= sm;
+  const double critical = out.compute_s + out.tp_comm_s + out.pp_bubble_s + out.pp_comm_s +
+                          out.dp_comm_s + out.zero3_gather_s + out.optimizer_s + out.overhead_s;
+  // Ranks of one node slow each other down (shared memory bandwidth; on a CPU with fewer cores
+  // than ranks, time-sharing) by the calibration's measured factor at the number of ranks busy
+  // on average: the node's busy work over the step. Waiting ranks do not count: oversubscribed
+  // Open MPI yields the core while it polls (measured: a 4-stage pipeline with one micro-batch
+  // on 2 cores runs as fast as one rank).
+  const long on_node = std::min<long>(l.world(), std::max(cluster.gpus_per_node, 1));
+  const double busy = std::clamp(node_work * sc * static_cast<double>(on_node) / l.world() /
+                                     critical, 1.0, static_cast<double>(on_node));
+  out.step_s = critical * cal.slowdown(busy);
+  out.contention = out.step_s / critical;
+  const double tokens = static_cast<double>(l.global_batch()) * seq_len;
+  out.tokens_per_s = tokens / out.step_s;
+  if (cal.peak_tflops > 0)
+    out.mfu = cfg.flops_per_token(seq_len) * out.tokens_per_s /
+              (static_cast<double>(l.world()) * cal.peak_tflops * 1e12);
+  const std::pair<double, const char*> parts[] = {
+      {out.compute_s, "compute"},
+      {out.tp_comm_s, "tp communication"},
+      {out.pp_bubble_s, "pipeline bubble"},
+      {out.pp_comm_s, "pipeline messages"},
+      {out.dp_comm_s, "dp communication"},
+      {out.zero3_gather_s, "ZeRO-3 gathers"},
+      {out.optimizer_s, l.offload ? "optimizer (offloaded)" : "optimizer"},
+      {out.overhead_s, "launch overhead"},
+      {out.step_s - critical, "cores shared by ranks"}};
+  double best = -1;
+  for (const auto& [t, name] : parts)
+    if (t > best) {
+      best = t;
+      out.bottleneck = name;
+    }
+  return out;
+}
+
+}  // namespace meshtrain::plan
