@@ -75,6 +75,13 @@ GptT<T>::GptT(const GptConfig& cfg, int micro_batch, int seq_len, const ModelLay
                          " must be in [1, model.block_size=", cfg_.block_size, "]");
   MESHTRAIN_CONFIG_CHECK(layout_.n_slots > 0, "model: n_slots=", layout_.n_slots,
                          " must be positive");
+  MESHTRAIN_CHECK(layout_.chunk_slots.empty() ||
+                      layout_.chunk_slots.size() == layout_.chunks.size(),
+                  "model: ", layout_.chunk_slots.size(), " chunk slot counts for ",
+                  layout_.chunks.size(), " chunks");
+  for (int k : layout_.chunk_slots)
+    MESHTRAIN_CHECK(k > 0 && k <= layout_.n_slots, "model: chunk slot count ", k,
+                    " outside [1, n_slots=", layout_.n_slots, "]");
   const int P = tp_size_;
   N_ = B_ * T_;
   MESHTRAIN_CONFIG_CHECK(!layout_.sequence_parallel || N_ % P == 0,
@@ -101,7 +108,7 @@ GptT<T>::GptT(const GptConfig& cfg, int micro_batch, int seq_len, const ModelLay
                            " holds no transformer block");
     ca->embed = c == 0 && layout_.has_embedding;
     ca->head = c == n_chunks - 1 && layout_.has_head;
-    for (int s = 0; s < layout_.n_slots; ++s) {
+    for (int s = 0; s < slots(c); ++s) {
       auto owned = std::make_unique<SlotActivations<T>>();
       SlotActivations<T>& sa = *owned;
       if (ca->embed) sa.tokens = alloc<std::int32_t>("act.tokens", N);
@@ -146,6 +153,12 @@ GptT<T>::GptT(const GptConfig& cfg, int micro_batch, int seq_len, const ModelLay
 
 template <class T>
 GptT<T>::~GptT() = default;
+
+template <class T>
+int GptT<T>::slots(int c) const {
+  return layout_.chunk_slots.empty() ? layout_.n_slots
+                                     : layout_.chunk_slots[static_cast<std::size_t>(c)];
+}
 
 template <class T>
 std::size_t GptT<T>::activation_elems() const {
@@ -304,8 +317,8 @@ View1<const T> GptT<T>::run_forward(int c, int slot, View1<const std::int32_t> t
                                     View1<const T> x_in, View1<const std::int32_t> targets,
                                     float grad_scale, Mode mode) {
   MESHTRAIN_CHECK(c >= 0 && c < n_chunks(), "forward: chunk ", c, " of ", n_chunks());
-  MESHTRAIN_CHECK(slot >= 0 && slot < layout_.n_slots, "forward: slot ", slot, " of ",
-                  layout_.n_slots);
+  MESHTRAIN_CHECK(slot >= 0 && slot < slots(c), "forward: slot ", slot, " of ", slots(c),
+                  " in chunk ", c);
   ChunkActivations<T>& ca = *chunks_[static_cast<std::size_t>(c)];
   SlotActivations<T>& s = *ca.slots[static_cast<std::size_t>(slot)];
   if (ca.embed) {
@@ -340,7 +353,8 @@ View1<const T> GptT<T>::forward(int c, int slot, View1<const std::int32_t> token
 template <class T>
 View1<const T> GptT<T>::backward(int c, int slot, View1<const T> dy) {
   MESHTRAIN_CHECK(c >= 0 && c < n_chunks(), "backward: chunk ", c, " of ", n_chunks());
-  MESHTRAIN_CHECK(slot >= 0 && slot < layout_.n_slots, "backward: slot ", slot);
+  MESHTRAIN_CHECK(slot >= 0 && slot < slots(c), "backward: slot ", slot, " of ", slots(c),
+                  " in chunk ", c);
   ChunkActivations<T>& ca = *chunks_[static_cast<std::size_t>(c)];
   SlotActivations<T>& s = *ca.slots[static_cast<std::size_t>(slot)];
   if (ca.head) {

@@ -43,7 +43,10 @@ model::ModelLayout ParallelContext::layout(bool recompute) const {
   base.allocate_params = cfg_.dp.zero_stage < 3;
   base.allocate_grads = cfg_.dp.zero_stage < 2;
   model::ModelLayout l = pipeline_layout(spec_, pieces_, stage(), base);
-  if (cfg_.shape.pp == 1) l.n_slots = 1;  // micro-batches run one after another
+  if (cfg_.shape.pp == 1) {  // micro-batches run one after another
+    l.n_slots = 1;
+    l.chunk_slots.clear();
+  }
   return l;
 }
 

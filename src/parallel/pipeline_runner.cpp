@@ -15,6 +15,7 @@ model::ModelLayout pipeline_layout(const ScheduleSpec& spec, const std::vector<L
   base.has_embedding = stage == 0;
   base.has_head = stage == spec.pp - 1;
   base.n_slots = slots_needed(spec, stage);
+  base.chunk_slots = chunk_slots_needed(spec, stage);
   base.pp_stage = stage;
   return base;
 }
@@ -39,9 +40,13 @@ PipelineRunner<T>::PipelineRunner(model::GptT<T>& model, comm::Communicator& pp,
   const model::ModelLayout& l = model.layout();
   MESHTRAIN_CHECK(model.n_chunks() == spec.chunks, "PipelineRunner: the model holds ",
                   model.n_chunks(), " chunks, the schedule runs ", spec.chunks);
-  MESHTRAIN_CHECK(l.n_slots >= n_slots_, "PipelineRunner: the model keeps ", l.n_slots,
-                  " activation slots per chunk, the ", schedule_name(spec.kind),
-                  " schedule needs ", n_slots_, " on stage ", stage);
+  chunk_slots_ = chunk_slots_needed(spec_, stage_);
+  for (int c = 0; c < spec.chunks; ++c)
+    MESHTRAIN_CHECK(model.slots(c) >= chunk_slots_[static_cast<std::size_t>(c)],
+                    "PipelineRunner: the model keeps ", model.slots(c),
+                    " activation slots in chunk ", c, ", the ", schedule_name(spec.kind),
+                    " schedule needs ", chunk_slots_[static_cast<std::size_t>(c)], " on stage ",
+                    stage);
   MESHTRAIN_CHECK(l.has_embedding == (stage == 0) && l.has_head == (stage == spec.pp - 1),
                   "PipelineRunner: stage ", stage, " of ", spec.pp,
                   " must hold the embedding iff first and the head iff last (pipeline_layout)");
@@ -129,7 +134,9 @@ PipelineStepStats PipelineRunner<T>::step(const BatchProvider& batch, float grad
     const Action& a = actions_[i];
     // The receive this action may wait for, and recv_ahead after it, are in flight.
     post_receives(received + 1 + static_cast<std::size_t>(recv_ahead_), st);
-    const int slot = a.micro % n_slots_;
+    // Micro-batches in flight in one chunk are consecutive: modulo the chunk's peak never
+    // gives two live ones the same slot.
+    const int slot = a.micro % chunk_slots_[static_cast<std::size_t>(a.chunk)];
     comm::Request& act_send =
         act_sends_[static_cast<std::size_t>(a.chunk * n_slots_ + slot)];
     switch (a.op) {

@@ -200,6 +200,19 @@ int peak_in_flight(const ScheduleSpec& s, int stage, bool per_chunk) {
 int max_in_flight(const ScheduleSpec& s, int stage) { return peak_in_flight(s, stage, false); }
 int slots_needed(const ScheduleSpec& s, int stage) { return peak_in_flight(s, stage, true); }
 
+std::vector<int> chunk_slots_needed(const ScheduleSpec& s, int stage) {
+  std::vector<int> live(static_cast<std::size_t>(s.chunks), 0), peak(live);
+  for (const Action& a : build_schedule(s, stage)) {
+    const int d = a.op == Op::forward ? 1 : a.op == Op::backward ? -1 : 0;
+    if (d == 0) continue;
+    const auto c = static_cast<std::size_t>(a.chunk);
+    live[c] += d;
+    peak[c] = std::max(peak[c], live[c]);
+  }
+  for (int& p : peak) p = std::max(p, 1);
+  return peak;
+}
+
 double analytic_bubble(const ScheduleSpec& s) {
   const double p = s.pp, vm = static_cast<double>(s.chunks) * s.n_micro;
   return (p - 1.0) / (vm + p - 1.0);

@@ -113,6 +113,8 @@ std::vector<MemoryBreakdown> memory_per_stage(const model::GptConfig& cfg, int s
 
     // ---- activations: GptT's slots ----
     m.slots = l.pp == 1 ? 1 : parallel::slots_needed(spec, s);
+    const std::vector<int> chunk_slots =
+        l.pp == 1 ? std::vector<int>(chunks.size(), 1) : parallel::chunk_slots_needed(spec, s);
     const double block = block_activation_bytes(B, T, N, Nl, C, NHl, P, E);
     if (l.recompute) m.activations += block;  // one shared set, recomputed per block
     for (std::size_t c = 0; c < chunks.size(); ++c) {
@@ -123,7 +125,7 @@ std::vector<MemoryBreakdown> memory_per_stage(const model::GptConfig& cfg, int s
       per_slot += static_cast<double>(nblocks * Nl * C * E);        // block outputs
       if (!l.recompute) per_slot += nblocks * block;                // saved tensors
       if (c_head) per_slot += static_cast<double>(Nl * C * E);      // d(last block output)
-      m.activations += per_slot * m.slots;
+      m.activations += per_slot * chunk_slots[c];
     }
 
     // ---- head, backward and tp scratch (GptT's constructor) ----

@@ -296,7 +296,9 @@ TEST_CASE("the runner checks the model against the schedule", "[parallel][pipeli
   const auto pieces = partition(spec, cfg, kT);
   auto layout = pipeline_layout(spec, pieces, L.stage());
   REQUIRE(layout.n_slots == 3);  // GPipe keeps every micro-batch
+  REQUIRE(layout.chunk_slots == std::vector<int>{3});
   layout.n_slots = 2;
+  layout.chunk_slots = {2};
   model::Gpt m(cfg, kB, kT, layout);
   REQUIRE_THROWS_WITH(PipelineRunner<float>(m, *L.ppc, spec, L.stage()),
                       mt_test::contains("activation slots"));

@@ -231,12 +231,20 @@ TEST_CASE("in-flight activation bound of each schedule", "[parallel][schedule]")
       const int n_slots = slots_needed(s, r);
       REQUIRE(n_slots >= 1);
       REQUIRE(n_slots <= expect);
+      // Per chunk: each chunk's own peak (chunk_slots_needed, what the model allocates) is
+      // enough, is at most the stage's, and the largest of them is the stage's.
+      const std::vector<int> per_chunk = chunk_slots_needed(s, r);
+      REQUIRE(static_cast<int>(per_chunk.size()) == v);
+      REQUIRE(*std::max_element(per_chunk.begin(), per_chunk.end()) == n_slots);
       std::vector<std::set<int>> live(static_cast<std::size_t>(v));
       for (const Action& a : build_schedule(s, r)) {
         auto& l = live[static_cast<std::size_t>(a.chunk)];
+        const int k = per_chunk[static_cast<std::size_t>(a.chunk)];
         if (a.op == Op::forward) {
           for (int other : l) REQUIRE(other % n_slots != a.micro % n_slots);
+          for (int other : l) REQUIRE(other % k != a.micro % k);
           l.insert(a.micro);
+          REQUIRE(static_cast<int>(l.size()) <= k);
         } else if (a.op == Op::backward) {
           REQUIRE(*l.begin() == a.micro);  // oldest first
           l.erase(a.micro);

@@ -45,6 +45,7 @@ struct ModelLayout {
   bool has_embedding = true;         // chunk 0 begins with the embedding (first pipeline stage)
   bool has_head = true;              // the last chunk ends with ln_f, the LM head and the loss
   int n_slots = 1;                   // micro-batches whose activations are kept at once
+  std::vector<int> chunk_slots;      // per chunk (pipelines); empty: n_slots for every chunk
   bool recompute = false;            // activation checkpointing per block
   int pp_stage = 0;                  // recorded in the registry
   // false: the caller binds storage per unit (bind_unit) before use, e.g. ZeRO-3 gathering a
@@ -90,6 +91,7 @@ class GptT {
   int tp_size() const { return tp_size_; }
   int n_chunks() const { return static_cast<int>(chunks_.size()); }
   const LayerRange& chunk(int c) const { return layout_.chunks[static_cast<std::size_t>(c)]; }
+  int slots(int c) const;  // activation slots of chunk c
   // Elements of what crosses a pipeline stage boundary: local rows x n_embd (rows = B*T, or
   // B*T / tp with sequence parallelism).
   std::size_t activation_elems() const;

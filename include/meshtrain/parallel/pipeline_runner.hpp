@@ -84,6 +84,7 @@ class PipelineRunner {
   int stage_;
   int recv_ahead_;
   int n_slots_;
+  std::vector<int> chunk_slots_;          // slots per chunk (the schedule's per-chunk peak)
   std::vector<Action> actions_;
   std::vector<std::size_t> recv_at_;      // indices of the receive actions, in list order
   std::size_t next_post_ = 0;             // receives of this step posted so far
