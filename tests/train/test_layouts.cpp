@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "harness.hpp"
+#include "layout_fixture.hpp"
 #include "meshtrain/io/token_shard.hpp"
 #include "meshtrain/parallel/context.hpp"
 #include "meshtrain/parallel/model_transfer.hpp"
@@ -19,32 +20,7 @@ using namespace meshtrain;
 
 namespace {
 
-model::GptConfig tiny() {
-  model::GptConfig c;
-  c.name = "tiny";
-  c.n_layer = 4;
-  c.n_head = 4;
-  c.n_embd = 32;
-  c.vocab_size = 61;
-  c.vocab_pad = 16;  // 64 rows: divisible by tp 1, 2, 4
-  c.block_size = 16;
-  return c;
-}
-
 constexpr int kSeq = 16, kGlobal = 8, kSteps = 10;  // global batch: 8 sequences
-
-std::string make_shard() {
-  const std::string dir = "test_layouts_" + std::to_string(mt_test::world_rank());
-  std::filesystem::create_directories(dir);
-  std::vector<std::uint16_t> t;
-  std::uint32_t s = 99;
-  for (int i = 0; i < 8000; ++i) {  // a noisy periodic text: learnable but not trivial
-    s = s * 1664525u + 1013904223u;
-    t.push_back(static_cast<std::uint16_t>(((i % 13) * 7 + ((s >> 20) % 3)) % 61));
-  }
-  io::write_shard(dir + "/data_000000.bin", t);
-  return dir + "/data_*.bin";
-}
 
 train::TrainConfig config(int micro_batch, int accum) {
   train::TrainConfig tc;
@@ -70,7 +46,7 @@ struct Run {
 
 Run reference(const std::string& data) {
   io::TokenDataset ds(data, kSeq);
-  model::Gpt m(tiny(), kGlobal, kSeq);
+  model::Gpt m(mt_test::layout_tiny(), kGlobal, kSeq);
   m.init_parameters(11);
   train::Trainer tr(m, config(kGlobal, 1), ds, nullptr);
   Run r;
@@ -107,9 +83,9 @@ Run run_layout(const Layout& l, const std::string& data) {
   pc.dp.bucket_bytes = 4096;  // several buckets even for the tiny model
   const int micro = kGlobal / (l.dp * l.accum);
   REQUIRE(micro * l.dp * l.accum == kGlobal);
-  parallel::ParallelContext par(mt_test::world(), pc, tiny(), kSeq, l.accum);
+  parallel::ParallelContext par(mt_test::world(), pc, mt_test::layout_tiny(), kSeq, l.accum);
   io::TokenDataset ds(data, kSeq);
-  model::Gpt m(tiny(), micro, kSeq, par.layout(l.recompute));
+  model::Gpt m(mt_test::layout_tiny(), micro, kSeq, par.layout(l.recompute));
   View1<float> full = m.params();
   if (full.span() == 0) full = zeros<float>("init", m.registry().size());
   m.init_parameters_into(11, full);
@@ -155,7 +131,7 @@ void check(const Layout& l, const Run& ref, const std::string& data) {
 
 TEST_CASE("every layout trains the single-rank model", "[train][layout][mpi]") {
   using K = parallel::ScheduleKind;
-  const std::string data = make_shard();
+  const std::string data = mt_test::layout_shard("test_layouts");
   const Run ref = reference(data);
   const int W = mt_test::world_size();
   std::vector<Layout> layouts;

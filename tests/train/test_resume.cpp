@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "harness.hpp"
+#include "layout_fixture.hpp"
 #include "meshtrain/io/token_shard.hpp"
 #include "meshtrain/parallel/context.hpp"
 #include "meshtrain/train/trainer.hpp"
@@ -23,33 +24,8 @@ using namespace meshtrain;
 
 namespace {
 
-model::GptConfig tiny() {
-  model::GptConfig c;
-  c.name = "tiny";
-  c.n_layer = 4;
-  c.n_head = 4;
-  c.n_embd = 32;
-  c.vocab_size = 61;
-  c.vocab_pad = 16;  // 64 rows: divisible by tp 1, 2, 4
-  c.block_size = 16;
-  return c;
-}
-
 constexpr int kSeq = 16, kGlobal = 8, kSteps = 10, kSaveAt = 5;
 const std::string kDir = "test_resume_ckpt", kOffloadDir = "test_resume_ckpt_offload";
-
-std::string make_shard() {
-  const std::string dir = "test_resume_" + std::to_string(mt_test::world_rank());
-  std::filesystem::create_directories(dir);
-  std::vector<std::uint16_t> t;
-  std::uint32_t s = 99;
-  for (int i = 0; i < 8000; ++i) {
-    s = s * 1664525u + 1013904223u;
-    t.push_back(static_cast<std::uint16_t>(((i % 13) * 7 + ((s >> 20) % 3)) % 61));
-  }
-  io::write_shard(dir + "/data_000000.bin", t);
-  return dir + "/data_*.bin";
-}
 
 train::TrainConfig config(int micro_batch, int accum, const std::string& dir = kDir) {
   train::TrainConfig tc;
@@ -99,7 +75,7 @@ struct Setup {
         const std::string& dir = kDir) {
     data = std::make_unique<io::TokenDataset>(shard, kSeq);
     if (!l) {
-      model = std::make_unique<model::Gpt>(tiny(), kGlobal, kSeq);
+      model = std::make_unique<model::Gpt>(mt_test::layout_tiny(), kGlobal, kSeq);
       model->init_parameters(init_seed);
       trainer = std::make_unique<train::Trainer>(*model, config(kGlobal, 1, dir), *data, nullptr);
       return;
@@ -111,8 +87,10 @@ struct Setup {
     pc.dp.bucket_bytes = 4096;  // several buckets, so ZeRO shards have several pieces
     const int micro = kGlobal / (l->dp * l->accum);
     REQUIRE(micro * l->dp * l->accum == kGlobal);
-    par = std::make_unique<parallel::ParallelContext>(comm, pc, tiny(), kSeq, l->accum);
-    model = std::make_unique<model::Gpt>(tiny(), micro, kSeq, par->layout(false));
+    par = std::make_unique<parallel::ParallelContext>(comm, pc, mt_test::layout_tiny(), kSeq,
+                                                      l->accum);
+    model = std::make_unique<model::Gpt>(mt_test::layout_tiny(), micro, kSeq,
+                                         par->layout(false));
     View1<float> full = model->params();
     if (full.span() == 0) full = zeros<float>("init", model->registry().size());
     model->init_parameters_into(init_seed, full);
@@ -162,7 +140,7 @@ TEST_CASE("a checkpoint of (2,2,2,1) continues under any layout", "[train][check
     WARN("test_resume needs 8 ranks");
     return;
   }
-  const std::string shard = make_shard();
+  const std::string shard = mt_test::layout_shard("test_resume");
   if (mt_test::world_rank() == 0) std::filesystem::remove_all(kDir);
   MPI_Barrier(mt_test::world());
 
@@ -227,7 +205,7 @@ TEST_CASE("offloaded optimizer state saves and restores", "[train][checkpoint][m
     WARN("test_resume needs 8 ranks");
     return;
   }
-  const std::string shard = make_shard();
+  const std::string shard = mt_test::layout_shard("test_resume");
   if (mt_test::world_rank() == 0) std::filesystem::remove_all(kOffloadDir);
   MPI_Barrier(mt_test::world());
   Losses ref;
