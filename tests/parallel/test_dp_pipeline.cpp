@@ -34,19 +34,7 @@ optim::AdamWConfig adamw() {
   return c;
 }
 
-std::string make_data() {
-  const std::string dir = "test_dp_pipeline_" + std::to_string(mt_test::world_rank());
-  std::filesystem::create_directories(dir);
-  std::vector<std::uint16_t> t(40000);
-  std::uint32_t s = 7, prev = 3;
-  for (auto& x : t) {
-    s = s * 1664525u + 1013904223u;
-    prev = (prev * 5 + ((s >> 24) % 5)) % 60;
-    x = static_cast<std::uint16_t>(prev);
-  }
-  io::write_shard(dir + "/data_000000.bin", t);
-  return dir + "/data_*.bin";
-}
+std::string make_data() { return zt::recurrence_shard("test_dp_pipeline", 7, 3, 5, 5); }
 
 struct Batch {
   View1<std::int32_t> in = alloc<std::int32_t>("test.in", kB * kT);

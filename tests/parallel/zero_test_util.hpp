@@ -5,11 +5,15 @@
 // through whatever storage is bound, calling the hooks in GptT's order: embedding and blocks
 // forward; the head's forward and backward (which also reads wte and writes its gradient); the
 // blocks in reverse; the embedding's backward.
+#include <cstdint>
+#include <filesystem>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "harness.hpp"
 #include "meshtrain/comm/factory.hpp"
+#include "meshtrain/io/token_shard.hpp"
 #include "meshtrain/mesh/mpi_comm.hpp"
 #include "meshtrain/parallel/grad_sync.hpp"
 
@@ -175,6 +179,23 @@ std::vector<float> to_host(const V& d) {
   std::vector<float> v(h.span());
   for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(h(i));
   return v;
+}
+
+// A corpus with structure to learn (a noisy recurrence x -> (mult x + noise) mod 60), one shard
+// in <prefix>_<rank>/; returns its glob.
+inline std::string recurrence_shard(const std::string& prefix, std::uint32_t seed,
+                                    std::uint32_t first, std::uint32_t mult, std::uint32_t noise) {
+  const std::string dir = prefix + "_" + std::to_string(mt_test::world_rank());
+  std::filesystem::create_directories(dir);
+  std::vector<std::uint16_t> t(40000);
+  std::uint32_t s = seed, prev = first;
+  for (auto& x : t) {
+    s = s * 1664525u + 1013904223u;
+    prev = (prev * mult + ((s >> 24) % noise)) % 60;
+    x = static_cast<std::uint16_t>(prev);
+  }
+  meshtrain::io::write_shard(dir + "/data_000000.bin", t);
+  return dir + "/data_*.bin";
 }
 
 }  // namespace zt
