@@ -4,13 +4,16 @@
 // runs both interleaved and prints the ratio.
 //
 //   build/cpu/perf/bench_train_step [--preset cpu-bench] [--micro-batch 8] [--seq-len T]
-//          [--steps 10] [--warmup 2] [--profile-steps 3] [--seed 1234]
+//          [--steps 10] [--warmup 2] [--profile-steps 3] [--seed 1234] [--precision fp32|bf16]
 //
 // Time shares come from Kokkos' profiling callbacks installed by this program (no tool library
 // needed): every parallel_for/reduce/scan, deep_copy and region (gemm.cpp wraps each BLAS call
 // in "meshtrain::gemm") is timed between its begin and end callback. In the Serial backend
-// kernels are synchronous, so those intervals are exact; on a GPU they would only time the
-// launches. Time is exclusive: a kernel inside a region is charged to the kernel, not twice.
+// kernels are synchronous, so those intervals are exact. On a GPU, Kokkos fences the device
+// before every callback while a tool is loaded (its default "global fencing"), so each interval
+// is the kernel's run time plus one synchronisation (~10 us); cuBLAS calls and the CUDA
+// attention kernels appear through the regions the kernels open (labelled by GEMM shape).
+// Time is exclusive: a kernel inside a region is charged to the kernel, not twice.
 // The timed steps run without callbacks; the profile runs separate steps after them.
 #include <mpi.h>
 
@@ -21,6 +24,7 @@
 #include <map>
 #include <numeric>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "meshtrain/core/kokkos_compat.hpp"
@@ -41,6 +45,7 @@ struct Args {
   int micro_batch = 8, seq_len = 0;  // 0: the preset's block size
   int steps = 10, warmup = 2, profile_steps = 3;
   std::uint64_t seed = 1234;
+  std::string precision = "fp32";  // bf16: bf16 compute, fp32 master weights (GPU builds)
 };
 
 Args parse(int argc, char** argv) {
@@ -54,6 +59,8 @@ Args parse(int argc, char** argv) {
     else if (k == "--warmup") a.warmup = std::stoi(v);
     else if (k == "--profile-steps") a.profile_steps = std::stoi(v);
     else if (k == "--seed") a.seed = std::stoull(v);
+    else if (k == "--precision")
+      a.precision = v;
     else {
       std::fprintf(stderr, "bench_train_step: unknown option %s\n", k.c_str());
       std::exit(2);
@@ -146,18 +153,24 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// Single-core sgemm throughput on the largest GEMM shape of a step (the MLP c_fc), measured now:
-// the ceiling that the "gemm" line of the profile is compared against.
-double sgemm_gflops(int M, int N, int K) {
-  View1<float> A = alloc<float>("bench.A", std::size_t(M) * K);
-  View1<float> B = alloc<float>("bench.B", std::size_t(K) * N);
-  View1<float> C = alloc<float>("bench.C", std::size_t(M) * N);
-  Kokkos::deep_copy(A, 0.5f);
-  Kokkos::deep_copy(B, 0.25f);
+// GEMM throughput on the largest GEMM shape of a step (the MLP c_fc) in the compute type,
+// measured now: the ceiling that the "gemm" lines of the profile are compared against.
+template <class T>
+double gemm_gflops(int M, int N, int K) {
+  View1<T> A = alloc<T>("bench.A", std::size_t(M) * K);
+  View1<T> B = alloc<T>("bench.B", std::size_t(K) * N);
+  View1<T> C = alloc<T>("bench.C", std::size_t(M) * N);
+  // Not constants: tensor-core GEMMs run measurably faster on uniform data.
+  for (View1<T>* v : {&A, &B}) {
+    auto h = Kokkos::create_mirror_view(*v);
+    for (std::size_t i = 0; i < h.extent(0); ++i)
+      h(i) = static_cast<T>(float((i * 2654435761u) % 1000) * 1e-3f - 0.5f);
+    Kokkos::deep_copy(*v, h);
+  }
   ExecSpace exec;
   auto once = [&] {
-    kernels::gemm<float>(exec, kernels::Trans::N, kernels::Trans::N, M, N, K, 1.0f, A.data(), K,
-                         B.data(), N, 0.0f, C.data(), N);
+    kernels::gemm<T>(exec, kernels::Trans::N, kernels::Trans::N, M, N, K, 1.0f, A.data(), K,
+                     B.data(), N, 0.0f, C.data(), N);
   };
   once();
   std::vector<double> t;
@@ -170,6 +183,106 @@ double sgemm_gflops(int M, int N, int K) {
   return 2.0 * M * N * K / median(t) / 1e9;
 }
 
+// One model of compute type CT: timed steps, then the profile.
+template <class CT>
+void run(const Args& a) {
+  {
+    model::GptConfig cfg = model::preset(a.preset);
+    const int B = a.micro_batch, T = a.seq_len > 0 ? a.seq_len : cfg.block_size;
+    const int N = B * T, C = cfg.n_embd, L = cfg.n_layer, Vp = cfg.padded_vocab();
+    model::GptT<CT> gpt(cfg, B, T);
+    gpt.init_parameters(a.seed);
+    optim::AdamWConfig ocfg;  // GPT-2 defaults: betas (0.9, 0.95), eps 1e-8, wd 0.1, clip 1.0
+    optim::AdamWT<CT> opt(gpt.registry(), ocfg, gpt.exec());
+    if constexpr (!std::is_same_v<CT, float>) opt.init_master(gpt.params());
+
+    // Random tokens in [0, vocab) from the counter-based RNG: no dataset needed.
+    HostView1<std::int32_t> h_tok("meshtrain::bench.tokens", N + 1);
+    for (int i = 0; i <= N; ++i)
+      h_tok(i) = static_cast<std::int32_t>(rng::bits(a.seed, rng::name_stream("bench.tokens"), i) %
+                                           static_cast<std::uint64_t>(cfg.vocab_size));
+    View1<std::int32_t> inputs = alloc<std::int32_t>("bench.inputs", N);
+    View1<std::int32_t> targets = alloc<std::int32_t>("bench.targets", N);
+    Kokkos::deep_copy(inputs, Kokkos::subview(h_tok, Kokkos::make_pair(0, N)));
+    Kokkos::deep_copy(targets, Kokkos::subview(h_tok, Kokkos::make_pair(1, N + 1)));
+    const float grad_scale = 1.0f / static_cast<float>(N);
+
+    std::int64_t step = 0;
+    auto train_step = [&] {
+      gpt.zero_grads();
+      gpt.reset_loss_sum();
+      gpt.forward_train(inputs, targets, grad_scale);
+      gpt.backward();
+      opt.step(gpt.params(), gpt.grads(), step++);
+      gpt.exec().fence();
+    };
+
+    std::printf(
+        "# bench_train_step: %s, micro-batch %d x seq %d = %d tokens/step, 1 rank, %s, "
+        "%s\n",
+        cfg.describe().c_str(), B, T, N, ExecSpace::name(), a.precision.c_str());
+    for (int i = 0; i < a.warmup; ++i) train_step();
+    std::vector<double> ms;
+    for (int i = 0; i < a.steps; ++i) {
+      Timer t;
+      train_step();
+      ms.push_back(t.seconds() * 1e3);
+    }
+    float loss = 0;
+    Kokkos::deep_copy(loss, gpt.loss_sum());
+    const double med = median(ms);
+    const double mean = std::accumulate(ms.begin(), ms.end(), 0.0) / ms.size();
+    const double mn = *std::min_element(ms.begin(), ms.end());
+    std::printf("step_ms: median %.2f  mean %.2f  min %.2f  (%d steps after %d warmup)\n", med,
+                mean, mn, a.steps, a.warmup);
+    std::printf("tokens/s: %.0f (median step)   loss of the last step %.4f\n", N / med * 1e3,
+                loss / N);
+    std::printf("RESULT meshtrain median_ms=%.3f mean_ms=%.3f tokens_per_s=%.1f\n", med, mean,
+                N / med * 1e3);
+
+    if (a.profile_steps > 0) {
+      prof::install();
+      Timer t;
+      for (int i = 0; i < a.profile_steps; ++i) train_step();
+      const double total = t.seconds();
+      prof::uninstall();
+      const double steps = a.profile_steps;
+      std::vector<std::pair<std::string, prof::Stat>> rows(prof::stats.begin(), prof::stats.end());
+      std::sort(rows.begin(), rows.end(),
+                [](const auto& x, const auto& y) { return x.second.seconds > y.second.seconds; });
+      double tracked = 0;
+      for (const auto& r : rows) tracked += r.second.seconds;
+      std::printf(
+          "\n# per-kernel time, %d profiled steps of %.2f ms (exclusive; share of the "
+          "step)\n",
+          a.profile_steps, total / steps * 1e3);
+      std::printf("%-52s %10s %10s %8s\n", "label", "calls/step", "ms/step", "share");
+      for (const auto& [label, s] : rows)
+        std::printf("%-52s %10.1f %10.3f %7.1f%%\n", label.c_str(), s.calls / steps,
+                    s.seconds / steps * 1e3, 100.0 * s.seconds / total);
+      std::printf("%-52s %10s %10.3f %7.1f%%\n", "(host code between kernels)", "",
+                  (total - tracked) / steps * 1e3, 100.0 * (total - tracked) / total);
+
+      // GEMM work of a step: per block 12 C^2 MACs per token forward (qkv 3, proj 1, fc 4,
+      // fc-proj 4), the tied head C Vp; backward twice the forward (dinp and dweight).
+      const double gemm_flop = 3.0 * 2.0 * N * (12.0 * L * C * C + double(C) * Vp);
+      // GPU builds label each GEMM by its shape ("meshtrain::gemm NN MxNxK"): sum them all.
+      double gemm_s = 0;
+      for (const auto& [label, s] : prof::stats)
+        if (label.rfind("meshtrain::gemm", 0) == 0) gemm_s += s.seconds;
+      if (gemm_s > 0) {
+        const double achieved = gemm_flop * steps / gemm_s / 1e9;
+        const double ceiling = gemm_gflops<CT>(N, 4 * C, C);
+        std::printf(
+            "\n# gemm: %.2f GFLOP/step in %.3f ms at %.1f GFLOP/s; one gemm %dx%dx%d "
+            "now: %.1f GFLOP/s (ratio %.2f)\n",
+            gemm_flop / 1e9, gemm_s / steps * 1e3, achieved, N, 4 * C, C, ceiling,
+            achieved / ceiling);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -177,92 +290,16 @@ int main(int argc, char** argv) {
   {
     const Args a = parse(argc, argv);
     kc::initialize(-1);
-    {
-      model::GptConfig cfg = model::preset(a.preset);
-      const int B = a.micro_batch, T = a.seq_len > 0 ? a.seq_len : cfg.block_size;
-      const int N = B * T, C = cfg.n_embd, L = cfg.n_layer, Vp = cfg.padded_vocab();
-      model::Gpt gpt(cfg, B, T);
-      gpt.init_parameters(a.seed);
-      optim::AdamWConfig ocfg;  // GPT-2 defaults: betas (0.9, 0.95), eps 1e-8, wd 0.1, clip 1.0
-      optim::AdamW opt(gpt.registry(), ocfg, gpt.exec());
-
-      // Random tokens in [0, vocab) from the counter-based RNG: no dataset needed.
-      HostView1<std::int32_t> h_tok("meshtrain::bench.tokens", N + 1);
-      for (int i = 0; i <= N; ++i)
-        h_tok(i) = static_cast<std::int32_t>(rng::bits(a.seed, rng::name_stream("bench.tokens"), i) %
-                                             static_cast<std::uint64_t>(cfg.vocab_size));
-      View1<std::int32_t> inputs = alloc<std::int32_t>("bench.inputs", N);
-      View1<std::int32_t> targets = alloc<std::int32_t>("bench.targets", N);
-      Kokkos::deep_copy(inputs, Kokkos::subview(h_tok, Kokkos::make_pair(0, N)));
-      Kokkos::deep_copy(targets, Kokkos::subview(h_tok, Kokkos::make_pair(1, N + 1)));
-      const float grad_scale = 1.0f / static_cast<float>(N);
-
-      std::int64_t step = 0;
-      auto train_step = [&] {
-        gpt.zero_grads();
-        gpt.reset_loss_sum();
-        gpt.forward_train(inputs, targets, grad_scale);
-        gpt.backward();
-        opt.step(gpt.params(), gpt.grads(), step++);
-        gpt.exec().fence();
-      };
-
-      std::printf("# bench_train_step: %s, micro-batch %d x seq %d = %d tokens/step, 1 rank, %s\n",
-                  cfg.describe().c_str(), B, T, N, ExecSpace::name());
-      for (int i = 0; i < a.warmup; ++i) train_step();
-      std::vector<double> ms;
-      for (int i = 0; i < a.steps; ++i) {
-        Timer t;
-        train_step();
-        ms.push_back(t.seconds() * 1e3);
-      }
-      float loss = 0;
-      Kokkos::deep_copy(loss, gpt.loss_sum());
-      const double med = median(ms);
-      const double mean = std::accumulate(ms.begin(), ms.end(), 0.0) / ms.size();
-      const double mn = *std::min_element(ms.begin(), ms.end());
-      std::printf("step_ms: median %.2f  mean %.2f  min %.2f  (%d steps after %d warmup)\n", med,
-                  mean, mn, a.steps, a.warmup);
-      std::printf("tokens/s: %.0f (median step)   loss of the last step %.4f\n", N / med * 1e3,
-                  loss / N);
-      std::printf("RESULT meshtrain median_ms=%.3f mean_ms=%.3f tokens_per_s=%.1f\n", med, mean,
-                  N / med * 1e3);
-
-      if (a.profile_steps > 0) {
-        prof::install();
-        Timer t;
-        for (int i = 0; i < a.profile_steps; ++i) train_step();
-        const double total = t.seconds();
-        prof::uninstall();
-        const double steps = a.profile_steps;
-        std::vector<std::pair<std::string, prof::Stat>> rows(prof::stats.begin(),
-                                                             prof::stats.end());
-        std::sort(rows.begin(), rows.end(),
-                  [](const auto& x, const auto& y) { return x.second.seconds > y.second.seconds; });
-        double tracked = 0;
-        for (const auto& r : rows) tracked += r.second.seconds;
-        std::printf("\n# per-kernel time, %d profiled steps of %.2f ms (exclusive; share of the "
-                    "step)\n",
-                    a.profile_steps, total / steps * 1e3);
-        std::printf("%-52s %10s %10s %8s\n", "label", "calls/step", "ms/step", "share");
-        for (const auto& [label, s] : rows)
-          std::printf("%-52s %10.1f %10.3f %7.1f%%\n", label.c_str(), s.calls / steps,
-                      s.seconds / steps * 1e3, 100.0 * s.seconds / total);
-        std::printf("%-52s %10s %10.3f %7.1f%%\n", "(host code between kernels)", "",
-                    (total - tracked) / steps * 1e3, 100.0 * (total - tracked) / total);
-
-        // GEMM work of a step: per block 12 C^2 MACs per token forward (qkv 3, proj 1, fc 4,
-        // fc-proj 4), the tied head C Vp; backward twice the forward (dinp and dweight).
-        const double gemm_flop = 3.0 * 2.0 * N * (12.0 * L * C * C + double(C) * Vp);
-        const auto g = prof::stats.find("meshtrain::gemm");
-        if (g != prof::stats.end() && g->second.seconds > 0) {
-          const double achieved = gemm_flop * steps / g->second.seconds / 1e9;
-          const double ceiling = sgemm_gflops(N, 4 * C, C);
-          std::printf("\n# gemm: %.2f GFLOP/step at %.1f GFLOP/s; one sgemm %dx%dx%d now: "
-                      "%.1f GFLOP/s (ratio %.2f)\n",
-                      gemm_flop / 1e9, achieved, N, 4 * C, C, ceiling, achieved / ceiling);
-        }
-      }
+    if (a.precision == "fp32") {
+      run<float>(a);
+#if MESHTRAIN_HAVE_BF16
+    } else if (a.precision == "bf16") {
+      run<bf16>(a);
+#endif
+    } else {
+      std::fprintf(stderr, "bench_train_step: --precision %s is not built here (fp32%s)\n",
+                   a.precision.c_str(), MESHTRAIN_HAVE_BF16 ? ", bf16" : "");
+      std::exit(2);
     }
     Kokkos::finalize();
   }

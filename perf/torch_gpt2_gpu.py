@@ -3,6 +3,7 @@
 master weights, fused AdamW), eager with SDPA attention and/or torch.compile, random tokens.
 
     python3 perf/torch_gpt2_gpu.py --micro-batch 16 --seq 1024 --mode eager,compile --steps 20
+    python3 perf/torch_gpt2_gpu.py --micro-batch 16 --mode compile --profile 3   # + kernel table
 
 Prints one line per mode: tokens/s, ms/step, MFU (6N + 12 L C T FLOPs per token against
 989 TFLOP/s), peak memory. Same model as meshtrain: tanh GELU, LayerNorm eps 1e-5, tied head,
@@ -50,7 +51,32 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
 
 
-def run(mode, mb, T, steps, warmup):
+def kernel_table(prof, steps, top=40):
+    """CUDA time per kernel per step, grouped into the classes meshtrain's profile uses."""
+    rows = []
+    for e in prof.key_averages():
+        t = getattr(e, "device_time_total", None)
+        if t is None:
+            t = e.cuda_time_total
+        if t > 0 and e.device_type.name == "CUDA":
+            rows.append((t / steps / 1e3, e.count / steps, e.key))
+    rows.sort(reverse=True)
+    total = sum(r[0] for r in rows)
+    classes = {}
+    for ms, _, name in rows:
+        n = name.lower()
+        cls = ("gemm" if any(k in n for k in ("gemm", "cutlass", "sm90_xmma", "nvjet", "matmul"))
+               else "attention" if any(k in n for k in ("flash", "fmha", "attention"))
+               else "optimizer" if any(k in n for k in ("adam", "multi_tensor", "foreach"))
+               else "other")
+        classes[cls] = classes.get(cls, 0) + ms
+    print(f"# kernel time per step {total:.3f} ms: " +
+          ", ".join(f"{k} {v:.3f}" for k, v in sorted(classes.items(), key=lambda kv: -kv[1])))
+    for ms, calls, name in rows[:top]:
+        print(f"  {ms:8.3f} ms {calls:6.1f}x  {name[:110]}")
+
+
+def run(mode, mb, T, steps, warmup, profile=0):
     torch.manual_seed(0)
     model = GPT().cuda()
     n_params = sum(p.numel() for p in model.parameters()) - model.wte.weight.numel() + 50257 * 768
@@ -89,6 +115,13 @@ def run(mode, mb, T, steps, warmup):
     print(f"pytorch-{mode:8s} mb {mb:3d}: {tok:10.0f} tok/s  {dt * 1e3:8.1f} ms/step  "
           f"MFU {tok * flops / 989e12:.3f}  peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB",
           flush=True)
+    if profile:
+        from torch.profiler import profile as tprofile, ProfilerActivity
+        with tprofile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(profile):
+                step()
+            torch.cuda.synchronize()
+        kernel_table(prof, profile)
     del model, opt, fwd
     torch.cuda.empty_cache()
 
@@ -100,8 +133,10 @@ if __name__ == "__main__":
     ap.add_argument("--mode", default="eager,compile")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--profile", type=int, default=0,
+                    help="then profile this many steps and print CUDA time per kernel")
     a = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = True
     for mode in a.mode.split(","):
         for mb in (int(m) for m in a.micro_batch.split(",")):
-            run(mode, mb, a.seq, a.steps, a.warmup)
+            run(mode, mb, a.seq, a.steps, a.warmup, a.profile)

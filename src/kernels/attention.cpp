@@ -17,6 +17,7 @@
 // oracle of the tiled paths: attention_host.cpp (CBLAS) and attention_cuda*.cpp (CUDA).
 #include "meshtrain/kernels/attention.hpp"
 
+#include <string>
 #include <type_traits>
 
 #include "attention_cuda.hpp"
@@ -219,6 +220,8 @@ void attention_forward(const ExecSpace& exec, View1<T> out, View1<float> lse, Vi
 #if defined(KOKKOS_ENABLE_CUDA)
   if constexpr (detail::kCudaAttentionType<T>) {
     detail::check_forward("attention_forward", out, lse, qkv, B, Tlen, NH, HS);
+    const detail::ToolRegion region(
+        [] { return std::string("meshtrain::attention_forward_cuda"); });
     if (detail::attention_forward_cuda<T>(exec, out, lse, qkv, B, Tlen, NH, HS)) return;
   }
 #endif
@@ -237,6 +240,8 @@ void attention_backward(const ExecSpace& exec, View1<T> dqkv, View1<const T> dou
 #if defined(KOKKOS_ENABLE_CUDA)
   if constexpr (detail::kCudaAttentionType<T>) {
     detail::check_backward("attention_backward", dqkv, dout, qkv, out, lse, B, Tlen, NH, HS);
+    const detail::ToolRegion region(
+        [] { return std::string("meshtrain::attention_backward_cuda"); });
     if (detail::attention_backward_cuda<T>(exec, dqkv, dout, qkv, out, lse, B, Tlen, NH, HS))
       return;
   }

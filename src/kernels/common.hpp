@@ -30,6 +30,25 @@ KOKKOS_INLINE_FUNCTION acc_t<T> acc(const T& x) {
   return static_cast<acc_t<T>>(x);
 }
 
+// A Kokkos Tools region around work Kokkos does not launch itself (cuBLAS calls, raw CUDA
+// kernels), so that a profiling tool (perf/bench_train_step's, or any KokkosP library) sees it.
+// The label is built only while a tool is loaded: without one this is one flag test.
+class ToolRegion {
+ public:
+  template <class MakeLabel>
+  explicit ToolRegion(const MakeLabel& make) : on_(Kokkos::Profiling::profileLibraryLoaded()) {
+    if (on_) Kokkos::Profiling::pushRegion(make());
+  }
+  ~ToolRegion() {
+    if (on_) Kokkos::Profiling::popRegion();
+  }
+  ToolRegion(const ToolRegion&) = delete;
+  ToolRegion& operator=(const ToolRegion&) = delete;
+
+ private:
+  bool on_;
+};
+
 // 64-bit indices for flat element-wise kernels: B*T*Vp or a flat parameter buffer can pass 2^31.
 using Index = std::int64_t;
 using Range = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<Index>>;

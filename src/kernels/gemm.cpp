@@ -15,6 +15,7 @@
 
 #include <map>
 #include <mutex>
+#include <string>
 #include <utility>
 
 #include "meshtrain/core/cuda_check.hpp"
@@ -140,6 +141,12 @@ void gemm(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K, float 
     return;
   }
 #if defined(KOKKOS_ENABLE_CUDA)
+  // Labelled by shape for the profilers: "meshtrain::gemm NT 16384x2304x768".
+  const detail::ToolRegion region([&] {
+    return std::string("meshtrain::gemm ") + (ta == Trans::N ? "N" : "T") +
+           (tb == Trans::N ? "N" : "T") + " " + std::to_string(M) + "x" + std::to_string(N) + "x" +
+           std::to_string(K);
+  });
   if constexpr (std::is_same_v<ExecSpace, Kokkos::Cuda> && kBlasType<T>) {
     // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, and a row-major matrix
     // read column-major is its transpose: swap the operands (and M, N), keep the op flags.
