@@ -2,7 +2,7 @@
 # Run the bundled CUDA build on a GPU machine: tests (NCCL backend included), the collective
 # benchmark, and short training runs. Made for the device tool's H200 (one rank per GPU).
 #   jobs/bundle-gpu.sh gpubundle build/cuda/src/meshtrain build/cuda/perf/* build/cuda/tests/test_*
-#   perf/gpu_run.sh gpubundle OUT_DIR [tests|bench|train|all]
+#   perf/gpu_run.sh gpubundle OUT_DIR [tests|bench|train|all|profile]
 set -uo pipefail
 bundle=$(cd "$1" && pwd); out=${2:-/tmp/gpu_run}; what=${3:-all}
 mkdir -p "$out"
@@ -39,6 +39,22 @@ if [ "$what" = train ] || [ "$what" = all ]; then
         > "$log" 2>&1 || status=1
       grep -E "step +(1|${STEPS:-12})/|error" "$log" | sed "s/^/$prec mb$mb: /"
     done
+  done
+fi
+if [ "$what" = profile ]; then
+  # Where a step's time goes, kernel by kernel: ours (Kokkos Tools callbacks, the device fenced
+  # around every kernel) and PyTorch's (torch.profiler), same model and micro-batch.
+  for mb in ${MICRO_BATCHES:-16}; do
+    mpirun -np 1 "$bundle/bin/bench_train_step" --preset gpt2-124m --precision bf16 \
+      --micro-batch "$mb" --seq-len 1024 --steps 10 --warmup 3 --profile-steps 2 \
+      > "$out/profile_meshtrain_mb$mb.txt" 2>&1 || status=1
+    head -60 "$out/profile_meshtrain_mb$mb.txt"
+    tail -3 "$out/profile_meshtrain_mb$mb.txt"
+    if [ -n "${TORCH_MODES:-compile}" ]; then
+      python3 perf/torch_gpt2_gpu.py --micro-batch "$mb" --mode "${TORCH_MODES:-compile}" \
+        --steps 10 --profile 2 > "$out/profile_torch_mb$mb.txt" 2>&1 || status=1
+      head -45 "$out/profile_torch_mb$mb.txt"
+    fi
   done
 fi
 exit $status

@@ -49,6 +49,51 @@ void adamw_update(const ExecSpace& exec, View1<float> param, View1<const G> grad
       });
 }
 
+template <class G>
+void adamw_update_ranges(const ExecSpace& exec, View1<float> param, View1<const G> grad,
+                         View1<float> m, View1<float> v, std::size_t n, const AdamWHyper& h,
+                         View1<const std::int64_t> range_begin, View1<const float> range_decay,
+                         Scalar<const float> grad_scale, View1<G> param_copy) {
+  using detail::acc;
+  const char* fn = "adamw_update_ranges";
+  MESHTRAIN_CHECK(h.step >= 1, fn, ": step=", h.step, " (1-based: the first update is step 1)");
+  detail::check_extent(param, n, fn, "param");
+  detail::check_extent(grad, n, fn, "grad");
+  detail::check_extent(m, n, fn, "m");
+  detail::check_extent(v, n, fn, "v");
+  const int n_ranges = static_cast<int>(range_begin.extent(0));
+  MESHTRAIN_CHECK(n_ranges > 0 && range_decay.extent(0) == range_begin.extent(0), fn, ": ",
+                  n_ranges, " range starts and ", range_decay.extent(0), " decay factors");
+  const bool copy = detail::present(param_copy);
+  if (copy) detail::check_extent(param_copy, n, fn, "param_copy");
+  const float lr = h.lr, b1 = h.beta1, b2 = h.beta2, eps = h.eps, wd0 = h.weight_decay;
+  const float bc1 = static_cast<float>(1.0 - std::pow(double(h.beta1), h.step));
+  const float bc2 = static_cast<float>(1.0 - std::pow(double(h.beta2), h.step));
+  // One launch instead of one per range: GPT-2 alternates decayed weights and undecayed
+  // biases/LayerNorms, ~100 ranges of which most are a few thousand elements (launch-bound).
+  // The range of an element is a binary search over the starts (a few hundred bytes, cached).
+  Kokkos::parallel_for(
+      "meshtrain::adamw_update_ranges", detail::Range(exec, 0, detail::Index(n)),
+      KOKKOS_LAMBDA(detail::Index i) {
+        int lo = 0, hi = n_ranges - 1;  // last r with range_begin[r] <= i (0 if none)
+        while (lo < hi) {
+          const int mid = (lo + hi + 1) / 2;
+          if (range_begin(mid) <= i) lo = mid;
+          else hi = mid - 1;
+        }
+        const float wd = wd0 * range_decay(lo);
+        const float g = static_cast<float>(acc(grad(i))) * grad_scale();
+        const float mi = b1 * m(i) + (1.0f - b1) * g;
+        const float vi = b2 * v(i) + (1.0f - b2) * g * g;
+        m(i) = mi;
+        v(i) = vi;
+        const float mhat = mi / bc1, vhat = vi / bc2;
+        const float p = param(i) - lr * (mhat / (kc::sqrt(vhat) + eps) + wd * param(i));
+        param(i) = p;
+        if (copy) param_copy(i) = static_cast<G>(p);
+      });
+}
+
 template <class T>
 void sum_squares(const ExecSpace& exec, Scalar<float> out, View1<const T> x, std::size_t n,
                  bool accumulate) {
@@ -90,6 +135,17 @@ template void sum_squares<float>(const ExecSpace&, Scalar<float>, View1<const fl
 template void adamw_update<float>(const ExecSpace&, View1<float>, View1<const float>,
                                   View1<float>, View1<float>, std::size_t, const AdamWHyper&,
                                   float, Scalar<const float>, View1<float>);
+#define MESHTRAIN_INSTANTIATE_ADAMW_RANGES(G)                                                \
+  template void adamw_update_ranges<G>(const ExecSpace&, View1<float>, View1<const G>,      \
+                                       View1<float>, View1<float>, std::size_t,             \
+                                       const AdamWHyper&, View1<const std::int64_t>,        \
+                                       View1<const float>, Scalar<const float>, View1<G>);
+MESHTRAIN_INSTANTIATE_ADAMW_RANGES(float)
+#if MESHTRAIN_HAVE_BF16
+MESHTRAIN_INSTANTIATE_ADAMW_RANGES(bf16)
+MESHTRAIN_INSTANTIATE_ADAMW_RANGES(fp16)
+#endif
+#undef MESHTRAIN_INSTANTIATE_ADAMW_RANGES
 #if MESHTRAIN_HAVE_BF16
 template void adamw_update<bf16>(const ExecSpace&, View1<float>, View1<const bf16>, View1<float>,
                                  View1<float>, std::size_t, const AdamWHyper&, float,

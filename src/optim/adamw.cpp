@@ -28,6 +28,18 @@ AdamWT<T>::AdamWT(const model::ParameterRegistry& reg, const AdamWConfig& cfg, E
       ranges_.push_back(Range{p.offset, p.numel, p.decay});
     }
   }
+  range_begin_ = alloc<std::int64_t>("optim.range_begin", ranges_.size());
+  range_decay_ = alloc<float>("optim.range_decay", ranges_.size());
+  {
+    auto hb = Kokkos::create_mirror_view(range_begin_);
+    auto hd = Kokkos::create_mirror_view(range_decay_);
+    for (std::size_t r = 0; r < ranges_.size(); ++r) {
+      hb(r) = static_cast<std::int64_t>(ranges_[r].offset);
+      hd(r) = ranges_[r].decay ? 1.0f : 0.0f;
+    }
+    Kokkos::deep_copy(range_begin_, hb);
+    Kokkos::deep_copy(range_decay_, hd);
+  }
   if constexpr (!std::is_same_v<T, float>) master_ = zeros<float>("optim.master", reg.size());
   m_ = zeros<float>("optim.exp_avg", reg.size());
   v_ = zeros<float>("optim.exp_avg_sq", reg.size());
@@ -68,19 +80,15 @@ bool AdamWT<T>::step(View1<T> params, View1<const T> grads, std::int64_t step, f
   h.eps = cfg_.eps;
   h.weight_decay = cfg_.weight_decay;
   h.step = static_cast<int>(step + 1);
-  for (const Range& r : ranges_) {
-    const float decay = r.decay ? 1.0f : 0.0f;
-    if constexpr (std::is_same_v<T, float>) {
-      kernels::adamw_update<float>(exec_, slice(params, r.offset, r.length),
-                                   slice(grads, r.offset, r.length), slice(m_, r.offset, r.length),
-                                   slice(v_, r.offset, r.length), r.length, h, decay, scale_);
-    } else {
-      kernels::adamw_update<T>(exec_, slice(master_, r.offset, r.length),
-                               slice(grads, r.offset, r.length), slice(m_, r.offset, r.length),
-                               slice(v_, r.offset, r.length), r.length, h, decay, scale_,
-                               slice(params, r.offset, r.length));
-    }
-  }
+  // One launch over the whole buffer (the alignment gaps between parameters hold zeros, which
+  // the update leaves at zero).
+  const std::size_t n = m_.extent(0);
+  if constexpr (std::is_same_v<T, float>)
+    kernels::adamw_update_ranges<float>(exec_, params, grads, m_, v_, n, h, range_begin_,
+                                        range_decay_, scale_, View1<float>());
+  else
+    kernels::adamw_update_ranges<T>(exec_, master_, grads, m_, v_, n, h, range_begin_,
+                                    range_decay_, scale_, params);
   return true;
 }
 

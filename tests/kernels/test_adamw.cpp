@@ -118,3 +118,44 @@ TEST_CASE("sum_squares -> clip_scale -> adamw_update stays on the device", "[ker
   kt::require_close(kt::to_host(dp), p, 1e-6, 1e-6, "param");
   kt::require_close(kt::to_host(dm), m, 1e-5, 1e-9, "m");
 }
+
+TEST_CASE("adamw_update_ranges: one launch equals the per-range updates", "[kernels][adamw]") {
+  // Ranges of unequal lengths with alternating decay (like GPT-2's weights and biases), an
+  // element before the first start (belongs to range 0), and a bf16-style copy when built.
+  const std::size_t n = 2000;
+  const std::vector<std::int64_t> begins = {3, 700, 701, 1500, 1999};
+  const std::vector<float> decays = {1.0f, 0.0f, 1.0f, 0.0f, 1.0f};
+  ExecSpace exec;
+  Scalar<float> scale("scale");
+  Kokkos::deep_copy(scale, 0.75f);
+  AdamWHyper h;
+  h.lr = 1e-2f;
+  h.weight_decay = 0.1f;
+  const auto p0 = kt::random_vector<float>(n, 7);
+  std::vector<double> p(p0.begin(), p0.end()), m(n, 0.0), v(n, 0.0);
+  auto dp = kt::to_device(p0);
+  View1<float> dm("m", n), dv("v", n);
+  auto db = kt::to_device(begins);
+  auto dd = kt::to_device(decays);
+  for (int step = 1; step <= 3; ++step) {
+    h.step = step;
+    const auto g = kt::random_vector<float>(n, 300 + step);
+    adamw_update_ranges<float>(exec, dp, kt::to_device(g), dm, dv, n, h, db, dd, scale,
+                               View1<float>());
+    // Reference: each range on its own through the double host implementation.
+    for (std::size_t r = 0; r < begins.size(); ++r) {
+      const std::size_t lo = r == 0 ? 0 : std::size_t(begins[r]);
+      const std::size_t hi = r + 1 < begins.size() ? std::size_t(begins[r + 1]) : n;
+      std::vector<double> pr(p.begin() + lo, p.begin() + hi), mr(m.begin() + lo, m.begin() + hi),
+          vr(v.begin() + lo, v.begin() + hi);
+      std::vector<float> gr(g.begin() + lo, g.begin() + hi);
+      adamw_host(pr, mr, vr, gr, h, decays[r], 0.75);
+      std::copy(pr.begin(), pr.end(), p.begin() + lo);
+      std::copy(mr.begin(), mr.end(), m.begin() + lo);
+      std::copy(vr.begin(), vr.end(), v.begin() + lo);
+    }
+  }
+  kt::require_close(kt::to_host(dp), p, 1e-6, 1e-6, "param");
+  kt::require_close(kt::to_host(dm), m, 1e-5, 1e-7, "m");
+  kt::require_close(kt::to_host(dv), v, 1e-5, 1e-8, "v");
+}

@@ -2,6 +2,8 @@
 // AdamW (Loshchilov & Hutter, decoupled weight decay) over flat fp32 buffers, and the global
 // gradient norm for clipping. The clip factor stays on the device (Scalar), so a step needs no
 // host synchronisation.
+#include <cstdint>
+
 #include "meshtrain/core/view.hpp"
 
 namespace meshtrain::kernels {
@@ -27,6 +29,17 @@ template <class G>
 void adamw_update(const ExecSpace& exec, View1<float> param, View1<const G> grad, View1<float> m,
                   View1<float> v, std::size_t n, const AdamWHyper& h, float decay,
                   Scalar<const float> grad_scale, View1<G> param_copy);
+
+// Multi-tensor form: one launch over a whole flat buffer [0, n) whose parameters differ only in
+// their decay factor. Ranges are given by their first element: range r covers
+// [range_begin[r], range_begin[r + 1]) (the last one runs to n; elements before range_begin[0]
+// belong to range 0) and uses decay range_decay[r]. Same arithmetic as adamw_update per element;
+// param_copy may be empty (T = float: param is the model's buffer).
+template <class G>
+void adamw_update_ranges(const ExecSpace& exec, View1<float> param, View1<const G> grad,
+                         View1<float> m, View1<float> v, std::size_t n, const AdamWHyper& h,
+                         View1<const std::int64_t> range_begin, View1<const float> range_decay,
+                         Scalar<const float> grad_scale, View1<G> param_copy);
 
 // out (+)= sum_i x[i]^2 (fp32 accumulation; out is a device scalar).
 template <class T>

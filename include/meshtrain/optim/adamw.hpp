@@ -61,6 +61,9 @@ class AdamWT {
   AdamWConfig cfg_;
   ExecSpace exec_;
   std::vector<Range> ranges_;
+  // The ranges on the device, for the one-launch update (kernels::adamw_update_ranges).
+  View1<std::int64_t> range_begin_;
+  View1<float> range_decay_;
   View1<float> master_;  // empty for T = float
   View1<float> m_, v_;
   Scalar<float> sumsq_, norm_, scale_;
