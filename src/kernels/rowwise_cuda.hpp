@@ -1,8 +1,10 @@
 #pragma once
-// Private to src/kernels/: CUDA kernels for the row-wise ops, LayerNorm (layernorm_cuda.cpp),
-// that layernorm_* run on a Kokkos::Cuda execution space. Same contracts as
-// meshtrain/kernels/layernorm.hpp; the Kokkos kernels (*_portable) stay the path for every
-// other case and the tests' oracle.
+// Private to src/kernels/: CUDA kernels for the row-wise ops, LayerNorm (layernorm_cuda.cpp) and
+// the fused softmax cross-entropy (cross_entropy_cuda.cpp), that layernorm_* and
+// cross_entropy_* run on a Kokkos::Cuda execution space. Same contracts as
+// meshtrain/kernels/layernorm.hpp and cross_entropy.hpp; the Kokkos kernels (*_portable) stay
+// the path for every other case and the tests' oracle.
+#include <cstdint>
 #include <type_traits>
 
 #include "meshtrain/core/view.hpp"
@@ -26,6 +28,7 @@ inline constexpr bool kCudaRowwiseType =
 //                            C = 256 * 16 / sizeof(T), re-read from L1 beyond).
 //   layernorm_backward_cuda: the same, and C <= 8192 (the per-warp dweight/dbias accumulators
 //                            live in shared memory).
+//   cross_entropy_*_cuda:    Vp % (16 / sizeof(T)) == 0 (any V <= Vp).
 // A call that runs the CUDA kernels pushes the Kokkos Tools region "meshtrain::<op>_cuda".
 template <class T>
 bool layernorm_forward_cuda(const ExecSpace& exec, View1<T> out, View1<float> mean,
@@ -36,6 +39,14 @@ bool layernorm_backward_cuda(const ExecSpace& exec, View1<T> dinp, View1<T> dwei
                              View1<T> dbias, View1<const T> dout, View1<const T> inp,
                              View1<const T> weight, View1<const float> mean,
                              View1<const float> rstd, int N, int C);
+template <class T>
+bool cross_entropy_forward_backward_cuda(const ExecSpace& exec, View1<float> losses,
+                                         View1<T> logits, View1<const std::int32_t> targets,
+                                         int N, int Vp, int V, float grad_scale);
+template <class T>
+bool cross_entropy_forward_cuda(const ExecSpace& exec, View1<float> losses,
+                                View1<const T> logits, View1<const std::int32_t> targets, int N,
+                                int Vp, int V);
 
 #endif  // KOKKOS_ENABLE_CUDA
 
