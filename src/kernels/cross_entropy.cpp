@@ -6,6 +6,9 @@
 // depend on the team size or the backend, so the bits of the loss do not either, and strided
 // parts keep neighbouring threads on neighbouring columns (coalesced on a GPU).
 // Padding columns [V, Vp) are never read for the statistics: they may hold anything.
+//
+// These are the portable kernels. cross_entropy_forward_backward/forward (at the end) dispatch
+// to the CUDA kernels of cross_entropy_cuda.cpp where they apply, and to these everywhere else.
 #include "meshtrain/kernels/cross_entropy.hpp"
 
 #include <limits>
@@ -15,6 +18,7 @@
 
 #include "common.hpp"
 #include "host_exp.hpp"
+#include "rowwise_cuda.hpp"
 
 namespace meshtrain::kernels {
 
@@ -62,6 +66,15 @@ inline void check_cross_entropy(const char* fn, int N, int Vp, int V) {
   MESHTRAIN_CHECK(N >= 0 && V > 0 && Vp >= V, fn, ": bad shape N=", N, ", Vp=", Vp, ", V=", V);
 }
 
+template <class Logits>
+void check_cross_entropy(const char* fn, View1<float> losses, const Logits& logits,
+                         View1<const std::int32_t> targets, int N, int Vp, int V) {
+  check_cross_entropy(fn, N, Vp, V);
+  check_extent(losses, N, fn, "losses");
+  check_extent(logits, std::size_t(N) * Vp, fn, "logits");
+  check_extent(targets, N, fn, "targets");
+}
+
 // log(sum_{c<V} exp(x_c)) of one row, on every thread of the team. Ends with a team barrier,
 // after which the row may be overwritten.
 template <class T, class Logits>
@@ -101,17 +114,14 @@ Team ce_policy(const ExecSpace& exec, int N) {
 }  // namespace detail
 
 template <class T>
-void cross_entropy_forward_backward(const ExecSpace& exec, View1<float> losses, View1<T> logits,
-                                    View1<const std::int32_t> targets, int N, int Vp, int V,
-                                    float grad_scale) {
+void cross_entropy_forward_backward_portable(const ExecSpace& exec, View1<float> losses,
+                                             View1<T> logits, View1<const std::int32_t> targets,
+                                             int N, int Vp, int V, float grad_scale) {
   using Acc = detail::acc_t<T>;
   using detail::acc;
   using detail::Index;
-  const char* fn = "cross_entropy_forward_backward";
-  detail::check_cross_entropy(fn, N, Vp, V);
-  detail::check_extent(losses, N, fn, "losses");
-  detail::check_extent(logits, std::size_t(N) * Vp, fn, "logits");
-  detail::check_extent(targets, N, fn, "targets");
+  detail::check_cross_entropy("cross_entropy_forward_backward", losses, logits, targets, N, Vp,
+                              V);
   const Acc lowest = detail::kLowest<Acc>, gs = grad_scale;
   // A target outside [0, V) other than "ignore" is corrupt input: a NaN loss makes it loud.
   const float nan = std::numeric_limits<float>::quiet_NaN();
@@ -163,16 +173,13 @@ void cross_entropy_forward_backward(const ExecSpace& exec, View1<float> losses, 
 }
 
 template <class T>
-void cross_entropy_forward(const ExecSpace& exec, View1<float> losses, View1<const T> logits,
-                           View1<const std::int32_t> targets, int N, int Vp, int V) {
+void cross_entropy_forward_portable(const ExecSpace& exec, View1<float> losses,
+                                    View1<const T> logits, View1<const std::int32_t> targets,
+                                    int N, int Vp, int V) {
   using Acc = detail::acc_t<T>;
   using detail::acc;
   using detail::Index;
-  const char* fn = "cross_entropy_forward";
-  detail::check_cross_entropy(fn, N, Vp, V);
-  detail::check_extent(losses, N, fn, "losses");
-  detail::check_extent(logits, std::size_t(N) * Vp, fn, "logits");
-  detail::check_extent(targets, N, fn, "targets");
+  detail::check_cross_entropy("cross_entropy_forward", losses, logits, targets, N, Vp, V);
   const Acc lowest = detail::kLowest<Acc>;
   const float nan = std::numeric_limits<float>::quiet_NaN();
   if constexpr (kDeviceIsHost && std::is_same_v<T, float>) {
@@ -217,12 +224,48 @@ void sum_losses(const ExecSpace& exec, Scalar<float> out, View1<const float> los
       KOKKOS_LAMBDA(detail::Index i, float& s) { s += losses(i); });
 }
 
-#define MESHTRAIN_INSTANTIATE_CROSS_ENTROPY(T)                                                 \
-  template void cross_entropy_forward_backward<T>(const ExecSpace&, View1<float>, View1<T>,    \
-                                                  View1<const std::int32_t>, int, int, int,    \
-                                                  float);                                      \
-  template void cross_entropy_forward<T>(const ExecSpace&, View1<float>, View1<const T>,       \
-                                         View1<const std::int32_t>, int, int, int);
+// Dispatch: the CUDA kernels (cross_entropy_cuda.cpp) for float and bf16 on a CUDA device when
+// the shape suits them (rowwise_cuda.hpp), the portable kernels otherwise. Host builds compile
+// only the portable call.
+template <class T>
+void cross_entropy_forward_backward(const ExecSpace& exec, View1<float> losses, View1<T> logits,
+                                    View1<const std::int32_t> targets, int N, int Vp, int V,
+                                    float grad_scale) {
+#if defined(KOKKOS_ENABLE_CUDA)
+  if constexpr (detail::kCudaRowwiseType<T>) {
+    detail::check_cross_entropy("cross_entropy_forward_backward", losses, logits, targets, N, Vp,
+                                V);
+    if (detail::cross_entropy_forward_backward_cuda<T>(exec, losses, logits, targets, N, Vp, V,
+                                                       grad_scale))
+      return;
+  }
+#endif
+  cross_entropy_forward_backward_portable<T>(exec, losses, logits, targets, N, Vp, V, grad_scale);
+}
+
+template <class T>
+void cross_entropy_forward(const ExecSpace& exec, View1<float> losses, View1<const T> logits,
+                           View1<const std::int32_t> targets, int N, int Vp, int V) {
+#if defined(KOKKOS_ENABLE_CUDA)
+  if constexpr (detail::kCudaRowwiseType<T>) {
+    detail::check_cross_entropy("cross_entropy_forward", losses, logits, targets, N, Vp, V);
+    if (detail::cross_entropy_forward_cuda<T>(exec, losses, logits, targets, N, Vp, V)) return;
+  }
+#endif
+  cross_entropy_forward_portable<T>(exec, losses, logits, targets, N, Vp, V);
+}
+
+#define MESHTRAIN_INSTANTIATE_CROSS_ENTROPY(T)                                                  \
+  template void cross_entropy_forward_backward<T>(const ExecSpace&, View1<float>, View1<T>,     \
+                                                  View1<const std::int32_t>, int, int, int,     \
+                                                  float);                                       \
+  template void cross_entropy_forward<T>(const ExecSpace&, View1<float>, View1<const T>,        \
+                                         View1<const std::int32_t>, int, int, int);             \
+  template void cross_entropy_forward_backward_portable<T>(                                     \
+      const ExecSpace&, View1<float>, View1<T>, View1<const std::int32_t>, int, int, int, float); \
+  template void cross_entropy_forward_portable<T>(const ExecSpace&, View1<float>,               \
+                                                  View1<const T>, View1<const std::int32_t>,    \
+                                                  int, int, int);
 MESHTRAIN_INSTANTIATE_CROSS_ENTROPY(float)
 MESHTRAIN_INSTANTIATE_CROSS_ENTROPY(double)
 #if MESHTRAIN_HAVE_BF16

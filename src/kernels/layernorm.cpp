@@ -6,11 +6,15 @@
 //   dweight += sum_rows dout * xhat,   dbias += sum_rows dout
 // The row part and the column sums are two kernels, so that neither needs atomics: the results
 // are deterministic and identical on every backend.
+//
+// These are the portable kernels. layernorm_forward/backward (at the end) dispatch to the CUDA
+// kernels of layernorm_cuda.cpp where they apply, and to these everywhere else.
 #include "meshtrain/kernels/layernorm.hpp"
 
 #include <type_traits>
 
 #include "common.hpp"
+#include "rowwise_cuda.hpp"
 
 namespace meshtrain::kernels {
 
@@ -18,15 +22,10 @@ namespace {
 void check_layernorm(const char* fn, int N, int C) {
   MESHTRAIN_CHECK(N >= 0 && C > 0, fn, ": bad shape N=", N, ", C=", C);
 }
-}  // namespace
 
 template <class T>
-void layernorm_forward(const ExecSpace& exec, View1<T> out, View1<float> mean, View1<float> rstd,
-                       View1<const T> inp, View1<const T> weight, View1<const T> bias, int N,
-                       int C, float eps) {
-  using Acc = detail::acc_t<T>;
-  using detail::acc;
-  const char* fn = "layernorm_forward";
+void check_forward(const char* fn, View1<T> out, View1<float> mean, View1<float> rstd,
+                   View1<const T> inp, View1<const T> weight, View1<const T> bias, int N, int C) {
   check_layernorm(fn, N, C);
   const std::size_t NC = std::size_t(N) * C;
   detail::check_extent(out, NC, fn, "out");
@@ -35,6 +34,32 @@ void layernorm_forward(const ExecSpace& exec, View1<T> out, View1<float> mean, V
   detail::check_extent(rstd, N, fn, "rstd");
   detail::check_extent(weight, C, fn, "weight");
   detail::check_extent(bias, C, fn, "bias");
+}
+
+template <class T>
+void check_backward(const char* fn, View1<T> dinp, View1<T> dweight, View1<T> dbias,
+                    View1<const T> dout, View1<const T> inp, View1<const T> weight,
+                    View1<const float> mean, View1<const float> rstd, int N, int C) {
+  check_layernorm(fn, N, C);
+  const std::size_t NC = std::size_t(N) * C;
+  detail::check_extent(dinp, NC, fn, "dinp");
+  detail::check_extent(dout, NC, fn, "dout");
+  detail::check_extent(inp, NC, fn, "inp");
+  detail::check_extent(mean, N, fn, "mean");
+  detail::check_extent(rstd, N, fn, "rstd");
+  detail::check_extent(weight, C, fn, "weight");
+  detail::check_extent(dweight, C, fn, "dweight");
+  detail::check_extent(dbias, C, fn, "dbias");
+}
+}  // namespace
+
+template <class T>
+void layernorm_forward_portable(const ExecSpace& exec, View1<T> out, View1<float> mean,
+                                View1<float> rstd, View1<const T> inp, View1<const T> weight,
+                                View1<const T> bias, int N, int C, float eps) {
+  using Acc = detail::acc_t<T>;
+  using detail::acc;
+  check_forward("layernorm_forward", out, mean, rstd, inp, weight, bias, N, C);
   const Acc e = eps;
   Kokkos::parallel_for(
       "meshtrain::layernorm_forward", detail::Team(exec, N, Kokkos::AUTO),
@@ -66,22 +91,13 @@ void layernorm_forward(const ExecSpace& exec, View1<T> out, View1<float> mean, V
 }
 
 template <class T>
-void layernorm_backward(const ExecSpace& exec, View1<T> dinp, View1<T> dweight, View1<T> dbias,
-                        View1<const T> dout, View1<const T> inp, View1<const T> weight,
-                        View1<const float> mean, View1<const float> rstd, int N, int C) {
+void layernorm_backward_portable(const ExecSpace& exec, View1<T> dinp, View1<T> dweight,
+                                 View1<T> dbias, View1<const T> dout, View1<const T> inp,
+                                 View1<const T> weight, View1<const float> mean,
+                                 View1<const float> rstd, int N, int C) {
   using Acc = detail::acc_t<T>;
   using detail::acc;
-  const char* fn = "layernorm_backward";
-  check_layernorm(fn, N, C);
-  const std::size_t NC = std::size_t(N) * C;
-  detail::check_extent(dinp, NC, fn, "dinp");
-  detail::check_extent(dout, NC, fn, "dout");
-  detail::check_extent(inp, NC, fn, "inp");
-  detail::check_extent(mean, N, fn, "mean");
-  detail::check_extent(rstd, N, fn, "rstd");
-  detail::check_extent(weight, C, fn, "weight");
-  detail::check_extent(dweight, C, fn, "dweight");
-  detail::check_extent(dbias, C, fn, "dbias");
+  check_backward("layernorm_backward", dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
 
   Kokkos::parallel_for(
       "meshtrain::layernorm_backward_dinp", detail::Team(exec, N, Kokkos::AUTO),
@@ -151,13 +167,52 @@ void layernorm_backward(const ExecSpace& exec, View1<T> dinp, View1<T> dweight, 
       });
 }
 
-#define MESHTRAIN_INSTANTIATE_LAYERNORM(T)                                                     \
-  template void layernorm_forward<T>(const ExecSpace&, View1<T>, View1<float>, View1<float>,   \
-                                     View1<const T>, View1<const T>, View1<const T>, int, int, \
-                                     float);                                                   \
-  template void layernorm_backward<T>(const ExecSpace&, View1<T>, View1<T>, View1<T>,          \
-                                      View1<const T>, View1<const T>, View1<const T>,          \
-                                      View1<const float>, View1<const float>, int, int);
+// Dispatch: the CUDA kernels (layernorm_cuda.cpp) for float and bf16 on a CUDA device when the
+// shape suits them (rowwise_cuda.hpp), the portable kernels otherwise. Host builds compile only
+// the portable call.
+template <class T>
+void layernorm_forward(const ExecSpace& exec, View1<T> out, View1<float> mean, View1<float> rstd,
+                       View1<const T> inp, View1<const T> weight, View1<const T> bias, int N,
+                       int C, float eps) {
+#if defined(KOKKOS_ENABLE_CUDA)
+  if constexpr (detail::kCudaRowwiseType<T>) {
+    check_forward("layernorm_forward", out, mean, rstd, inp, weight, bias, N, C);
+    if (detail::layernorm_forward_cuda<T>(exec, out, mean, rstd, inp, weight, bias, N, C, eps))
+      return;
+  }
+#endif
+  layernorm_forward_portable<T>(exec, out, mean, rstd, inp, weight, bias, N, C, eps);
+}
+
+template <class T>
+void layernorm_backward(const ExecSpace& exec, View1<T> dinp, View1<T> dweight, View1<T> dbias,
+                        View1<const T> dout, View1<const T> inp, View1<const T> weight,
+                        View1<const float> mean, View1<const float> rstd, int N, int C) {
+#if defined(KOKKOS_ENABLE_CUDA)
+  if constexpr (detail::kCudaRowwiseType<T>) {
+    check_backward("layernorm_backward", dinp, dweight, dbias, dout, inp, weight, mean, rstd, N,
+                   C);
+    if (detail::layernorm_backward_cuda<T>(exec, dinp, dweight, dbias, dout, inp, weight, mean,
+                                           rstd, N, C))
+      return;
+  }
+#endif
+  layernorm_backward_portable<T>(exec, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+}
+
+#define MESHTRAIN_INSTANTIATE_LAYERNORM(T)                                                      \
+  template void layernorm_forward<T>(const ExecSpace&, View1<T>, View1<float>, View1<float>,    \
+                                     View1<const T>, View1<const T>, View1<const T>, int, int,  \
+                                     float);                                                    \
+  template void layernorm_backward<T>(const ExecSpace&, View1<T>, View1<T>, View1<T>,           \
+                                      View1<const T>, View1<const T>, View1<const T>,           \
+                                      View1<const float>, View1<const float>, int, int);        \
+  template void layernorm_forward_portable<T>(const ExecSpace&, View1<T>, View1<float>,         \
+                                              View1<float>, View1<const T>, View1<const T>,     \
+                                              View1<const T>, int, int, float);                 \
+  template void layernorm_backward_portable<T>(const ExecSpace&, View1<T>, View1<T>, View1<T>,  \
+                                               View1<const T>, View1<const T>, View1<const T>,  \
+                                               View1<const float>, View1<const float>, int, int);
 MESHTRAIN_INSTANTIATE_LAYERNORM(float)
 MESHTRAIN_INSTANTIATE_LAYERNORM(double)
 #if MESHTRAIN_HAVE_BF16

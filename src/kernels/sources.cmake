@@ -13,13 +13,16 @@ target_sources(meshtrain_lib PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/linear.cpp
   ${CMAKE_CURRENT_LIST_DIR}/residual.cpp
 )
-# CUDA flash-attention kernels: plain .cpp compiled by nvcc_wrapper (the project enables no CUDA
-# language); each file is empty unless KOKKOS_ENABLE_CUDA.
+# CUDA flash-attention, LayerNorm and cross-entropy kernels: plain .cpp compiled by
+# nvcc_wrapper (the project enables no CUDA language); each file is empty unless
+# KOKKOS_ENABLE_CUDA.
 if(MESHTRAIN_ENABLE_CUDA)
   target_sources(meshtrain_lib PRIVATE
     ${CMAKE_CURRENT_LIST_DIR}/attention_cuda.cpp
     ${CMAKE_CURRENT_LIST_DIR}/attention_cuda_bf16.cpp
     ${CMAKE_CURRENT_LIST_DIR}/attention_cuda_f32.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/cross_entropy_cuda.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/layernorm_cuda.cpp
   )
 endif()
 # The kernels never read errno. Without -fno-math-errno GCC must treat every exp/sqrt call as a

@@ -1,6 +1,8 @@
 #pragma once
 // Helpers for the kernel tests: host <-> device copies, seeded random data, NaN poisoning,
-// tolerance checks that name the worst element, and central finite differences.
+// tolerance checks that name the worst element, central finite differences, and a record of
+// which implementation a dispatching kernel ran.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -9,6 +11,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "harness.hpp"
@@ -120,6 +123,86 @@ inline std::vector<double> fd_gradient(std::vector<double>& x,
     g[i] = (lp - lm) / (2 * eps);
   }
   return g;
+}
+
+// Element-wise casts between storage types (float <-> bf16 go through float).
+template <class To, class From>
+std::vector<To> convert(const std::vector<From>& v) {
+  std::vector<To> r(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) r[i] = static_cast<To>(static_cast<float>(v[i]));
+  return r;
+}
+
+template <class A>
+double max_abs(const std::vector<A>& v) {
+  double m = 0;
+  for (const A& x : v) m = std::max(m, std::fabs(static_cast<double>(static_cast<float>(x))));
+  return m;
+}
+
+// Records, while alive, the names of the Kokkos kernels launched and of the Kokkos Tools regions
+// pushed, through Kokkos' profiling callbacks (the same setters in Kokkos 3.4 and 4.x). One
+// at a time; nothing else in the tests installs callbacks.
+class KernelLog {
+ public:
+  KernelLog() {
+    events() = Events{};
+    install(true);
+  }
+  ~KernelLog() { install(false); }
+  KernelLog(const KernelLog&) = delete;
+  KernelLog& operator=(const KernelLog&) = delete;
+
+  bool launched_prefix(const std::string& prefix) const {
+    for (const auto& k : events().kernels)
+      if (k.compare(0, prefix.size(), prefix) == 0) return true;
+    return false;
+  }
+  bool pushed(const std::string& region) const {
+    for (const auto& r : events().regions)
+      if (r == region) return true;
+    return false;
+  }
+
+ private:
+  struct Events {
+    std::vector<std::string> kernels, regions;
+  };
+  static Events& events() {
+    static Events e;
+    return e;
+  }
+  static void begin_kernel(const char* name, std::uint32_t, std::uint64_t*) {
+    events().kernels.emplace_back(name ? name : "");
+  }
+  static void push_region(const char* name) { events().regions.emplace_back(name ? name : ""); }
+  static void install(bool on) {
+    namespace E = Kokkos::Tools::Experimental;
+    E::set_begin_parallel_for_callback(on ? begin_kernel : nullptr);
+    E::set_begin_parallel_reduce_callback(on ? begin_kernel : nullptr);
+    E::set_begin_parallel_scan_callback(on ? begin_kernel : nullptr);
+    E::set_push_region_callback(on ? push_region : nullptr);
+  }
+};
+
+// Which implementation a dispatching kernel (layernorm_forward, cross_entropy_forward, ...) ran.
+// The CUDA kernels push the region "meshtrain::<op>_cuda" and launch no Kokkos kernel; the
+// portable ones launch Kokkos kernels labelled "meshtrain::<op>..." (or, on host memory, may
+// run a plain loop inside the region "meshtrain::<op>"). Requires exactly one of the two.
+enum class Path { portable, cuda };
+inline const char* path_name(Path p) { return p == Path::cuda ? "cuda" : "portable"; }
+
+template <class F>
+Path run_logged(const std::string& op, F&& call) {
+  KernelLog log;
+  call();
+  ExecSpace().fence();
+  const std::string label = "meshtrain::" + op;
+  const bool cuda = log.pushed(label + "_cuda");
+  const bool portable = log.launched_prefix(label) || log.pushed(label);
+  INFO(op << ": CUDA region pushed " << cuda << ", portable kernels run " << portable);
+  REQUIRE(cuda != portable);
+  return cuda ? Path::cuda : Path::portable;
 }
 
 inline std::vector<double> subtract(const std::vector<double>& a, const std::vector<double>& b) {

@@ -1,5 +1,9 @@
 // LayerNorm: forward against a double host implementation, backward (double instantiation)
-// against central finite differences, float backward against the double one.
+// against central finite differences, float backward against the double one. Then the
+// dispatched layernorm_forward/backward (the CUDA kernels on a CUDA build) against the portable
+// kernels, in float and bf16, and their run-to-run determinism.
+#include <cstdio>
+
 #include "kernel_test_util.hpp"
 #include "meshtrain/kernels/layernorm.hpp"
 
@@ -94,4 +98,188 @@ TEST_CASE("layernorm_backward matches finite differences (double)", "[kernels][l
   kt::require_close(kt::to_host(dxf), kt::to_host(dx), 1e-4, 1e-5, "dinp (float vs double)");
   kt::require_close(kt::to_host(dwf), kt::to_host(dw), 1e-4, 1e-5, "dweight (float vs double)");
   kt::require_close(kt::to_host(dbf), kt::to_host(db), 1e-4, 1e-5, "dbias (float vs double)");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The dispatched kernels against the portable ones. On a CUDA build layernorm_forward/backward
+// run the CUDA kernels (src/kernels/layernorm_cuda.cpp) for float and bf16 when C is a multiple
+// of 16 / sizeof(T), and C <= 8192 for the backward: each call records which path ran and
+// requires the one the rules of layernorm.hpp name. Elsewhere (host builds, other shapes) the
+// dispatcher runs the portable kernels and the comparison is exact; the tests above check the
+// portable kernels against references.
+namespace {
+
+template <class T>
+kt::Path expected_path(int C, bool backward) {
+#if defined(KOKKOS_ENABLE_CUDA)
+  bool cuda_type = std::is_same_v<T, float>;
+#if MESHTRAIN_HAVE_BF16
+  cuda_type = cuda_type || std::is_same_v<T, bf16>;
+#endif
+  if (cuda_type && C % int(16 / sizeof(T)) == 0 && (!backward || C <= 8192)) return kt::Path::cuda;
+#else
+  (void)C;
+  (void)backward;
+#endif
+  return kt::Path::portable;
+}
+
+template <class T>
+const char* type_name() {
+  return std::is_same_v<T, float> ? "float" : "bf16";
+}
+
+// Tolerances of a dispatched result against the portable one, element-wise: |got - want| <=
+// rtol |want| + atol_floor + atol_scale max|want|.
+struct Tol {
+  double rtol, atol_floor, atol_scale;
+};
+// float: both sides are fp32 with sums in different orders: ~1e-7 relative on the row sums,
+// ~1e-6 absolute on dweight/dbias (N-row sums): 1e-5 relative, 1e-5 (+1e-6 of the largest
+// element) absolute for elements near zero. bf16: the outputs are rounded to bf16 from fp32
+// values that agree to ~1e-6, so they are at most 1 bf16 ulp (2^-8..2^-7 relative) apart:
+// 1e-2 relative, and the same absolute terms for results that cancel to ~0.
+template <class T>
+Tol tolerance() {
+  return std::is_same_v<T, float> ? Tol{1e-5, 1e-5, 1e-6} : Tol{1e-2, 1e-5, 1e-6};
+}
+
+template <class T>
+void require_near(const View1<T>& got, const View1<T>& want, const Tol& t, const char* what) {
+  const auto g = kt::convert<float>(kt::to_host(got)), w = kt::convert<float>(kt::to_host(want));
+  kt::require_close(g, w, t.rtol, t.atol_floor + t.atol_scale * kt::max_abs(w), what);
+}
+
+template <class T>
+View1<T> random_device(std::size_t n, std::uint32_t seed, double lo, double hi) {
+  return kt::to_device(kt::convert<T>(kt::random_vector<float>(n, seed, lo, hi)));
+}
+
+template <class T>
+View1<T> copy_of(const View1<T>& v) {
+  View1<T> c("copy", v.extent(0));
+  Kokkos::deep_copy(c, v);
+  return c;
+}
+
+template <class T>
+void compare_with_portable(int N, int C, std::uint32_t seed) {
+  INFO(type_name<T>() << " N=" << N << " C=" << C);
+  const std::size_t NC = std::size_t(N) * C;
+  // A mean of 0.5 and std ~1.2: the variance pass must not cancel.
+  const auto x = random_device<T>(NC, seed, -1.5, 2.5);
+  const auto w = random_device<T>(C, seed + 1, 0.5, 1.5);
+  const auto b = random_device<T>(C, seed + 2, -0.5, 0.5);
+  const auto dout = random_device<T>(NC, seed + 3, -1.0, 1.0);
+  const Tol tol = tolerance<T>();
+  const T nan = static_cast<T>(std::numeric_limits<float>::quiet_NaN());
+  ExecSpace exec;
+
+  View1<T> out("out", NC), out_p("out_p", NC);
+  Kokkos::deep_copy(out, nan);
+  Kokkos::deep_copy(out_p, nan);
+  auto mean = kt::nan_view<float>(N), rstd = kt::nan_view<float>(N);
+  auto mean_p = kt::nan_view<float>(N), rstd_p = kt::nan_view<float>(N);
+  const kt::Path fwd = kt::run_logged("layernorm_forward", [&] {
+    layernorm_forward<T>(exec, out, mean, rstd, x, w, b, N, C);
+  });
+  std::printf("layernorm_forward<%s> N=%d C=%d: %s path\n", type_name<T>(), N, C,
+              kt::path_name(fwd));
+  REQUIRE(fwd == expected_path<T>(C, false));
+  layernorm_forward_portable<T>(exec, out_p, mean_p, rstd_p, x, w, b, N, C);
+  require_near(out, out_p, tol, "out");
+  // mean and rstd are fp32 on both paths: 1e-5 relative (and 1e-6 absolute for means near 0).
+  kt::require_close(kt::to_host(mean), kt::to_host(mean_p), 1e-5, 1e-6, "mean");
+  kt::require_close(kt::to_host(rstd), kt::to_host(rstd_p), 1e-5, 0.0, "rstd");
+
+  // Backward on both sides from the portable forward's statistics. Every output accumulates, so
+  // each starts from the same non-zero values; before the second call the dispatched outputs
+  // are reset to the portable ones, so that bf16 rounding differences do not compound and the
+  // second call is held to the same tolerance (it reuses the persistent scratch).
+  auto dinp = random_device<T>(NC, seed + 4, -1.0, 1.0);
+  auto dw = random_device<T>(C, seed + 5, -1.0, 1.0), db = random_device<T>(C, seed + 6, -1.0, 1.0);
+  auto dinp_p = copy_of(dinp), dw_p = copy_of(dw), db_p = copy_of(db);
+  for (int call = 0; call < 2; ++call) {
+    INFO("backward call " << call);
+    const kt::Path bwd = kt::run_logged("layernorm_backward", [&] {
+      layernorm_backward<T>(exec, dinp, dw, db, dout, x, w, mean_p, rstd_p, N, C);
+    });
+    if (call == 0)
+      std::printf("layernorm_backward<%s> N=%d C=%d: %s path\n", type_name<T>(), N, C,
+                  kt::path_name(bwd));
+    REQUIRE(bwd == expected_path<T>(C, true));
+    layernorm_backward_portable<T>(exec, dinp_p, dw_p, db_p, dout, x, w, mean_p, rstd_p, N, C);
+    require_near(dinp, dinp_p, tol, "dinp");
+    require_near(dw, dw_p, tol, "dweight");
+    require_near(db, db_p, tol, "dbias");
+    Kokkos::deep_copy(dinp, dinp_p);
+    Kokkos::deep_copy(dw, dw_p);
+    Kokkos::deep_copy(db, db_p);
+  }
+}
+
+// GPT-2 widths (768 at several N: one, a few and more than one row per backward warp; 1024;
+// 1600, not a multiple of a warp's 256 bf16), small and awkward C (96, 200; 36 is not a
+// multiple of 8 bf16; 13 of nothing), rows too long for registers (3072, 8192) and too long for
+// the CUDA backward (8200).
+const std::vector<std::pair<int, int>> kShapes = {
+    {7, 768},  {300, 768}, {5000, 768}, {33, 1024}, {17, 1600}, {9, 96},
+    {5, 200},  {6, 36},    {4, 13},     {3, 3072},  {1, 8192},  {2, 8200}};
+
+}  // namespace
+
+TEST_CASE("layernorm dispatched kernels match the portable ones (float)",
+          "[kernels][layernorm][dispatch]") {
+  std::uint32_t seed = 100;
+  for (const auto& [N, C] : kShapes) compare_with_portable<float>(N, C, seed += 10);
+}
+
+#if MESHTRAIN_HAVE_BF16
+TEST_CASE("layernorm dispatched kernels match the portable ones (bf16)",
+          "[kernels][layernorm][dispatch][bf16]") {
+  std::uint32_t seed = 200;
+  for (const auto& [N, C] : kShapes) compare_with_portable<bf16>(N, C, seed += 10);
+}
+#endif
+
+namespace {
+template <class T>
+void require_deterministic(int N, int C) {
+  INFO(type_name<T>() << " N=" << N << " C=" << C);
+  const std::size_t NC = std::size_t(N) * C;
+  const auto x = random_device<T>(NC, 301, -1.5, 2.5);
+  const auto w = random_device<T>(C, 302, 0.5, 1.5), b = random_device<T>(C, 303, -0.5, 0.5);
+  const auto dout = random_device<T>(NC, 304, -1.0, 1.0);
+  const auto dinp0 = random_device<T>(NC, 305, -1.0, 1.0);
+  const auto dw0 = random_device<T>(C, 306, -1.0, 1.0), db0 = random_device<T>(C, 307, -1.0, 1.0);
+  ExecSpace exec;
+  std::vector<T> first[4];
+  std::vector<float> first_stats[2];
+  for (int run = 0; run < 2; ++run) {
+    View1<T> out("out", NC);
+    View1<float> mean("mean", N), rstd("rstd", N);
+    layernorm_forward<T>(exec, out, mean, rstd, x, w, b, N, C);
+    auto dinp = copy_of(dinp0), dw = copy_of(dw0), db = copy_of(db0);
+    layernorm_backward<T>(exec, dinp, dw, db, dout, x, w, mean, rstd, N, C);
+    const std::vector<T> got[4] = {kt::to_host(out), kt::to_host(dinp), kt::to_host(dw),
+                                   kt::to_host(db)};
+    const std::vector<float> stats[2] = {kt::to_host(mean), kt::to_host(rstd)};
+    for (int k = 0; k < 4; ++k) {
+      if (run == 0) first[k] = got[k];
+      else REQUIRE(kt::bitwise_equal(got[k], first[k]));
+    }
+    for (int k = 0; k < 2; ++k) {
+      if (run == 0) first_stats[k] = stats[k];
+      else REQUIRE(kt::bitwise_equal(stats[k], first_stats[k]));
+    }
+  }
+}
+}  // namespace
+
+TEST_CASE("layernorm dispatched kernels are bitwise deterministic",
+          "[kernels][layernorm][dispatch][determinism]") {
+  require_deterministic<float>(5000, 768);
+#if MESHTRAIN_HAVE_BF16
+  require_deterministic<bf16>(5000, 768);
+#endif
 }

@@ -23,6 +23,23 @@ template <class T>
 void cross_entropy_forward(const ExecSpace& exec, View1<float> losses, View1<const T> logits,
                            View1<const std::int32_t> targets, int N, int Vp, int V);
 
+// cross_entropy_forward_backward/forward dispatch: on a CUDA device, for float and bf16 with Vp
+// a multiple of 16 / sizeof(T), to the CUDA kernels of src/kernels/cross_entropy_cuda.cpp (a
+// block per row, 16-byte vectors, rows of up to 65536 bf16 / 32768 float read once into
+// registers); in every other case to the portable Kokkos kernels below. Both are deterministic;
+// their results agree to fp32 rounding, not bit for bit. On either path the forward-only losses
+// are the same bits as those of the fused call.
+//
+// Portable Kokkos kernels; the tests' oracle for the CUDA path.
+template <class T>
+void cross_entropy_forward_backward_portable(const ExecSpace& exec, View1<float> losses,
+                                             View1<T> logits, View1<const std::int32_t> targets,
+                                             int N, int Vp, int V, float grad_scale);
+template <class T>
+void cross_entropy_forward_portable(const ExecSpace& exec, View1<float> losses,
+                                    View1<const T> logits, View1<const std::int32_t> targets,
+                                    int N, int Vp, int V);
+
 // Sum of losses into a device scalar (out = sum, or += when accumulate).
 // Vocabulary-parallel cross-entropy (Megatron): each tensor-parallel rank holds the logits of
 // its vocabulary slice [v0, v0 + Vl) for all N rows; the row statistics are combined by two

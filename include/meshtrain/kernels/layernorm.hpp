@@ -17,4 +17,22 @@ void layernorm_backward(const ExecSpace& exec, View1<T> dinp, View1<T> dweight, 
                         View1<const T> dout, View1<const T> inp, View1<const T> weight,
                         View1<const float> mean, View1<const float> rstd, int N, int C);
 
+// layernorm_forward/backward dispatch: on a CUDA device, for float and bf16 with C a multiple of
+// 16 / sizeof(T) (and C <= 8192 for the backward), to the CUDA kernels of
+// src/kernels/layernorm_cuda.cpp (a warp per row, 16-byte vectors, rows up to 2048 bf16 / 1024
+// float held in registers); in every other case to the portable Kokkos kernels below. Both are
+// deterministic; their results agree to fp32 rounding, not bit for bit. The CUDA backward's
+// bits depend on N and C only (a fixed grid), not on the GPU.
+//
+// Portable Kokkos kernels; the tests' oracle for the CUDA path.
+template <class T>
+void layernorm_forward_portable(const ExecSpace& exec, View1<T> out, View1<float> mean,
+                                View1<float> rstd, View1<const T> inp, View1<const T> weight,
+                                View1<const T> bias, int N, int C, float eps = 1e-5f);
+template <class T>
+void layernorm_backward_portable(const ExecSpace& exec, View1<T> dinp, View1<T> dweight,
+                                 View1<T> dbias, View1<const T> dout, View1<const T> inp,
+                                 View1<const T> weight, View1<const float> mean,
+                                 View1<const float> rstd, int N, int C);
+
 }  // namespace meshtrain::kernels

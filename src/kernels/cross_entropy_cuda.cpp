@@ -1,0 +1,164 @@
+// Fused softmax cross-entropy on CUDA (rowwise_cuda.hpp): the contract of cross_entropy.hpp,
+// one 1024-thread block per row, the row moved as 16-byte vectors (4 floats or 8 bf16), fp32
+// arithmetic. Compiled in every build, empty without CUDA.
+//
+// Thread t owns the vectors v = t, t + 1024, ... of the row's real columns [0, V). When they
+// fit (at most kMaxRegVectors per thread: V <= 65536 in bf16, 32768 in float) the thread keeps
+// them in registers, templated on their count NV, and the row is read from memory exactly once
+// and written once; longer rows take the NV = 0 instantiation, which re-reads them (mostly from
+// L2) on each pass. Since the row is at hand, the statistics are the exact two-pass ones rather
+// than an online (max, sum) merge: M = max_c x_c (a block max, exact in any order), then
+// S = sum_c exp(x_c - M) (per-thread sums in a fixed order, warp butterflies, then the 32 warp
+// totals added in warp order by every thread), loss = M + log(S) - x[target], and the gradient
+// grad_scale * (exp(x_c - M) / S - onehot). The forward-only kernel is the same template without
+// the gradient pass, so its losses are the same bits. Padding columns [V, Vp) are never read
+// (a vector straddling V masks its tail) and are written as zeros.
+#include "rowwise_cuda.hpp"
+
+#if defined(KOKKOS_ENABLE_CUDA)
+#include <math_constants.h>
+
+#include <array>
+#include <string>
+#include <utility>
+
+#include "common.hpp"
+#include "meshtrain/core/cuda_check.hpp"
+#include "rowwise_cuda_device.hpp"
+
+namespace meshtrain::kernels::detail {
+
+namespace {
+
+using namespace rowwise;
+
+constexpr int kThreads = 1024, kWarps = kThreads / 32;
+// 8 vectors (32 registers) per thread: within the 64 registers a 1024-thread block allows.
+constexpr int kMaxRegVectors = 8;
+
+template <class E>
+int vectors_per_thread(int V) {
+  const int nv = ((V + kVec<E> - 1) / kVec<E> + kThreads - 1) / kThreads;
+  return nv <= kMaxRegVectors ? nv : 0;
+}
+
+// in: the logits; out: the same row buffer, overwritten with the gradient when kGrad (the
+// forward-only instantiation never writes it). Neither is __restrict__: they alias.
+template <class E, int NV, bool kGrad>
+__global__ void __launch_bounds__(kThreads)
+    ce_kernel(float* __restrict__ losses, const E* in, E* out,
+              const std::int32_t* __restrict__ targets, int Vp, int V, float grad_scale) {
+  constexpr int kV = kVec<E>;
+  __shared__ float red_max[kWarps], red_sum[kWarps];
+  const long row = blockIdx.x;
+  const int t = threadIdx.x;
+  const int nvec = (V + kV - 1) / kV, nvec_all = Vp / kV;
+  const E* x = in + row * Vp;
+  E* g = kGrad ? out + row * Vp : nullptr;
+  const int tgt = targets[row];
+  if (tgt < 0) {  // an ignored position: loss 0, gradient 0, the row is not read
+    if constexpr (kGrad)
+      for (int v = t; v < nvec_all; v += kThreads) store16(g + v * kV, make_uint4(0, 0, 0, 0));
+    if (t == 0) losses[row] = 0.f;
+    return;
+  }
+  // Read before the row is overwritten: the barriers of the block reductions below separate it
+  // from every gradient write. A target >= V is corrupt input: a NaN loss makes it loud.
+  const float xt = (t == 0 && tgt < V) ? to_float(x[tgt]) : CUDART_NAN_F;
+
+  RowRegs<NV> xr;
+  owned_vectors<NV>(t, kThreads, nvec, [&](int i, int v) { xr.load(i, x + v * kV); });
+  float m = -CUDART_INF_F;
+  owned_vectors<NV>(t, kThreads, nvec, [&](int i, int v) {
+    float f[kV];
+    unpack<E>(xr.get(i, x + v * kV), f);
+#pragma unroll
+    for (int k = 0; k < kV; ++k)
+      if (v * kV + k < V) m = fmaxf(m, f[k]);
+  });
+  const float M = block_max<kWarps>(m, red_max);
+  float s = 0.f;
+  owned_vectors<NV>(t, kThreads, nvec, [&](int i, int v) {
+    float f[kV];
+    unpack<E>(xr.get(i, x + v * kV), f);
+#pragma unroll
+    for (int k = 0; k < kV; ++k)
+      if (v * kV + k < V) s += expf(f[k] - M);
+  });
+  const float S = block_sum<kWarps>(s, red_sum);
+  if (t == 0) losses[row] = M + logf(S) - xt;
+
+  if constexpr (kGrad) {
+    const float scale = grad_scale / S;
+    owned_vectors<NV>(t, kThreads, nvec, [&](int i, int v) {
+      float f[kV], d[kV];
+      unpack<E>(xr.get(i, x + v * kV), f);
+#pragma unroll
+      for (int k = 0; k < kV; ++k) {
+        const int c = v * kV + k;
+        d[k] = c < V ? expf(f[k] - M) * scale - (c == tgt ? grad_scale : 0.f) : 0.f;
+      }
+      store16(g + v * kV, pack<E>(d));
+    });
+    for (int v = nvec + t; v < nvec_all; v += kThreads) store16(g + v * kV, make_uint4(0, 0, 0, 0));
+  }
+}
+
+// Kernel tables indexed by NV = 0 (looping), 1, ..., kMaxRegVectors.
+template <class E, bool kGrad, std::size_t... I>
+auto ce_table(std::index_sequence<I...>) {
+  return std::array{&ce_kernel<E, int(I), kGrad>...};
+}
+
+template <class E, bool kGrad>
+void launch(cudaStream_t st, float* losses, const E* in, E* out, const std::int32_t* targets,
+            int N, int Vp, int V, float grad_scale) {
+  static const auto kernels =
+      ce_table<E, kGrad>(std::make_index_sequence<kMaxRegVectors + 1>());
+  kernels[vectors_per_thread<E>(V)]<<<unsigned(N), kThreads, 0, st>>>(losses, in, out, targets, Vp,
+                                                                      V, grad_scale);
+  MESHTRAIN_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+template <class T>
+bool cross_entropy_forward_backward_cuda(const ExecSpace& exec, View1<float> losses,
+                                         View1<T> logits, View1<const std::int32_t> targets,
+                                         int N, int Vp, int V, float grad_scale) {
+  using E = storage_t<T>;
+  if (Vp % kVec<E> != 0 || !aligned16({logits.data()})) return false;
+  const ToolRegion region(
+      [] { return std::string("meshtrain::cross_entropy_forward_backward_cuda"); });
+  if (N > 0)
+    launch<E, true>(exec.cuda_stream(), losses.data(), raw(logits.data()), raw(logits.data()),
+                    targets.data(), N, Vp, V, grad_scale);
+  return true;
+}
+
+template <class T>
+bool cross_entropy_forward_cuda(const ExecSpace& exec, View1<float> losses,
+                                View1<const T> logits, View1<const std::int32_t> targets, int N,
+                                int Vp, int V) {
+  using E = storage_t<T>;
+  if (Vp % kVec<E> != 0 || !aligned16({logits.data()})) return false;
+  const ToolRegion region([] { return std::string("meshtrain::cross_entropy_forward_cuda"); });
+  if (N > 0)
+    launch<E, false>(exec.cuda_stream(), losses.data(), raw(logits.data()), nullptr,
+                     targets.data(), N, Vp, V, 0.f);
+  return true;
+}
+
+#define MESHTRAIN_INSTANTIATE_CROSS_ENTROPY_CUDA(T)                                          \
+  template bool cross_entropy_forward_backward_cuda<T>(const ExecSpace&, View1<float>,       \
+                                                       View1<T>, View1<const std::int32_t>,  \
+                                                       int, int, int, float);                \
+  template bool cross_entropy_forward_cuda<T>(const ExecSpace&, View1<float>, View1<const T>, \
+                                              View1<const std::int32_t>, int, int, int);
+MESHTRAIN_INSTANTIATE_CROSS_ENTROPY_CUDA(float)
+MESHTRAIN_INSTANTIATE_CROSS_ENTROPY_CUDA(Kokkos::Experimental::bhalf_t)
+#undef MESHTRAIN_INSTANTIATE_CROSS_ENTROPY_CUDA
+
+}  // namespace meshtrain::kernels::detail
+
+#endif  // KOKKOS_ENABLE_CUDA
