@@ -1,15 +1,19 @@
-// gemm_ex / gemm_dbias.
+// gemm_ex / gemm_dbias and the linear layer built on them.
 //  * gemm_ex against gemm_ex_reference for every epilogue, all four (ta, tb), odd and larger
 //    shapes, beta 0 and 1 with C separate from D and C == D: on CUDA that is cuBLASLt (or its
 //    fallback) against the Kokkos reference; on a host build the GEMM + epilogue pass against it.
 //  * gemm_ex_reference against plain double loops on the host (the oracle proven).
-//  * gemm_dbias against host loops, accumulation included.
+//  * gemm_dbias and the linear_* functions against compositions of the unfused kernels
+//    (gemm, gelu_forward / gelu_backward, host column sums), accumulation included.
 #include <algorithm>
+#include <cstdio>
 #include <type_traits>
 
 #include "kernel_test_util.hpp"
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/kernels/gelu.hpp"
 #include "meshtrain/kernels/gemm.hpp"
+#include "meshtrain/kernels/linear.hpp"
 
 using namespace meshtrain;
 using namespace meshtrain::kernels;
@@ -344,4 +348,173 @@ TEST_CASE("gemm_dbias: GEMM plus accumulated column sums of B", "[kernels][gemm_
         check_dbias<bf16>(ta, 64, 96, 128, false, alpha, beta, 1e-2);
 #endif
       }
+}
+
+// ---- linear layer, against the unfused kernels ----
+
+namespace {
+
+struct LinShape {
+  int N, IC, OC;
+};
+// Multiples of 8 (cuBLASLt on CUDA) and odd sizes (the fallback there).
+const LinShape kLinShapes[] = {{64, 48, 40}, {37, 29, 45}};
+
+// Column sums of a [rows, cols] row-major host matrix.
+std::vector<double> col_sums(const std::vector<double>& m, int rows, int cols) {
+  std::vector<double> s(cols, 0.0);
+  for (int i = 0; i < rows; ++i)
+    for (int j = 0; j < cols; ++j) s[j] += m[std::size_t(i) * cols + j];
+  return s;
+}
+
+// out = x @ w by the plain gemm (the unfused building block).
+View1<float> plain_matmul(View1<float> x, View1<float> w, int N, int IC, int OC) {
+  auto out = kt::nan_view<float>(std::size_t(N) * OC);
+  gemm<float>(ExecSpace(), Trans::N, Trans::N, N, OC, IC, 1.0f, x.data(), IC, w.data(), OC, 0.0f,
+              out.data(), OC);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("linear_forward: bias and residual fused, residual may be out", "[kernels][linear]") {
+  for (const LinShape s : kLinShapes) {
+    INFO("N=" << s.N << " IC=" << s.IC << " OC=" << s.OC);
+    const std::size_t no = std::size_t(s.N) * s.OC;
+    const auto x = kt::random_vector<float>(std::size_t(s.N) * s.IC, 1);
+    const auto w = kt::random_vector<float>(std::size_t(s.IC) * s.OC, 2);
+    const auto b = kt::random_vector<float>(s.OC, 3);
+    const auto r = kt::random_vector<float>(no, 4);
+    const auto xw = kt::to_host(plain_matmul(kt::to_device(x), kt::to_device(w), s.N, s.IC, s.OC));
+    ExecSpace exec;
+    std::vector<double> want(no);
+    for (int mode = 0; mode < 4; ++mode) {  // bias x residual (mode 3: residual is out)
+      const bool has_b = mode % 2 == 1, has_r = mode >= 2;
+      auto out = has_r && mode == 3 ? kt::to_device(r) : kt::nan_view<float>(no);
+      const View1<const float> res =
+          mode == 2 ? kt::to_device(r) : mode == 3 ? out : View1<float>();
+      linear_forward<float>(exec, out, kt::to_device(x), kt::to_device(w),
+                            has_b ? kt::to_device(b) : View1<float>(), res, s.N, s.IC, s.OC);
+      for (std::size_t i = 0; i < no; ++i)
+        want[i] = double(xw[i]) + (has_b ? b[i % s.OC] : 0.0) + (has_r ? r[i] : 0.0);
+      INFO("bias=" << has_b << " residual=" << has_r << (mode == 3 ? " (in place)" : ""));
+      // Sums of <= 48 products of values in [-1, 1]: 1e-5 absolute.
+      kt::require_close(kt::to_host(out), want, 1e-5, 1e-5, "out");
+    }
+  }
+}
+
+TEST_CASE("linear_gelu_forward equals linear_forward then gelu_forward", "[kernels][linear]") {
+  for (const LinShape s : kLinShapes) {
+    INFO("N=" << s.N << " IC=" << s.IC << " OC=" << s.OC);
+    const std::size_t no = std::size_t(s.N) * s.OC;
+    const auto x = kt::to_device(kt::random_vector<float>(std::size_t(s.N) * s.IC, 5, -2, 2));
+    const auto w = kt::to_device(kt::random_vector<float>(std::size_t(s.IC) * s.OC, 6));
+    const auto b = kt::to_device(kt::random_vector<float>(s.OC, 7));
+    ExecSpace exec;
+    auto pre_ref = kt::nan_view<float>(no), gelu_ref = kt::nan_view<float>(no);
+    linear_forward<float>(exec, pre_ref, x, w, b, s.N, s.IC, s.OC);
+    gelu_forward<float>(exec, gelu_ref, pre_ref, no);
+    auto pre = kt::nan_view<float>(no), out = kt::nan_view<float>(no);
+    linear_gelu_forward<float>(exec, out, pre, x, w, b, s.N, s.IC, s.OC);
+    kt::require_close(kt::to_host(pre), kt::to_host(pre_ref), 1e-5, 1e-5, "pre_gelu");
+    // The host gelu_forward uses a vectorised exp (a few ulp): 1e-5.
+    kt::require_close(kt::to_host(out), kt::to_host(gelu_ref), 1e-5, 1e-5, "gelu");
+  }
+}
+
+// dweight and dbias accumulate: two calls from non-zero starting values add twice.
+TEST_CASE("linear_backward and linear_backward_dgelu against the unfused kernels",
+          "[kernels][linear]") {
+  for (const LinShape s : kLinShapes) {
+    INFO("N=" << s.N << " IC=" << s.IC << " OC=" << s.OC);
+    const int N = s.N, IC = s.IC, OC = s.OC;
+    const auto dout_h = kt::random_vector<float>(std::size_t(N) * OC, 11);
+    const auto pre_h = kt::random_vector<float>(std::size_t(N) * IC, 12, -3, 3);
+    const auto w_h = kt::random_vector<float>(std::size_t(IC) * OC, 13);
+    const auto w0 = kt::random_vector<float>(std::size_t(IC) * OC, 14);
+    const auto b0 = kt::random_vector<float>(OC, 15);
+    ExecSpace exec;
+    const auto dout = kt::to_device(dout_h), pre = kt::to_device(pre_h), w = kt::to_device(w_h);
+    auto inp = kt::nan_view<float>(std::size_t(N) * IC);  // inp = gelu(pre), as in the MLP
+    gelu_forward<float>(exec, inp, pre, std::size_t(N) * IC);
+
+    // Unfused: dx = dout @ w^T (gemm), dpre = gelu_backward(pre, dx); dW = inp^T dout (gemm).
+    auto dx = kt::nan_view<float>(std::size_t(N) * IC), dpre_ref = kt::nan_view<float>(dx.size());
+    gemm<float>(exec, Trans::N, Trans::T, N, IC, OC, 1.0f, dout.data(), OC, w.data(), OC, 0.0f,
+                dx.data(), IC);
+    gelu_backward<float>(exec, dpre_ref, pre, dx, std::size_t(N) * IC);
+    auto dw_inc = kt::to_device(std::vector<float>(std::size_t(IC) * OC, 0.0f));
+    gemm<float>(exec, Trans::T, Trans::N, IC, OC, N, 1.0f, inp.data(), IC, dout.data(), OC, 0.0f,
+                dw_inc.data(), OC);
+    const auto dw1 = kt::to_host(dw_inc);
+    const auto db1 = col_sums(std::vector<double>(dout_h.begin(), dout_h.end()), N, OC);
+    std::vector<double> want_w(w0.size()), want_b(OC);
+
+    for (bool dgelu : {false, true}) {
+      INFO((dgelu ? "linear_backward_dgelu" : "linear_backward"));
+      auto dw = kt::to_device(w0), db = kt::to_device(b0);
+      for (int rep = 1; rep <= 2; ++rep) {
+        INFO("call " << rep);
+        auto d = kt::nan_view<float>(std::size_t(N) * IC);
+        if (dgelu)
+          linear_backward_dgelu<float>(exec, d, dw, db, dout, inp, w, pre, N, IC, OC);
+        else
+          linear_backward<float>(exec, d, dw, db, dout, inp, w, N, IC, OC);
+        kt::require_close(kt::to_host(d), kt::to_host(dgelu ? dpre_ref : dx), 1e-5, 1e-5,
+                          dgelu ? "dpre" : "dinp");
+        for (std::size_t i = 0; i < w0.size(); ++i) want_w[i] = w0[i] + rep * double(dw1[i]);
+        for (int o = 0; o < OC; ++o) want_b[o] = b0[o] + rep * db1[o];
+        // Sums of N <= 64 products / terms of values in [-1.2, 1.2]: 1e-5 relative.
+        kt::require_close(kt::to_host(dw), want_w, 1e-5, 1e-5, "dweight");
+        kt::require_close(kt::to_host(db), want_b, 1e-5, 1e-5, "dbias");
+      }
+    }
+  }
+}
+
+// On CUDA the point of gemm_ex is that the linear layer's epilogues run inside cuBLASLt: this
+// fails, naming the epilogue, if one of them fell back for the layer's own layouts (a GPT-2
+// shape with strides that are multiples of 8). Host builds have no fused path at all.
+TEST_CASE("the linear layer's epilogues run fused on CUDA", "[kernels][gemm_ex]") {
+  const int N = 128, IC = 64, OC = 256;
+  ExecSpace exec;
+  const auto x = kt::to_device(kt::random_vector<float>(std::size_t(N) * IC, 41));
+  const auto w1 = kt::to_device(kt::random_vector<float>(std::size_t(IC) * OC, 42));
+  const auto b1 = kt::to_device(kt::random_vector<float>(OC, 43));
+  const auto w2 = kt::to_device(kt::random_vector<float>(std::size_t(OC) * IC, 44));
+  const auto b2 = kt::to_device(kt::random_vector<float>(IC, 45));
+  auto pre = kt::nan_view<float>(std::size_t(N) * OC), h = kt::nan_view<float>(pre.size());
+  auto y = kt::nan_view<float>(std::size_t(N) * IC);
+  auto dy = kt::to_device(kt::random_vector<float>(y.size(), 46));
+  auto dh = kt::nan_view<float>(pre.size()), dx = kt::nan_view<float>(x.size());
+  const auto zeros = [](std::size_t n) { return kt::to_device(std::vector<float>(n, 0.0f)); };
+  auto dw1 = zeros(w1.size()), db1 = zeros(OC), dw2 = zeros(w2.size()), db2 = zeros(IC);
+
+  const GemmExCounts before = gemm_ex_counts();
+  linear_gelu_forward<float>(exec, h, pre, x, w1, b1, N, IC, OC);          // gelu_bias
+  linear_forward<float>(exec, y, h, w2, b2, View1<float>(x), N, OC, IC);   // bias + residual
+  linear_backward_dgelu<float>(exec, dh, dw2, db2, dy, h, w2, pre, N, OC, IC);  // dgelu, dbias
+  linear_backward<float>(exec, dx, dw1, db1, dh, x, w1, N, IC, OC);        // dbias
+  exec.fence();
+  const GemmExCounts after = gemm_ex_counts();
+  const char* kinds[] = {"none", "bias", "gelu_bias", "dgelu", "dbias"};
+  std::printf("gemm_ex calls of the linear layer (fused / fallback):");
+  for (int k = 0; k < 5; ++k)
+    std::printf(" %s %llu/%llu", kinds[k],
+                static_cast<unsigned long long>(after.fused[k] - before.fused[k]),
+                static_cast<unsigned long long>(after.fallback[k] - before.fallback[k]));
+  std::printf("\n");
+  for (int k : {1, 2, 3, 4}) {
+    INFO("epilogue " << kinds[k] << ": fused " << after.fused[k] - before.fused[k]
+                     << ", fallback " << after.fallback[k] - before.fallback[k]);
+    if (kDeviceIsHost) {
+      REQUIRE(after.fused[k] == before.fused[k]);
+      REQUIRE(after.fallback[k] > before.fallback[k]);
+    } else {
+      REQUIRE(after.fallback[k] == before.fallback[k]);
+      REQUIRE(after.fused[k] > before.fused[k]);
+    }
+  }
 }
