@@ -12,13 +12,12 @@
 #include <type_traits>
 
 #include "common.hpp"
-#include "host_exp.hpp"
+#include "gelu_math.hpp"
 
 namespace meshtrain::kernels {
 
 template <class T>
 void gelu_forward(const ExecSpace& exec, View1<T> out, View1<const T> inp, std::size_t n) {
-  using Acc = detail::acc_t<T>;
   using detail::acc;
   detail::check_extent(out, n, "gelu_forward", "out");
   detail::check_extent(inp, n, "gelu_forward", "inp");
@@ -30,27 +29,20 @@ void gelu_forward(const ExecSpace& exec, View1<T> out, View1<const T> inp, std::
     Kokkos::Profiling::pushRegion("meshtrain::gelu_forward");
     float* __restrict o = out.data();
     const float* __restrict x = inp.data();
-    for (std::size_t i = 0; i < n; ++i) {
-      const float u = 0.7978845608028654f * (x[i] + 0.044715f * x[i] * x[i] * x[i]);
-      o[i] = x[i] / (1.0f + detail::host_exp(-2.0f * u));
-    }
+    for (std::size_t i = 0; i < n; ++i) o[i] = detail::gelu_value_host(x[i]);
     Kokkos::Profiling::popRegion();
     return;
   }
   Kokkos::parallel_for(
       "meshtrain::gelu_forward", detail::Range(exec, 0, detail::Index(n)),
       KOKKOS_LAMBDA(detail::Index i) {
-        const Acc s = Acc(0.7978845608028654);  // sqrt(2/pi)
-        const Acc x = acc(inp(i));
-        const Acc u = s * (x + Acc(0.044715) * x * x * x);
-        out(i) = static_cast<T>(x / (Acc(1) + kc::exp(Acc(-2) * u)));
+        out(i) = static_cast<T>(detail::gelu_value(acc(inp(i))));
       });
 }
 
 template <class T>
 void gelu_backward(const ExecSpace& exec, View1<T> dinp, View1<const T> inp, View1<const T> dout,
                    std::size_t n) {
-  using Acc = detail::acc_t<T>;
   using detail::acc;
   detail::check_extent(dinp, n, "gelu_backward", "dinp");
   detail::check_extent(inp, n, "gelu_backward", "inp");
@@ -62,24 +54,14 @@ void gelu_backward(const ExecSpace& exec, View1<T> dinp, View1<const T> inp, Vie
     float* __restrict di = dinp.data();
     const float* __restrict x = inp.data();
     const float* __restrict d = dout.data();
-    for (std::size_t i = 0; i < n; ++i) {
-      const float s = 0.7978845608028654f;
-      const float sig = 1.0f / (1.0f + detail::host_exp(-2.0f * s * (x[i] + 0.044715f * x[i] * x[i] * x[i])));
-      const float g = sig + 2.0f * x[i] * sig * (1.0f - sig) * s * (1.0f + 3.0f * 0.044715f * x[i] * x[i]);
-      di[i] = g * d[i];
-    }
+    for (std::size_t i = 0; i < n; ++i) di[i] = detail::gelu_grad_host(x[i]) * d[i];
     Kokkos::Profiling::popRegion();
     return;
   }
   Kokkos::parallel_for(
       "meshtrain::gelu_backward", detail::Range(exec, 0, detail::Index(n)),
       KOKKOS_LAMBDA(detail::Index i) {
-        const Acc s = Acc(0.7978845608028654);
-        const Acc x = acc(inp(i));
-        const Acc sig = Acc(1) / (Acc(1) + kc::exp(Acc(-2) * s * (x + Acc(0.044715) * x * x * x)));
-        const Acc grad =
-            sig + Acc(2) * x * sig * (Acc(1) - sig) * s * (Acc(1) + Acc(3 * 0.044715) * x * x);
-        dinp(i) = static_cast<T>(grad * acc(dout(i)));
+        dinp(i) = static_cast<T>(detail::gelu_grad(acc(inp(i))) * acc(dout(i)));
       });
 }
 

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "common.hpp"
+#include "gemm_detail.hpp"
 
 #if defined(KOKKOS_ENABLE_CUDA)
 #include <cublas_v2.h>
@@ -17,21 +18,11 @@
 #include <mutex>
 #include <string>
 #include <utility>
-
-#include "meshtrain/core/cuda_check.hpp"
-
-#define MESHTRAIN_CUBLAS_CHECK(call)                                                        \
-  do {                                                                                      \
-    cublasStatus_t mt_cublas_rc_ = (call);                                                  \
-    if (mt_cublas_rc_ != CUBLAS_STATUS_SUCCESS)                                             \
-      ::meshtrain::throw_call_error("cuBLAS", #call, cublasGetStatusString(mt_cublas_rc_),  \
-                                    __FILE__, __LINE__);                                    \
-  } while (0)
 #endif
 
 namespace meshtrain::kernels {
 
-namespace {
+namespace detail {
 
 void check_gemm(const char* fn, Trans ta, Trans tb, int M, int N, int K, const void* A, int lda,
                 const void* B, int ldb, const void* C, int ldc) {
@@ -52,6 +43,10 @@ void check_gemm(const char* fn, Trans ta, Trans tb, int M, int N, int K, const v
                       ", K=", K);
   }
 }
+
+}  // namespace detail
+
+namespace {
 
 template <class T>
 inline constexpr bool kBlasType = std::is_same_v<T, float> || std::is_same_v<T, double>;
@@ -97,7 +92,7 @@ void gemm_reference(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int
   using detail::acc;
   using detail::Index;
   using Acc = detail::acc_t<T>;
-  check_gemm("gemm_reference", ta, tb, M, N, K, A, lda, B, ldb, C, ldc);
+  detail::check_gemm("gemm_reference", ta, tb, M, N, K, A, lda, B, ldb, C, ldc);
   if (M == 0 || N == 0) return;
   const bool a_n = ta == Trans::N, b_n = tb == Trans::N;
   const Index sa = lda, sb = ldb, sc = ldc;
@@ -123,7 +118,7 @@ void gemm_reference(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int
 template <class T>
 void gemm(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K, float alpha, const T* A,
           int lda, const T* B, int ldb, float beta, T* C, int ldc) {
-  check_gemm("gemm", ta, tb, M, N, K, A, lda, B, ldb, C, ldc);
+  detail::check_gemm("gemm", ta, tb, M, N, K, A, lda, B, ldb, C, ldc);
   if (M == 0 || N == 0) return;
   if constexpr (kDeviceIsHost && kBlasType<T>) {
     // BLAS runs on this host thread, outside the instance's queue: wait for the producers.

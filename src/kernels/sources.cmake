@@ -9,15 +9,17 @@ target_sources(meshtrain_lib PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/embedding.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gelu.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gemm_ex.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layernorm.cpp
   ${CMAKE_CURRENT_LIST_DIR}/linear.cpp
   ${CMAKE_CURRENT_LIST_DIR}/residual.cpp
 )
-# CUDA flash-attention, LayerNorm and cross-entropy kernels: plain .cpp compiled by
-# nvcc_wrapper (the project enables no CUDA language); each file is empty unless
-# KOKKOS_ENABLE_CUDA.
+# CUDA flash-attention, LayerNorm and cross-entropy kernels and the cuBLASLt GEMM path: plain
+# .cpp compiled by nvcc_wrapper (the project enables no CUDA language); each file is empty
+# unless KOKKOS_ENABLE_CUDA.
 if(MESHTRAIN_ENABLE_CUDA)
   target_sources(meshtrain_lib PRIVATE
+    ${CMAKE_CURRENT_LIST_DIR}/gemm_lt.cpp
     ${CMAKE_CURRENT_LIST_DIR}/attention_cuda.cpp
     ${CMAKE_CURRENT_LIST_DIR}/attention_cuda_bf16.cpp
     ${CMAKE_CURRENT_LIST_DIR}/attention_cuda_f32.cpp
@@ -37,6 +39,7 @@ if(NOT MESHTRAIN_ENABLE_CUDA AND CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
   ${CMAKE_CURRENT_LIST_DIR}/common.cpp
     ${CMAKE_CURRENT_LIST_DIR}/cross_entropy.cpp
     ${CMAKE_CURRENT_LIST_DIR}/gelu.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/gemm_ex.cpp
     ${CMAKE_CURRENT_LIST_DIR}/layernorm.cpp
     APPEND PROPERTY COMPILE_OPTIONS -fno-math-errno)
   # The host loops of GELU and cross-entropy clamp and select with comparisons; -ftrapping-math
@@ -45,5 +48,6 @@ if(NOT MESHTRAIN_ENABLE_CUDA AND CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
   set_property(SOURCE
     ${CMAKE_CURRENT_LIST_DIR}/cross_entropy.cpp
     ${CMAKE_CURRENT_LIST_DIR}/gelu.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/gemm_ex.cpp
     APPEND PROPERTY COMPILE_OPTIONS -fno-trapping-math)
 endif()

@@ -3,6 +3,13 @@
 // Checks extents, then goes to CBLAS (host memory) or cuBLAS(Lt) (CUDA memory). `gemm_reference`
 // is a plain Kokkos kernel with the same contract: the test oracle, and the fallback for types
 // the vendor BLAS does not take.
+//
+// `gemm_ex` adds a fused epilogue (bias, GELU keeping its input, GELU gradient) and a separate
+// output D; `gemm_dbias` fuses the bias gradient into a weight-gradient GEMM. On CUDA both run
+// as one cuBLASLt matmul where cuBLASLt supports the case, else as the GEMM plus one Kokkos
+// epilogue kernel (the path every host build takes); `gemm_ex_reference` is their oracle.
+#include <cstdint>
+
 #include "meshtrain/core/view.hpp"
 
 namespace meshtrain::kernels {
@@ -18,5 +25,52 @@ void gemm(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K, float 
 template <class T>
 void gemm_reference(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K, float alpha,
                     const T* A, int lda, const T* B, int ldb, float beta, T* C, int ldc);
+
+// What gemm_ex applies to x = alpha op(A) op(B) + beta C (all in fp32, or double for double):
+//   none:      D = x
+//   bias:      D = x + bias
+//   gelu_bias: aux = x + bias, D = gelu(aux)       (tanh GELU, as gelu.hpp; bias may be null)
+//   dgelu:     D = x * gelu'(aux)                  (aux read; beta must be 0)
+enum class Epilogue { none, bias, gelu_bias, dgelu };
+
+template <class T>
+struct GemmEpilogue {
+  Epilogue kind = Epilogue::none;
+  const T* bias = nullptr;  // [N], added to every row (bias, gelu_bias)
+  T* aux = nullptr;         // [M, N] with row stride ldaux: written by gelu_bias, read by dgelu
+  int ldaux = 0;
+};
+
+// D[M,N] = epilogue(alpha op(A) op(B) + beta C), row-major, lda..ldd as for gemm. C is not read
+// when beta == 0 (it may then be null). C is either D itself (C == D, ldc == ldd) or does not
+// overlap D; aux never overlaps D.
+template <class T>
+void gemm_ex(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K, float alpha,
+             const T* A, int lda, const T* B, int ldb, float beta, const T* C, int ldc, T* D,
+             int ldd, const GemmEpilogue<T>& ep);
+
+// The same contract as one plain Kokkos kernel (K-loop per element, epilogue in registers).
+template <class T>
+void gemm_ex_reference(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K,
+                       float alpha, const T* A, int lda, const T* B, int ldb, float beta,
+                       const T* C, int ldc, T* D, int ldd, const GemmEpilogue<T>& ep);
+
+// A weight-gradient GEMM with the bias gradient fused in:
+//   C[M,N] = alpha op(A)[M,K] B[K,N] + beta C   (B not transposed: its rows are the K dimension)
+//   dbias[N] += sum over the K rows of B       (column sums; not scaled by alpha)
+// dbias accumulates (micro-batches add into it). For a linear layer: A = inp (ta = T),
+// B = dout, C = dweight, K = tokens.
+template <class T>
+void gemm_dbias(const ExecSpace& exec, Trans ta, int M, int N, int K, float alpha, const T* A,
+                int lda, const T* B, int ldb, float beta, T* C, int ldc, T* dbias);
+
+// How gemm_ex / gemm_dbias calls were served since the start of the process, per kind
+// (index: Epilogue as int, then 4 for gemm_dbias): by one fused cuBLASLt matmul or by the
+// GEMM + Kokkos epilogue fallback. Host builds only fall back. For tests and profiling notes.
+struct GemmExCounts {
+  std::uint64_t fused[5] = {};
+  std::uint64_t fallback[5] = {};
+};
+GemmExCounts gemm_ex_counts();
 
 }  // namespace meshtrain::kernels

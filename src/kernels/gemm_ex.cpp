@@ -1,0 +1,325 @@
+// GEMMs with fused epilogues (gemm.hpp): gemm_ex, its Kokkos reference, and gemm_dbias.
+//
+// CUDA with float/bf16/fp16: one cuBLASLt matmul with the epilogue fused (gemm_lt.cpp), where
+// cuBLASLt supports the case. Everything else (host builds, double, cases cuBLASLt refuses):
+// gemm() into D, then one Kokkos pass applying the epilogue, or for gemm_dbias gemm() plus a
+// column sum. Both paths compute the epilogue in fp32 (double for double) from the same
+// formulas (gelu_math.hpp); the fallback rounds the GEMM result to T once more in between.
+#include <atomic>
+#include <string>
+#include <type_traits>
+
+#include "common.hpp"
+#include "gelu_math.hpp"
+#include "gemm_detail.hpp"
+
+#if defined(KOKKOS_ENABLE_CUDA)
+#include "gemm_lt.hpp"
+#endif
+
+namespace meshtrain::kernels {
+
+namespace {
+
+using detail::acc;
+using detail::Index;
+
+// Per kind (Epilogue as int, 4 = gemm_dbias): calls served fused / by the fallback.
+std::atomic<std::uint64_t> g_fused[5], g_fallback[5];
+
+const char* epilogue_name(Epilogue e) {
+  switch (e) {
+    case Epilogue::bias: return "bias";
+    case Epilogue::gelu_bias: return "gelu_bias";
+    case Epilogue::dgelu: return "dgelu";
+    default: return "none";
+  }
+}
+
+template <class T>
+void check_gemm_ex(const char* fn, Trans ta, Trans tb, int M, int N, int K, const T* A, int lda,
+                   const T* B, int ldb, float beta, const T* C, int ldc, const T* D, int ldd,
+                   const GemmEpilogue<T>& ep) {
+  detail::check_gemm(fn, ta, tb, M, N, K, A, lda, B, ldb, D, ldd);
+  if (M == 0 || N == 0) return;
+  if (beta != 0.0f) {
+    MESHTRAIN_CHECK(C != nullptr, fn, ": C is null with beta=", beta);
+    MESHTRAIN_CHECK(ldc >= N, fn, ": ldc=", ldc, " < row width N=", N, " of C");
+    MESHTRAIN_CHECK(C != D || ldc == ldd, fn, ": C == D needs ldc == ldd (", ldc, " vs ", ldd,
+                    ")");
+  }
+  if (ep.kind == Epilogue::bias)
+    MESHTRAIN_CHECK(ep.bias != nullptr, fn, ": epilogue bias without a bias pointer");
+  if (ep.kind == Epilogue::gelu_bias || ep.kind == Epilogue::dgelu) {
+    MESHTRAIN_CHECK(ep.aux != nullptr, fn, ": epilogue ", epilogue_name(ep.kind),
+                    " needs aux (the pre-GELU values)");
+    MESHTRAIN_CHECK(ep.ldaux >= N, fn, ": ldaux=", ep.ldaux, " < row width N=", N);
+    MESHTRAIN_CHECK(ep.aux != D, fn, ": aux must not be D (", epilogue_name(ep.kind), ")");
+  }
+  if (ep.kind == Epilogue::dgelu)
+    MESHTRAIN_CHECK(beta == 0.0f, fn, ": epilogue dgelu takes beta=0, got ", beta);
+}
+
+// x -> D's value for one element (i, j); stores aux (gelu_bias) or reads it (dgelu) at ia.
+// Shared by the reference and the fallback so that they apply the same epilogue.
+template <class Acc, class T>
+KOKKOS_INLINE_FUNCTION Acc finish(Epilogue kind, Acc x, const T* bias, T* aux, Index j,
+                                  Index ia) {
+  switch (kind) {
+    case Epilogue::bias: return x + acc(bias[j]);
+    case Epilogue::gelu_bias:
+      if (bias) x += acc(bias[j]);
+      aux[ia] = static_cast<T>(x);
+      return detail::gelu_value(x);
+    case Epilogue::dgelu: return x * detail::gelu_grad(acc(aux[ia]));
+    default: return x;
+  }
+}
+
+// The fallback's second pass: D = finish(D + beta C). One team per row, threads over its
+// columns: contiguous on a CPU core and coalesced on a GPU, no 64-bit division per element.
+template <class T>
+void epilogue_pass(const ExecSpace& exec, int M, int N, float beta, const T* C, int ldc, T* D,
+                   int ldd, const GemmEpilogue<T>& ep) {
+  using Acc = detail::acc_t<T>;
+  const Epilogue kind = ep.kind;
+  const T* bias = ep.bias;
+  T* aux = ep.aux;
+  const Index sc = ldc, sd = ldd, sa = ep.ldaux;
+  const Acc be = beta;
+  const std::string label =
+      std::string("meshtrain::epilogue_") + (beta != 0.0f ? "c_" : "") + epilogue_name(kind);
+  if constexpr (kDeviceIsHost && std::is_same_v<T, float>) {
+    if (kind == Epilogue::gelu_bias || kind == Epilogue::dgelu) {
+      // Host fp32 GELU: plain row loops with the vectorisable exp, as gelu.cpp's host loops
+      // (the exp dominates; std::exp per element would cost several times more).
+      kc::fence(exec, "meshtrain::epilogue: host loop");
+      Kokkos::Profiling::pushRegion(label);
+      for (Index i = 0; i < M; ++i) {
+        float* __restrict d = D + i * sd;
+        float* __restrict a = aux + i * sa;
+        const float* __restrict c = C ? C + i * sc : nullptr;
+        if (kind == Epilogue::gelu_bias) {
+          for (int j = 0; j < N; ++j) {
+            const float x = d[j] + (be != 0.0f ? be * c[j] : 0.0f) + (bias ? bias[j] : 0.0f);
+            a[j] = x;
+            d[j] = detail::gelu_value_host(x);
+          }
+        } else {
+          for (int j = 0; j < N; ++j) d[j] = d[j] * detail::gelu_grad_host(a[j]);
+        }
+      }
+      Kokkos::Profiling::popRegion();
+      return;
+    }
+  }
+  Kokkos::parallel_for(
+      label, detail::Team(exec, M, Kokkos::AUTO), KOKKOS_LAMBDA(const detail::Member& m) {
+        const Index i = m.league_rank();
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(m, N), [&](int j) {
+          Acc x = acc(D[i * sd + j]);
+          if (be != Acc(0)) x += be * acc(C[i * sc + j]);
+          D[i * sd + j] = static_cast<T>(finish(kind, x, bias, aux, Index(j), i * sa + j));
+        });
+      });
+}
+
+template <class T>
+void gemm_ex_fallback(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K,
+                      float alpha, const T* A, int lda, const T* B, int ldb, float beta,
+                      const T* C, int ldc, T* D, int ldd, const GemmEpilogue<T>& ep) {
+  // With C == D the GEMM accumulates in place; a separate C joins in the epilogue pass instead
+  // (copying it into D first would cost the same pass and one more).
+  const bool in_place = beta != 0.0f && C == D;
+  gemm<T>(exec, ta, tb, M, N, K, alpha, A, lda, B, ldb, in_place ? beta : 0.0f, D, ldd);
+  const float beta_c = in_place ? 0.0f : beta;
+  if (ep.kind == Epilogue::none && beta_c == 0.0f) return;
+  epilogue_pass<T>(exec, M, N, beta_c, C, ldc, D, ldd, ep);
+}
+
+// dbias[n] += sum_k B[k][n] over K rows of row stride ldb.
+template <class T>
+void add_column_sums(const ExecSpace& exec, int K, int N, const T* B, int ldb, T* dbias) {
+  using Acc = detail::acc_t<T>;
+  const Index sb = ldb;
+  if constexpr (!kDeviceIsHost) {
+    // GPU: two-stage column sum (common.hpp), deterministic, enough threads to fill the GPU.
+    detail::column_sums<Acc, 1>(
+        exec, "meshtrain::dbias_column_sums", Index(K), Index(N), 0,
+        KOKKOS_LAMBDA(Index k, Index n, Acc* v) { v[0] += acc(B[k * sb + n]); },
+        KOKKOS_LAMBDA(Index n, const Acc* v) {
+          dbias[n] = static_cast<T>(acc(dbias[n]) + v[0]);
+        });
+    return;
+  }
+  // Host: each column's rows summed in order by one thread per kCols columns, so the inner loop
+  // runs over contiguous columns and vectorises instead of striding down one column.
+  constexpr int kCols = 16;
+  const int blocks = (N + kCols - 1) / kCols;
+  Kokkos::parallel_for(
+      "meshtrain::dbias_column_sums", detail::Range(exec, 0, blocks),
+      KOKKOS_LAMBDA(Index blk) {
+        const Index n0 = blk * kCols;
+        const int w = N - n0 < kCols ? int(N - n0) : kCols;
+        Acc s[kCols] = {};
+        if (w == kCols) {  // full block: a fixed-width inner loop
+          for (Index k = 0; k < K; ++k)
+            for (int u = 0; u < kCols; ++u) s[u] += acc(B[k * sb + n0 + u]);
+        } else {
+          for (Index k = 0; k < K; ++k)
+            for (int u = 0; u < w; ++u) s[u] += acc(B[k * sb + n0 + u]);
+        }
+        for (int u = 0; u < w; ++u) dbias[n0 + u] = static_cast<T>(acc(dbias[n0 + u]) + s[u]);
+      });
+}
+
+#if defined(KOKKOS_ENABLE_CUDA)
+// Element types that go to cuBLASLt here (fp32 compute for all; double stays on gemm()).
+template <class T>
+cudaDataType_t lt_data_type() {
+  if constexpr (std::is_same_v<T, float>) return CUDA_R_32F;
+#if MESHTRAIN_HAVE_BF16
+  if constexpr (std::is_same_v<T, bf16>) return CUDA_R_16BF;
+  if constexpr (std::is_same_v<T, fp16>) return CUDA_R_16F;
+#endif
+  return CUDA_R_64F;  // not reached: callers check kLtType
+}
+template <class T>
+inline constexpr bool kLtType = std::is_same_v<T, float>
+#if MESHTRAIN_HAVE_BF16
+                                || std::is_same_v<T, bf16> || std::is_same_v<T, fp16>
+#endif
+    ;
+
+// "meshtrain::gemm NT 16384x2304x768 gelu_bias": perf/bench_train_step sums the regions named
+// "meshtrain::gemm*" as GEMM time, and a fused epilogue is part of its GEMM.
+std::string region_label(Trans ta, Trans tb, int M, int N, int K, const char* what) {
+  return std::string("meshtrain::gemm ") + (ta == Trans::N ? "N" : "T") +
+         (tb == Trans::N ? "N" : "T") + " " + std::to_string(M) + "x" + std::to_string(N) + "x" +
+         std::to_string(K) + " " + what;
+}
+#endif
+
+}  // namespace
+
+GemmExCounts gemm_ex_counts() {
+  GemmExCounts c;
+  for (int i = 0; i < 5; ++i) {
+    c.fused[i] = g_fused[i].load();
+    c.fallback[i] = g_fallback[i].load();
+  }
+  return c;
+}
+
+template <class T>
+void gemm_ex_reference(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K,
+                       float alpha, const T* A, int lda, const T* B, int ldb, float beta,
+                       const T* C, int ldc, T* D, int ldd, const GemmEpilogue<T>& ep) {
+  using Acc = detail::acc_t<T>;
+  check_gemm_ex("gemm_ex_reference", ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, D, ldd, ep);
+  if (M == 0 || N == 0) return;
+  const bool a_n = ta == Trans::N, b_n = tb == Trans::N;
+  const Index sa = lda, sb = ldb, sc = ldc, sd = ldd, sx = ep.ldaux;
+  const Acc al = alpha, be = beta;
+  const Epilogue kind = ep.kind;
+  const T* bias = ep.bias;
+  T* aux = ep.aux;
+  // One thread per element, K-loop inside, epilogue in registers: the simplest correct form.
+  Kokkos::parallel_for(
+      "meshtrain::gemm_ex_reference", detail::Range(exec, 0, Index(M) * N),
+      KOKKOS_LAMBDA(Index idx) {
+        const Index i = idx / N, j = idx % N;
+        Acc s = 0;
+        for (Index k = 0; k < K; ++k)
+          s += acc(a_n ? A[i * sa + k] : A[k * sa + i]) * acc(b_n ? B[k * sb + j] : B[j * sb + k]);
+        Acc x = al * s;
+        if (be != Acc(0)) x += be * acc(C[i * sc + j]);
+        D[i * sd + j] = static_cast<T>(finish(kind, x, bias, aux, j, i * sx + j));
+      });
+}
+
+template <class T>
+void gemm_ex(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K, float alpha,
+             const T* A, int lda, const T* B, int ldb, float beta, const T* C, int ldc, T* D,
+             int ldd, const GemmEpilogue<T>& ep) {
+  check_gemm_ex("gemm_ex", ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, D, ldd, ep);
+  if (M == 0 || N == 0) return;
+  const int kind = static_cast<int>(ep.kind);
+#if defined(KOKKOS_ENABLE_CUDA)
+  if constexpr (std::is_same_v<ExecSpace, Kokkos::Cuda> && kLtType<T>) {
+    detail::LtEpilogue e = detail::LtEpilogue::none;
+    switch (ep.kind) {
+      case Epilogue::bias: e = detail::LtEpilogue::bias; break;
+      case Epilogue::gelu_bias:
+        e = ep.bias ? detail::LtEpilogue::gelu_aux_bias : detail::LtEpilogue::gelu_aux;
+        break;
+      case Epilogue::dgelu: e = detail::LtEpilogue::dgelu; break;
+      default: break;
+    }
+    const detail::ToolRegion region(
+        [&] { return region_label(ta, tb, M, N, K, epilogue_name(ep.kind)); });
+    const detail::LtCall call{.type = lt_data_type<T>(), .ta = ta, .tb = tb, .M = M, .N = N,
+                              .K = K, .alpha = alpha, .A = A, .lda = lda, .B = B, .ldb = ldb,
+                              .beta = beta, .C = C, .ldc = ldc, .D = D, .ldd = ldd,
+                              .epilogue = e, .bias = ep.bias, .aux = ep.aux,
+                              .ldaux = ep.ldaux};
+    if (detail::lt_matmul(exec, call)) {
+      ++g_fused[kind];
+      return;
+    }
+  }
+#endif
+  ++g_fallback[kind];
+  gemm_ex_fallback<T>(exec, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, D, ldd, ep);
+}
+
+template <class T>
+void gemm_dbias(const ExecSpace& exec, Trans ta, int M, int N, int K, float alpha, const T* A,
+                int lda, const T* B, int ldb, float beta, T* C, int ldc, T* dbias) {
+  detail::check_gemm("gemm_dbias", ta, Trans::N, M, N, K, A, lda, B, ldb, C, ldc);
+  if (N == 0) return;
+  MESHTRAIN_CHECK(dbias != nullptr, "gemm_dbias: dbias is null for N=", N);
+#if defined(KOKKOS_ENABLE_CUDA)
+  if constexpr (std::is_same_v<ExecSpace, Kokkos::Cuda> && kLtType<T>) {
+    const detail::ToolRegion region([&] { return region_label(ta, Trans::N, M, N, K, "dbias"); });
+    // cuBLASLt overwrites its bias-gradient output: give it the scratch, then add.
+    T* part = static_cast<T*>(detail::lt_bias_scratch(std::size_t(N) * sizeof(T)));
+    const detail::LtCall call{.type = lt_data_type<T>(), .ta = ta, .tb = Trans::N, .M = M,
+                              .N = N, .K = K, .alpha = alpha, .A = A, .lda = lda, .B = B,
+                              .ldb = ldb, .beta = beta, .C = C, .ldc = ldc, .D = C, .ldd = ldc,
+                              .epilogue = detail::LtEpilogue::bgrad, .bias = part,
+                              .aux = nullptr, .ldaux = 0};
+    if (detail::lt_matmul(exec, call)) {
+      ++g_fused[4];
+      using Acc = detail::acc_t<T>;
+      Kokkos::parallel_for(
+          "meshtrain::dbias_add", detail::Range(exec, 0, N), KOKKOS_LAMBDA(Index n) {
+            dbias[n] = static_cast<T>(acc(dbias[n]) + acc(part[n]));
+          });
+      return;
+    }
+  }
+#endif
+  ++g_fallback[4];
+  if (M > 0) gemm<T>(exec, ta, Trans::N, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  add_column_sums<T>(exec, K, N, B, ldb, dbias);
+}
+
+#define MESHTRAIN_INSTANTIATE_GEMM_EX(T)                                                        \
+  template void gemm_ex<T>(const ExecSpace&, Trans, Trans, int, int, int, float, const T*, int, \
+                           const T*, int, float, const T*, int, T*, int,                       \
+                           const GemmEpilogue<T>&);                                             \
+  template void gemm_ex_reference<T>(const ExecSpace&, Trans, Trans, int, int, int, float,      \
+                                     const T*, int, const T*, int, float, const T*, int, T*,    \
+                                     int, const GemmEpilogue<T>&);                              \
+  template void gemm_dbias<T>(const ExecSpace&, Trans, int, int, int, float, const T*, int,     \
+                              const T*, int, float, T*, int, T*);
+MESHTRAIN_INSTANTIATE_GEMM_EX(float)
+MESHTRAIN_INSTANTIATE_GEMM_EX(double)
+#if MESHTRAIN_HAVE_BF16
+MESHTRAIN_INSTANTIATE_GEMM_EX(bf16)
+MESHTRAIN_INSTANTIATE_GEMM_EX(fp16)
+#endif
+#undef MESHTRAIN_INSTANTIATE_GEMM_EX
+
+}  // namespace meshtrain::kernels

@@ -1,0 +1,263 @@
+// cuBLASLt path of gemm_ex / gemm_dbias (CUDA builds; empty otherwise).
+//
+// Row-major -> column-major. cuBLASLt is column-major, and a row-major matrix read column-major
+// is its transpose: row-major D = op(A) op(B) is column-major D^T = op(B)^T op(A)^T. cuBLASLt
+// therefore gets our B as its "A" (with op tb), our A as its "B" (with op ta), and m = N, n = M,
+// k = K; its D has N rows (our columns) and M columns (our rows), ld = our row strides. So:
+//  * the bias vector, whose length cuBLASLt requires to be D's rows, is our [N] bias added to
+//    every row of our D: the broadcast we want (CUBLASLT_EPILOGUE_BIAS, GELU_AUX_BIAS);
+//  * the GELU aux matrix has D's shape, N x M column-major with ld = our ldaux; cuBLASLt
+//    requires that ld to be a multiple of 8 and >= N (cublasLt.h, EPILOGUE_AUX_LD);
+//  * gemm_dbias's dbias[n] = sum_k B[k][n] is a reduction over k of cuBLASLt's "A" (our B,
+//    N x K after its op): CUBLASLT_EPILOGUE_BGRADA, a vector of D's rows = N. BGRADA works only
+//    for a non-transposed "A" (as BGRADB only for a transposed "B"; NVIDIA's cuBLASMp tests skip
+//    the other cases), i.e. our tb == N, which gemm_dbias fixes: the weight gradient inp^T dout
+//    is (ta, tb) = (T, N), cuBLASLt (transa, transb) = (N, T), apex's and Paddle's layout.
+//
+// Plans. Creating descriptors and asking the heuristic costs tens of microseconds of host time,
+// more than a small GEMM, so each call shape gets one plan, made on first use and reused: the
+// key holds everything the heuristic's answer depends on, including the alignment of every
+// pointer (the heuristic reads the bias and aux pointers' values, and we tell it A..D's
+// alignment). Only the bias/aux pointers are set per call (a host-side store).
+#include "common.hpp"  // first: Kokkos defines KOKKOS_ENABLE_CUDA
+
+#if defined(KOKKOS_ENABLE_CUDA)
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "gemm_lt.hpp"
+
+namespace meshtrain::kernels::detail {
+
+namespace {
+
+// 32 MiB as PyTorch and TransformerEngine give Hopper: split-K and stream-K kernels need it.
+constexpr std::size_t kWorkspaceBytes = std::size_t(32) << 20;
+
+// log2 of the largest power of two dividing the address, capped at 256 bytes (cuBLASLt's
+// default assumption; null counts as aligned).
+std::uint32_t align_log2(const void* p) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  std::uint32_t l = 8;
+  while (l > 0 && a % (std::uintptr_t(1) << l) != 0) --l;
+  return l;
+}
+
+struct PlanKey {
+  int type, ta, tb, M, N, K, lda, ldb, ldc, ldd, epilogue, beta_nonzero, ldaux;
+  std::uint32_t align;  // 4 bits per pointer: A, B, C, D, bias, aux
+  auto tie() const {
+    return std::tie(type, ta, tb, M, N, K, lda, ldb, ldc, ldd, epilogue, beta_nonzero, ldaux,
+                    align);
+  }
+  bool operator<(const PlanKey& o) const { return tie() < o.tie(); }
+};
+
+struct Plan {
+  bool ok = false;  // false: cuBLASLt has no algorithm, the caller falls back (also cached)
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+// No checks here: also called from the finalize hook, where a throw would abort.
+void destroy(Plan& p) {
+  if (p.op) cublasLtMatmulDescDestroy(p.op);
+  for (auto* l : {p.a, p.b, p.c, p.d})
+    if (l) cublasLtMatrixLayoutDestroy(l);
+  p = Plan{};
+}
+
+// One cuBLASLt handle, workspace and plan cache per process (one GPU per rank), made on first
+// use and released by a Kokkos finalize hook. All GEMMs of a run go to one execution-space
+// instance, whose stream orders the uses of the shared workspace and bias scratch.
+struct LtState {
+  std::mutex mutex;
+  bool hooked = false;
+  cublasLtHandle_t handle = nullptr;
+  Kokkos::View<unsigned char*, MemSpace> workspace, bias_scratch;
+  std::map<PlanKey, Plan> plans;
+};
+
+LtState& state() {
+  static LtState s;
+  return s;
+}
+
+// Caller holds s.mutex.
+void ensure_started(LtState& s) {
+  if (s.handle) return;
+  MESHTRAIN_CUBLAS_CHECK(cublasLtCreate(&s.handle));
+  s.workspace = Kokkos::View<unsigned char*, MemSpace>(
+      Kokkos::view_alloc("meshtrain::cublaslt_workspace", Kokkos::WithoutInitializing),
+      kWorkspaceBytes);
+  if (!s.hooked) {
+    s.hooked = true;
+    Kokkos::push_finalize_hook([] {
+      LtState& st = state();
+      std::lock_guard<std::mutex> lock(st.mutex);
+      for (auto& kv : st.plans) destroy(kv.second);
+      st.plans.clear();
+      st.workspace = {};
+      st.bias_scratch = {};
+      if (st.handle) cublasLtDestroy(st.handle);
+      st.handle = nullptr;
+      st.hooked = false;
+    });
+  }
+}
+
+cublasOperation_t lt_op(Trans t) { return t == Trans::N ? CUBLAS_OP_N : CUBLAS_OP_T; }
+
+cublasLtEpilogue_t lt_epilogue(LtEpilogue e) {
+  switch (e) {
+    case LtEpilogue::bias: return CUBLASLT_EPILOGUE_BIAS;
+    case LtEpilogue::gelu_aux: return CUBLASLT_EPILOGUE_GELU_AUX;
+    case LtEpilogue::gelu_aux_bias: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case LtEpilogue::dgelu: return CUBLASLT_EPILOGUE_DGELU;
+    case LtEpilogue::bgrad: return CUBLASLT_EPILOGUE_BGRADA;  // see the top of the file
+    default: return CUBLASLT_EPILOGUE_DEFAULT;
+  }
+}
+
+bool uses_bias(LtEpilogue e) {
+  return e == LtEpilogue::bias || e == LtEpilogue::gelu_aux_bias || e == LtEpilogue::bgrad;
+}
+bool uses_aux(LtEpilogue e) {
+  return e == LtEpilogue::gelu_aux || e == LtEpilogue::gelu_aux_bias || e == LtEpilogue::dgelu;
+}
+
+// Cases we do not hand to cuBLASLt, from its documentation and others' experience.
+bool lt_allowed(const LtCall& c) {
+  // PyTorch keeps matrices with a dimension of 1 off cuBLASLt: the heuristic has answered
+  // CUBLAS_STATUS_INVALID_VALUE for them. The fallback is as fast for such thin products.
+  if (c.M < 2 || c.N < 2 || c.K < 2) return false;
+  if (uses_aux(c.epilogue) && (c.ldaux % 8 != 0 || c.ldaux < c.N)) return false;
+  if (c.epilogue == LtEpilogue::bgrad) {
+    // BGRADA needs a non-transposed cuBLASLt "A" (our B); and whether the fused bias gradient
+    // is scaled by alpha is not documented, while ours is not: keep alpha == 1 (the linear
+    // layer's case) on cuBLASLt.
+    if (c.tb != Trans::N || c.alpha != 1.0f) return false;
+  }
+  return true;
+}
+
+template <class V>
+void set_desc(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const V& v) {
+  MESHTRAIN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, attr, &v, sizeof(v)));
+}
+template <class V>
+void set_pref(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t attr,
+              const V& v) {
+  MESHTRAIN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(p, attr, &v, sizeof(v)));
+}
+
+Plan make_plan(cublasLtHandle_t handle, const LtCall& c) {
+  Plan p;
+  // fp32 accumulation and scaling for every type; CUBLAS_COMPUTE_32F (not _FAST_TF32) keeps
+  // float inputs in full fp32, as cublasSgemm does in gemm().
+  MESHTRAIN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  set_desc(p.op, CUBLASLT_MATMUL_DESC_TRANSA, lt_op(c.tb));
+  set_desc(p.op, CUBLASLT_MATMUL_DESC_TRANSB, lt_op(c.ta));
+  set_desc(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, lt_epilogue(c.epilogue));
+  // The bias (or bias gradient) and aux keep D's element type: the defaults, not set.
+  if (uses_bias(c.epilogue)) set_desc(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, c.bias);
+  if (uses_aux(c.epilogue)) {
+    set_desc(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, c.aux);
+    set_desc(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, std::int64_t(c.ldaux));
+  }
+  // Column-major shapes as stored (see the top of the file).
+  const bool bn = c.tb == Trans::N, an = c.ta == Trans::N;
+  MESHTRAIN_CUBLAS_CHECK(
+      cublasLtMatrixLayoutCreate(&p.a, c.type, bn ? c.N : c.K, bn ? c.K : c.N, c.ldb));
+  MESHTRAIN_CUBLAS_CHECK(
+      cublasLtMatrixLayoutCreate(&p.b, c.type, an ? c.K : c.M, an ? c.M : c.K, c.lda));
+  MESHTRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, c.type, c.N, c.M, c.ldc));
+  MESHTRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, c.type, c.N, c.M, c.ldd));
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  MESHTRAIN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  set_pref(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, kWorkspaceBytes);
+  // Tell the heuristic how aligned the operands are, so that it only offers algorithms that
+  // can run on them (its default assumes 256 bytes; activation slices can be less aligned).
+  const auto bytes = [](const void* q) { return std::uint32_t(1) << align_log2(q); };
+  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, bytes(c.B));
+  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, bytes(c.A));
+  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, bytes(c.C));
+  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, bytes(c.D));
+
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  // A status other than success means the same as no algorithm: this case is not supported.
+  const cublasStatus_t rc = cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.c, p.d,
+                                                           pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (rc != CUBLAS_STATUS_SUCCESS || found == 0) {
+    destroy(p);
+    return p;
+  }
+  p.algo = result.algo;
+  p.ok = true;
+  return p;
+}
+
+}  // namespace
+
+bool lt_matmul(const Kokkos::Cuda& exec, const LtCall& call) {
+  LtCall c = call;
+  // C is not read when beta == 0: point it at D so that the key and the layouts do not depend
+  // on whatever the caller passed.
+  if (c.beta == 0.0f) {
+    c.C = c.D;
+    c.ldc = c.ldd;
+  }
+  if (!lt_allowed(c)) return false;
+  const PlanKey key{int(c.type), int(c.ta), int(c.tb), c.M, c.N, c.K, c.lda, c.ldb, c.ldc, c.ldd,
+                    int(c.epilogue), c.beta != 0.0f, uses_aux(c.epilogue) ? c.ldaux : 0,
+                    align_log2(c.A) | align_log2(c.B) << 4 | align_log2(c.C) << 8 |
+                        align_log2(c.D) << 12 | align_log2(c.bias) << 16 |
+                        align_log2(c.aux) << 20};
+
+  LtState& s = state();
+  // Held through the launch: the plan's descriptor gets this call's pointers.
+  std::lock_guard<std::mutex> lock(s.mutex);
+  ensure_started(s);
+  auto it = s.plans.find(key);
+  if (it == s.plans.end()) it = s.plans.emplace(key, make_plan(s.handle, c)).first;
+  Plan& p = it->second;
+  if (!p.ok) return false;
+  if (uses_bias(c.epilogue)) set_desc(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, c.bias);
+  if (uses_aux(c.epilogue)) set_desc(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, c.aux);
+  const cublasStatus_t rc =
+      cublasLtMatmul(s.handle, p.op, &c.alpha, c.B, p.a, c.A, p.b, &c.beta, c.C, p.c, c.D, p.d,
+                     &p.algo, s.workspace.data(), kWorkspaceBytes, exec.cuda_stream());
+  if (rc == CUBLAS_STATUS_NOT_SUPPORTED) {
+    // Nothing was launched: remember the refusal and let the caller fall back.
+    destroy(p);
+    return false;
+  }
+  if (rc != CUBLAS_STATUS_SUCCESS)
+    throw_call_error("cuBLAS",
+                     cat("cublasLtMatmul (ta=", int(c.ta), ", tb=", int(c.tb), ", M=", c.M,
+                         ", N=", c.N, ", K=", c.K, ", epilogue ", int(c.epilogue), ")")
+                         .c_str(),
+                     cublasGetStatusString(rc), __FILE__, __LINE__);
+  return true;
+}
+
+void* lt_bias_scratch(std::size_t bytes) {
+  LtState& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  ensure_started(s);  // the finalize hook releases the scratch too
+  if (s.bias_scratch.extent(0) < bytes)
+    s.bias_scratch = Kokkos::View<unsigned char*, MemSpace>(
+        Kokkos::view_alloc("meshtrain::cublaslt_bias_scratch", Kokkos::WithoutInitializing),
+        bytes);
+  return s.bias_scratch.data();
+}
+
+}  // namespace meshtrain::kernels::detail
+#endif

@@ -1,0 +1,47 @@
+#pragma once
+// Private to src/kernels/, CUDA builds only: row-major GEMMs with fused epilogues through
+// cuBLASLt, with one cached plan (descriptors + the heuristic's algorithm) per call shape.
+#include <cublasLt.h>
+
+#include <cstddef>
+
+#include "gemm_detail.hpp"
+
+namespace meshtrain::kernels::detail {
+
+// The cuBLASLt epilogues gemm_ex / gemm_dbias use.
+enum class LtEpilogue { none, bias, gelu_aux, gelu_aux_bias, dgelu, bgrad };
+
+// One row-major call, as gemm_ex takes it: D = epilogue(alpha op(A) op(B) + beta C).
+// bias: the bias for bias/gelu_aux_bias, the bias-gradient output (overwritten) for bgrad.
+struct LtCall {
+  cudaDataType_t type;
+  Trans ta, tb;
+  int M, N, K;
+  float alpha;
+  const void* A;
+  int lda;
+  const void* B;
+  int ldb;
+  float beta;
+  const void* C;  // ignored when beta == 0
+  int ldc;
+  void* D;
+  int ldd;
+  LtEpilogue epilogue;
+  const void* bias;
+  void* aux;
+  int ldaux;
+};
+
+// Enqueues the call on exec's stream as one cublasLtMatmul and returns true; or returns false,
+// enqueueing nothing, when cuBLASLt has no algorithm for it (or its documented restrictions
+// exclude it): the caller then runs its fallback. Host-side only, no synchronisation.
+bool lt_matmul(const Kokkos::Cuda& exec, const LtCall& call);
+
+// A device buffer of at least `bytes` kept for the run (grown, never shrunk): the bias-gradient
+// epilogue overwrites its output, so gemm_dbias points it here and adds the result into dbias.
+// Uses are ordered by the one execution-space instance's stream, as for persistent_buffer.
+void* lt_bias_scratch(std::size_t bytes);
+
+}  // namespace meshtrain::kernels::detail
