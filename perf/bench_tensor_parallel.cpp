@@ -13,9 +13,10 @@
 // communication (host wall time around the MPI calls).
 //
 // Closed forms per block and micro-batch (s tokens x b sequences, hidden h, tp size t; elements):
-//   ours, no SP:  s*b*h*(6 + 12/t)   (ln1, ln2, attn-proj out, res2, mlp-proj out, block out
-//                                     replicated; qkv 3/t, attention out 1/t, fc 4/t, gelu 4/t)
-//   ours, SP:     s*b*h*(2 + 16/t)   (only the gathered LayerNorm outputs stay replicated)
+//   ours, no SP:  s*b*h*(4 + 12/t)   (ln1, ln2, res2, block out replicated; qkv 3/t,
+//                                     attention out 1/t, fc 4/t, gelu 4/t; the projections'
+//                                     outputs are not kept: the residual add consumes them)
+//   ours, SP:     s*b*h*(2 + 14/t)   (only the gathered LayerNorm outputs stay replicated)
 //   Megatron (Korthikanti et al. 2022, bytes, 16-bit, with dropout masks and the a*s^2 softmax):
 //       no SP: s*b*h*(10 + 24/t + 5*a*s/(h*t)),  SP: s*b*h*(34/t + 5*a*s/(h*t))
 // Ours keeps no dropout masks and no s x s attention matrix (flash attention keeps only the
@@ -112,7 +113,7 @@ int main(int argc, char** argv) {
         // saved output gradient: one block's saved tensors and its output, plus small per-row
         // statistics (LayerNorm mean/rstd, attention log-sum-exp) and the tokens.
         const double act_block = double(m.activation_bytes()) / 4.0 - 2 * sbh / (a.sp ? t : 1);
-        const double ours = a.sp ? sbh * (2 + 16.0 / t) : sbh * (6 + 12.0 / t);
+        const double ours = a.sp ? sbh * (2 + 14.0 / t) : sbh * (4 + 12.0 / t);
         const double aoh = double(cfg.n_head) * T / cfg.n_embd;
         const double meg_bytes = a.sp ? sbh * (34.0 / t + 5 * aoh / t)
                                       : sbh * (10 + 24.0 / t + 5 * aoh / t);

@@ -19,20 +19,18 @@ BlockActivations<T>::BlockActivations(const BlockShape& s) {
   qkv = alloc<T>("act.qkv", N * 3 * C / tp);
   atty = alloc<T>("act.atty", N * C / tp);
   lse = alloc<float>("act.lse", static_cast<std::size_t>(s.B) * s.NHl * s.T);
-  attproj = alloc<T>("act.attproj", Nl * C);
   res2 = alloc<T>("act.res2", Nl * C);
   ln2 = alloc<T>("act.ln2", N * C);
   ln2_mean = alloc<float>("act.ln2_mean", Nl);
   ln2_rstd = alloc<float>("act.ln2_rstd", Nl);
   fch = alloc<T>("act.fch", N * 4 * C / tp);
   fch_gelu = alloc<T>("act.fch_gelu", N * 4 * C / tp);
-  fcproj = alloc<T>("act.fcproj", Nl * C);
 }
 
 template <class T>
 std::size_t BlockActivations<T>::bytes() const {
   std::size_t n = 0;
-  for (const auto* v : {&ln1, &qkv, &atty, &attproj, &res2, &ln2, &fch, &fch_gelu, &fcproj})
+  for (const auto* v : {&ln1, &qkv, &atty, &res2, &ln2, &fch, &fch_gelu})
     n += v->span() * sizeof(T);
   for (const auto* v : {&ln1_mean, &ln1_rstd, &lse, &ln2_mean, &ln2_rstd})
     n += v->span() * sizeof(float);
@@ -139,8 +137,10 @@ GptT<T>::GptT(const GptConfig& cfg, int micro_batch, int seq_len, const ModelLay
   dqkv_ = alloc<T>("grad.dqkv", N * 3 * C / P);
   datty_ = alloc<T>("grad.datty", N * C / P);
   dfch_ = alloc<T>("grad.dfch", N * 4 * C / P);
-  dfch_gelu_ = alloc<T>("grad.dfch_gelu", N * 4 * C / P);
-  if (tp_active()) partial_ = alloc<T>("tp.partial", N * C);
+  if (tp_active()) {
+    partial_ = alloc<T>("tp.partial", N * C);
+    proj_out_ = alloc<T>("tp.proj_out", Nl * C);
+  }
   if (layout_.sequence_parallel && P > 1) {
     dln_local_ = alloc<T>("sp.dln_local", Nl * C);
     dres_full_ = alloc<T>("sp.dres_full", N * C);

@@ -49,17 +49,21 @@ View1<const T> GptT<T>::gather_rows(View1<const T> local, View1<T> full) {
 
 template <class T>
 void GptT<T>::row_parallel_forward(View1<T> out, View1<const T> inp, View1<const T> w,
-                                   View1<const T> b, int in_cols) {
+                                   View1<const T> b, int in_cols, View1<const T> residual) {
   const int C = cfg_.n_embd;
   if (!tp_active()) {
-    k::linear_forward<T>(exec_, out, inp, w, b, N_, in_cols, C);
+    k::linear_forward<T>(exec_, out, inp, w, b, residual, N_, in_cols, C);
     return;
   }
+  // The residual must be added once, after the reduction: the partial sums go to proj_out_.
   k::linear_forward<T>(exec_, partial_, inp, w, tp_rank_ == 0 ? b : View1<const T>{}, N_,
                        in_cols, C);
-  TpTimer t(tp_comm_seconds_);
-  if (layout_.sequence_parallel) layout_.tp->reduce_scatter(partial_, out);
-  else layout_.tp->all_reduce(partial_, out);
+  {
+    TpTimer t(tp_comm_seconds_);
+    if (layout_.sequence_parallel) layout_.tp->reduce_scatter(partial_, proj_out_);
+    else layout_.tp->all_reduce(partial_, proj_out_);
+  }
+  k::residual_forward<T>(exec_, out, residual, proj_out_, static_cast<std::size_t>(Nl_) * C);
 }
 
 template <class T>
@@ -103,21 +107,17 @@ void GptT<T>::block_forward(int l, View1<const T> x, BlockActivations<T>& a, Vie
   const int N = N_, Nl = Nl_, C = cfg_.n_embd, P = tp_size_, HS = C / cfg_.n_head;
   const bool sp = layout_.sequence_parallel && P > 1;
   const BlockTensors<T>& w = block_params_[static_cast<std::size_t>(l)];
-  const std::size_t local = static_cast<std::size_t>(Nl) * C;
   k::layernorm_forward<T>(exec_, sp ? ln_local_ : a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln_1_w,
                           w.ln_1_b, Nl, C);
   if (sp) { TpTimer t(tp_comm_seconds_); layout_.tp->all_gather(ln_local_, a.ln1); }
   k::linear_forward<T>(exec_, a.qkv, a.ln1, w.c_attn_w, w.c_attn_b, N, C, 3 * C / P);
   k::attention_forward<T>(exec_, a.atty, a.lse, a.qkv, B_, T_, NHl_, HS);
-  row_parallel_forward(a.attproj, a.atty, w.attn_proj_w, w.attn_proj_b, C / P);
-  k::residual_forward<T>(exec_, a.res2, x, a.attproj, local);
+  row_parallel_forward(a.res2, a.atty, w.attn_proj_w, w.attn_proj_b, C / P, x);
   k::layernorm_forward<T>(exec_, sp ? ln_local_ : a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln_2_w,
                           w.ln_2_b, Nl, C);
   if (sp) { TpTimer t(tp_comm_seconds_); layout_.tp->all_gather(ln_local_, a.ln2); }
-  k::linear_forward<T>(exec_, a.fch, a.ln2, w.c_fc_w, w.c_fc_b, N, C, 4 * C / P);
-  k::gelu_forward<T>(exec_, a.fch_gelu, a.fch, static_cast<std::size_t>(N) * 4 * C / P);
-  row_parallel_forward(a.fcproj, a.fch_gelu, w.mlp_proj_w, w.mlp_proj_b, 4 * C / P);
-  k::residual_forward<T>(exec_, out, a.res2, a.fcproj, local);
+  k::linear_gelu_forward<T>(exec_, a.fch_gelu, a.fch, a.ln2, w.c_fc_w, w.c_fc_b, N, C, 4 * C / P);
+  row_parallel_forward(out, a.fch_gelu, w.mlp_proj_w, w.mlp_proj_b, 4 * C / P, a.res2);
 }
 
 // dres holds d(loss)/d(block output) on entry and d(loss)/d(block input) on exit (local rows).
@@ -130,9 +130,9 @@ void GptT<T>::block_backward(int l, View1<const T> x, BlockActivations<T>& a, Vi
   View1<T> dx = sp ? dln_local_ : dln_;  // column-parallel input gradient, local rows
   // MLP: res3 = res2 + proj(gelu(fc(ln2(res2))))
   View1<const T> dfull = gather_rows(dres, dres_full_);
-  k::linear_backward<T>(exec_, dfch_gelu_, g.mlp_proj_w, g.mlp_proj_b, dfull, a.fch_gelu,
-                        w.mlp_proj_w, N, 4 * C / P, C);
-  k::gelu_backward<T>(exec_, dfch_, a.fch, dfch_gelu_, static_cast<std::size_t>(N) * 4 * C / P);
+  // d(pre-GELU) in one GEMM: the GELU derivative is the input-gradient GEMM's epilogue.
+  k::linear_backward_dgelu<T>(exec_, dfch_, g.mlp_proj_w, g.mlp_proj_b, dfull, a.fch_gelu,
+                              w.mlp_proj_w, a.fch, N, 4 * C / P, C);
   column_parallel_backward(dx, g.c_fc_w, g.c_fc_b, dfch_, a.ln2, w.c_fc_w, 4 * C / P);
   layernorm_backward_tp(dres, g.ln_2_w, g.ln_2_b, dx, a.res2, w.ln_2_w, a.ln2_mean, a.ln2_rstd);
   // Attention: res2 = x + proj(attn(c_attn(ln1(x))))
@@ -225,7 +225,7 @@ void GptT<T>::head_forward(SlotActivations<T>& s, View1<const T> x,
 #define MESHTRAIN_INSTANTIATE_GPT_LAYERS(T)                                                       \
   template View1<const T> GptT<T>::gather_rows(View1<const T>, View1<T>);                         \
   template void GptT<T>::row_parallel_forward(View1<T>, View1<const T>, View1<const T>,           \
-                                              View1<const T>, int);                               \
+                                              View1<const T>, int, View1<const T>);               \
   template void GptT<T>::column_parallel_backward(View1<T>, View1<T>, View1<T>, View1<const T>,   \
                                                   View1<const T>, View1<const T>, int);           \
   template void GptT<T>::layernorm_backward_tp(View1<T>, View1<T>, View1<T>, View1<const T>,      \

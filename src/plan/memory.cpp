@@ -30,10 +30,9 @@ double block_activation_bytes(std::size_t B, std::size_t T, std::size_t N, std::
   const std::size_t compute = N * C             // ln1 (gathered under SP)
                               + N * 3 * C / tp  // qkv
                               + N * C / tp      // atty
-                              + Nl * C * 2      // attproj, res2
+                              + Nl * C          // res2
                               + N * C           // ln2
-                              + N * 4 * C / tp * 2  // fch, fch_gelu
-                              + Nl * C;         // fcproj
+                              + N * 4 * C / tp * 2;  // fch, fch_gelu
   const std::size_t stats = 4 * Nl + B * NHl * T;  // ln1/ln2 mean and rstd, attention lse
   return static_cast<double>(compute * E + stats * 4);
 }
@@ -133,9 +132,12 @@ std::vector<MemoryBreakdown> memory_per_stage(const model::GptConfig& cfg, int s
       m.head = static_cast<double>(N * C * E + 2 * Nl * 4 + N * Vl * E + N * 4 + N * 4);
       if (P > 1) m.head += static_cast<double>(N * 4 + 2 * N * 4);  // vocab-parallel CE
     }
+    // dres, dln, dqkv, datty, dfch (the GELU derivative is a GEMM epilogue: no separate
+    // gradient of the GELU output)
     m.scratch = static_cast<double>(
-        (Nl * C + N * C + N * 3 * C / P + N * C / P + 2 * (N * 4 * C / P)) * E);
-    if (P > 1) m.scratch += static_cast<double>(N * C * E);  // row-parallel partial sums
+        (Nl * C + N * C + N * 3 * C / P + N * C / P + N * 4 * C / P) * E);
+    // row-parallel partial sums and their reduced local rows (before the residual add)
+    if (P > 1) m.scratch += static_cast<double>((N * C + Nl * C) * E);
     if (sp) m.scratch += static_cast<double>((Nl * C + N * C + Nl * C + 2 * C) * E);
 
     // ---- communication buffers ----

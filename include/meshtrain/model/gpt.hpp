@@ -162,9 +162,10 @@ class GptT {
                     float grad_scale, Mode mode);
   void block_forward(int l, View1<const T> x, BlockActivations<T>& a, View1<T> out);
   void block_backward(int l, View1<const T> x, BlockActivations<T>& a, View1<T> dres);
-  // Row-parallel linear: out (local rows) = reduce over tp of inp @ weight (+ bias once).
+  // Row-parallel linear plus the residual: out (local rows) = residual + reduce over tp of
+  // inp @ weight (+ bias once). At tp = 1 one GEMM with the residual as its C operand.
   void row_parallel_forward(View1<T> out, View1<const T> inp, View1<const T> w,
-                            View1<const T> b, int in_cols);
+                            View1<const T> b, int in_cols, View1<const T> residual);
   // Column-parallel input gradient: dx (local rows) = reduce over tp of dout @ w^T, overlapped
   // with the weight gradient of the same linear.
   void column_parallel_backward(View1<T> dx, View1<T> dw, View1<T> db, View1<const T> dout,
@@ -205,7 +206,8 @@ class GptT {
   View1<std::int32_t> targets_;
   // gradient / communication scratch
   View1<T> dres_, dln_, dln_local_, dres_full_, partial_, ln_local_;
-  View1<T> dqkv_, datty_, dfch_, dfch_gelu_;
+  View1<T> proj_out_;  // tp > 1: a row-parallel projection's reduced output, before the residual
+  View1<T> dqkv_, datty_, dfch_;
   View1<T> ln_dw_, ln_db_;  // sequence-parallel LayerNorm parameter gradients before the tp sum
   Scalar<float> loss_sum_;
 };

@@ -30,11 +30,13 @@ struct BlockActivations {
   View1<T> qkv;                         // [N, 3C/tp]
   View1<T> atty;                        // [N, C/tp]
   View1<float> lse;                     // [B, NH/tp, T]
-  View1<T> attproj, res2;               // [Nl, C]
+  View1<T> res2;                        // [Nl, C] x + attention projection
   View1<T> ln2;                         // [N, C]
   View1<float> ln2_mean, ln2_rstd;      // [Nl]
-  View1<T> fch, fch_gelu;               // [N, 4C/tp]
-  View1<T> fcproj;                      // [Nl, C]
+  View1<T> fch, fch_gelu;               // [N, 4C/tp] before and after the GELU
+  // The projections' outputs are not kept: at tp = 1 the residual add is the projection GEMM's
+  // epilogue (beta = 1 onto the residual), under tp the reduced sum lands in a model-wide
+  // scratch and is added from there; backward needs neither.
 
   explicit BlockActivations(const BlockShape& s);
   std::size_t bytes() const;
