@@ -214,6 +214,8 @@ bool lt_matmul(const Kokkos::Cuda& exec, const LtCall& call) {
     c.C = c.D;
     c.ldc = c.ldd;
   }
+  if (!uses_bias(c.epilogue)) c.bias = nullptr;  // likewise unused pointers
+  if (!uses_aux(c.epilogue)) c.aux = nullptr;
   if (!lt_allowed(c)) return false;
   const PlanKey key{int(c.type), int(c.ta), int(c.tb), c.M, c.N, c.K, c.lda, c.ldb, c.ldc, c.ldd,
                     int(c.epilogue), c.beta != 0.0f, uses_aux(c.epilogue) ? c.ldaux : 0,
@@ -241,8 +243,9 @@ bool lt_matmul(const Kokkos::Cuda& exec, const LtCall& call) {
   }
   if (rc != CUBLAS_STATUS_SUCCESS)
     throw_call_error("cuBLAS",
-                     cat("cublasLtMatmul (ta=", int(c.ta), ", tb=", int(c.tb), ", M=", c.M,
-                         ", N=", c.N, ", K=", c.K, ", epilogue ", int(c.epilogue), ")")
+                     cat("cublasLtMatmul (row-major ", c.ta == Trans::N ? "N" : "T",
+                         c.tb == Trans::N ? "N" : "T", " M=", c.M, ", N=", c.N, ", K=", c.K,
+                         ", epilogue ", lt_epilogue(c.epilogue), ")")
                          .c_str(),
                      cublasGetStatusString(rc), __FILE__, __LINE__);
   return true;

@@ -147,11 +147,11 @@ ExResult run_ex(const ExCase& g, const ExData& d, bool reference) {
 }
 
 // The rows x cols block of got (row stride ld) within rel * max|want| of want; every element of
-// it finite (written); the padding columns equal the sentinel.
-void require_block(const std::vector<double>& got, const std::vector<double>& want, int rows,
-                   int cols, int ld, double rel, const std::string& what) {
+// it finite (written); the padding columns equal the sentinel. Returns max|got - want| / max|want|.
+double require_block(const std::vector<double>& got, const std::vector<double>& want, int rows,
+                     int cols, int ld, double rel, const std::string& what) {
   std::vector<double> g, w;
-  double mx = 0;
+  double mx = 0, err = 0;
   for (int i = 0; i < rows; ++i)
     for (int j = 0; j < ld; ++j) {
       const std::size_t k = std::size_t(i) * ld + j;
@@ -163,18 +163,43 @@ void require_block(const std::vector<double>& got, const std::vector<double>& wa
       g.push_back(got[k]);
       w.push_back(want[k]);
       mx = std::max(mx, std::fabs(want[k]));
+      err = std::max(err, std::fabs(got[k] - want[k]));
     }
   kt::require_close(g, w, 0.0, rel * mx + 1e-30, what);
+  return mx > 0 ? err / mx : err;
 }
 
+// Worst error / max|ref| seen per epilogue, split by fused (cuBLASLt) and fallback calls.
+struct ErrorTable {
+  double fused[4] = {}, fallback[4] = {};
+  void print(const char* type) const {
+    std::printf("gemm_ex<%s> vs reference, worst |error| / max|ref| (fused / fallback):", type);
+    for (int k = 0; k < 4; ++k)
+      std::printf(" %s %.1e/%.1e", name(Epilogue(k)), fused[k], fallback[k]);
+    std::printf("\n");
+  }
+};
+
+// rel: the tolerance of the exact paths. cuBLASLt's GELU is the same tanh form but its tanh is
+// not bit-exact (PyTorch and SGLang note "close but not bit-exact"; a hardware tanh.approx has
+// ~2^-11 relative error): its GELU and GELU-gradient epilogues get 2e-3 of the largest |D|.
 template <class T>
-void check_ex_against_reference(const ExCase& g, double rel) {
+void check_ex_against_reference(const ExCase& g, double rel, ErrorTable& table) {
   INFO(g.str());
   const ExData d = make_data(g, 100);
-  const ExResult got = run_ex<T>(g, d, false), want = run_ex<T>(g, d, true);
-  require_block(got.D, want.D, g.M, g.N, d.ldd, rel, "D");
+  const GemmExCounts before = gemm_ex_counts();
+  const ExResult got = run_ex<T>(g, d, false);
+  const int k = static_cast<int>(g.kind);
+  const bool fused = gemm_ex_counts().fused[k] > before.fused[k];
+  INFO((fused ? "fused (cuBLASLt)" : "fallback"));
+  const ExResult want = run_ex<T>(g, d, true);
+  const bool gelu = g.kind == Epilogue::gelu_bias || g.kind == Epilogue::dgelu;
+  const double tol = fused && gelu ? std::max(rel, 2e-3) : rel;
+  double err = require_block(got.D, want.D, g.M, g.N, d.ldd, tol, "D");
   if (g.kind == Epilogue::gelu_bias)
-    require_block(got.aux, want.aux, g.M, g.N, d.ldaux, rel, "aux");
+    err = std::max(err, require_block(got.aux, want.aux, g.M, g.N, d.ldaux, rel, "aux"));
+  double& worst = fused ? table.fused[k] : table.fallback[k];
+  worst = std::max(worst, err);
 }
 
 std::vector<ExCase> all_cases() {
@@ -207,15 +232,20 @@ std::vector<ExCase> all_cases() {
 // rounded to 2^-9 (bf16) or 2^-12 (fp16) relative, and the fallback rounds the GEMM result once
 // before its epilogue: 1e-2 of the largest |D|.
 TEST_CASE("gemm_ex matches gemm_ex_reference for every epilogue", "[kernels][gemm_ex]") {
-  for (const ExCase& g : all_cases()) check_ex_against_reference<float>(g, 1e-5);
+  ErrorTable table;
+  for (const ExCase& g : all_cases()) check_ex_against_reference<float>(g, 1e-5, table);
+  table.print("float");
 }
 
 #if MESHTRAIN_HAVE_BF16
 TEST_CASE("gemm_ex matches gemm_ex_reference in bf16 and fp16", "[kernels][gemm_ex][bf16]") {
+  ErrorTable t16, th;
   for (const ExCase& g : all_cases()) {
-    check_ex_against_reference<bf16>(g, 1e-2);
-    check_ex_against_reference<fp16>(g, 1e-2);
+    check_ex_against_reference<bf16>(g, 1e-2, t16);
+    check_ex_against_reference<fp16>(g, 1e-2, th);
   }
+  t16.print("bf16");
+  th.print("fp16");
 }
 #endif
 
@@ -360,6 +390,11 @@ struct LinShape {
 // Multiples of 8 (cuBLASLt on CUDA) and odd sizes (the fallback there).
 const LinShape kLinShapes[] = {{64, 48, 40}, {37, 29, 45}};
 
+// GELU values and gradients against gelu_forward / gelu_backward: the host paths evaluate the
+// same expressions (a few ulp: 1e-5); cuBLASLt's fused GELU on CUDA has a tanh that is not
+// bit-exact (see check_ex_against_reference): 2e-3 there.
+constexpr double kGeluTol = kDeviceIsHost ? 1e-5 : 2e-3;
+
 // Column sums of a [rows, cols] row-major host matrix.
 std::vector<double> col_sums(const std::vector<double>& m, int rows, int cols) {
   std::vector<double> s(cols, 0.0);
@@ -419,8 +454,7 @@ TEST_CASE("linear_gelu_forward equals linear_forward then gelu_forward", "[kerne
     auto pre = kt::nan_view<float>(no), out = kt::nan_view<float>(no);
     linear_gelu_forward<float>(exec, out, pre, x, w, b, s.N, s.IC, s.OC);
     kt::require_close(kt::to_host(pre), kt::to_host(pre_ref), 1e-5, 1e-5, "pre_gelu");
-    // The host gelu_forward uses a vectorised exp (a few ulp): 1e-5.
-    kt::require_close(kt::to_host(out), kt::to_host(gelu_ref), 1e-5, 1e-5, "gelu");
+    kt::require_close(kt::to_host(out), kt::to_host(gelu_ref), kGeluTol, kGeluTol, "gelu");
   }
 }
 
@@ -462,7 +496,8 @@ TEST_CASE("linear_backward and linear_backward_dgelu against the unfused kernels
           linear_backward_dgelu<float>(exec, d, dw, db, dout, inp, w, pre, N, IC, OC);
         else
           linear_backward<float>(exec, d, dw, db, dout, inp, w, N, IC, OC);
-        kt::require_close(kt::to_host(d), kt::to_host(dgelu ? dpre_ref : dx), 1e-5, 1e-5,
+        const double tol = dgelu ? kGeluTol : 1e-5;
+        kt::require_close(kt::to_host(d), kt::to_host(dgelu ? dpre_ref : dx), tol, tol,
                           dgelu ? "dpre" : "dinp");
         for (std::size_t i = 0; i < w0.size(); ++i) want_w[i] = w0[i] + rep * double(dw1[i]);
         for (int o = 0; o < OC; ++o) want_b[o] = b0[o] + rep * db1[o];
