@@ -136,6 +136,10 @@ bool lt_allowed(const LtCall& c) {
   // CUBLAS_STATUS_INVALID_VALUE for them. The fallback is as fast for such thin products.
   if (c.M < 2 || c.N < 2 || c.K < 2) return false;
   if (uses_aux(c.epilogue) && (c.ldaux % 8 != 0 || c.ldaux < c.N)) return false;
+  // cuBLASLt's GELU epilogues use a tanh that is not exact to fp32 (~1e-3 relative, as PyTorch
+  // notes too). fp32 mode is the one that must match the PyTorch fixtures tightly, and it is not
+  // the fast path anyway: float GELU runs as GEMM + our exact epilogue kernel.
+  if (uses_aux(c.epilogue) && c.type == CUDA_R_32F) return false;
   if (c.epilogue == LtEpilogue::bgrad) {
     // BGRADA needs a non-transposed cuBLASLt "A" (our B); and whether the fused bias gradient
     // is scaled by alpha is not documented, while ours is not: keep alpha == 1 (the linear
