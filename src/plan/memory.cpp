@@ -21,8 +21,10 @@ namespace {
 // Attention on host memory works on 64 query rows at a time (src/kernels/attention_host.cpp):
 // a 64 x T score block forward, two of them backward.
 constexpr std::size_t kAttentionBlock = 64;
-// Rows per chunk of the GPU column sums (kernels/common.hpp, kColumnChunkRows).
-constexpr std::size_t kColumnChunkRows = 64;
+// GPU scratch of the kernels: cuBLASLt's workspace (kernels/gemm_lt.cpp) and the most blocks
+// of the CUDA LayerNorm backward, each with 2C float partial sums (kernels/layernorm_cuda.cpp).
+constexpr std::size_t kCublasLtWorkspace = std::size_t(32) << 20;
+constexpr std::size_t kLayerNormBlocks = 4 * 132;
 
 // model::BlockActivations<T>: what one block keeps for backward for one micro-batch.
 double block_activation_bytes(std::size_t B, std::size_t T, std::size_t N, std::size_t Nl,
@@ -162,10 +164,12 @@ std::vector<MemoryBreakdown> memory_per_stage(const model::GptConfig& cfg, int s
     if (t.device_is_host) {
       m.workspace += static_cast<double>(2 * kAttentionBlock * T * E);  // backward score blocks
     } else {
+      // cuBLASLt (kernels/gemm_lt.cpp): its workspace and the bias-gradient scratch of the
+      // widest linear; the CUDA LayerNorm backward's per-block partial sums (at most
+      // kLayerNormBlocks blocks, kernels/layernorm_cuda.cpp).
       const std::size_t oc = std::max(C, 4 * C / P);
-      m.workspace += static_cast<double>((N + kColumnChunkRows - 1) / kColumnChunkRows * oc * 4 +
-                                         2 * ((Nl + kColumnChunkRows - 1) / kColumnChunkRows) *
-                                             C * 4);
+      m.workspace += static_cast<double>(kCublasLtWorkspace + oc * E);
+      m.workspace += static_cast<double>(kLayerNormBlocks * 2 * C * 4);
       if (embed) m.workspace += static_cast<double>(N * 8);  // embedding backward sort keys
     }
     // Loss sum and the optimizer's norm, sum of squares and clip scale: rank-0 Views, which
