@@ -6,6 +6,8 @@
 // every backend. Channels are contiguous in memory, so neighbouring threads stay coalesced.
 #include "meshtrain/kernels/embedding.hpp"
 
+#include <type_traits>
+
 #include "common.hpp"
 
 #if MESHTRAIN_KOKKOS4
@@ -63,14 +65,25 @@ void embedding_backward(const ExecSpace& exec, View1<T> dwte, View1<T> dwpe, Vie
   detail::check_extent(tokens, std::size_t(BT), fn, "tokens");
   detail::check_extent(dwte, std::size_t(vocab_local) * C, fn, "dwte");
 #if MESHTRAIN_KOKKOS4
-  if constexpr (!kDeviceIsHost) {
+  // (double, for the gradient-check tests, keeps the plain walk below: the partials are fp32.)
+  if constexpr (!kDeviceIsHost && std::is_same_v<Acc, float>) {
     // GPU: one thread per channel walking all tokens leaves the GPU nearly idle (768 threads
     // for GPT-2). Sort (token << 32 | position) keys instead: a total order, so the result does
-    // not depend on the sort algorithm; each run of equal tokens is then one segment, summed in
-    // position order by one thread per (segment, channel). Deterministic, no atomics.
-    View1<std::uint64_t> keys(Kokkos::view_alloc("meshtrain::embedding_backward_keys",
-                                                 Kokkos::WithoutInitializing),
-                              std::size_t(BT));
+    // not depend on the sort algorithm; each run of equal tokens is then one segment of the
+    // sorted rows. A segment can be long (a byte-level corpus puts ~20 % of all rows on the
+    // space): summing it in one thread per channel was ~2 ms of a GPT-2 step, a chain of
+    // dependent loads. So, deterministic and in position order, in two passes:
+    //   1. one thread per (piece of kPiece sorted rows, channel) sums each run of equal tokens
+    //      inside its piece and stores the sum at the run's first row (partials);
+    //   2. one thread per (segment start, channel) adds the partials of its segment's pieces in
+    //      order: at most len / kPiece + 1 loads instead of len.
+    // Keys and partials live in persistent scratch (slots 3 and 2): no allocation per step.
+    constexpr Index kPiece = 32;
+    using Keys = Kokkos::View<std::uint64_t*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+    const Keys keys(
+        reinterpret_cast<std::uint64_t*>(detail::persistent_buffer(3, 2 * std::size_t(BT)).data()),
+        std::size_t(BT));
+    const View1<float> part = detail::persistent_buffer(2, std::size_t(BT) * C);
     Kokkos::parallel_for(
         "meshtrain::embedding_backward_keys", detail::Range(exec, 0, BT), KOKKOS_LAMBDA(Index bt) {
           const Index v = Index(tokens(bt)) - vocab_start;
@@ -80,6 +93,27 @@ void embedding_backward(const ExecSpace& exec, View1<T> dwte, View1<T> dwpe, Vie
           keys(bt) = (tok << 32) | std::uint64_t(bt);
         });
     Kokkos::sort(exec, keys);
+    const Index pieces = (BT + kPiece - 1) / kPiece;
+    Kokkos::parallel_for(
+        "meshtrain::embedding_backward_pieces", detail::Range(exec, 0, pieces * C),
+        KOKKOS_LAMBDA(Index idx) {
+          const Index p = idx / C, c = idx % C;
+          const Index i0 = p * kPiece, i1 = i0 + kPiece < BT ? i0 + kPiece : BT;
+          Index run = i0;
+          std::uint64_t tok = keys(i0) >> 32;
+          float s = 0;
+          for (Index i = i0; i < i1; ++i) {
+            const std::uint64_t k = keys(i);
+            if ((k >> 32) != tok) {
+              part(run * C + c) = s;
+              run = i;
+              tok = k >> 32;
+              s = 0;
+            }
+            s += static_cast<float>(acc(dout(Index(k & 0xffffffffu) * C + c)));
+          }
+          part(run * C + c) = s;
+        });
     Kokkos::parallel_for(
         "meshtrain::embedding_backward_dwte", detail::Range(exec, 0, BT * C),
         KOKKOS_LAMBDA(Index idx) {
@@ -87,9 +121,9 @@ void embedding_backward(const ExecSpace& exec, View1<T> dwte, View1<T> dwpe, Vie
           const std::uint64_t tok = keys(i) >> 32;
           if (tok >= std::uint64_t(vocab_local)) return;
           if (i > 0 && (keys(i - 1) >> 32) == tok) return;  // not the start of a segment
-          Acc s = 0;
-          for (Index j = i; j < BT && (keys(j) >> 32) == tok; ++j)
-            s += acc(dout(Index(keys(j) & 0xffffffffu) * C + c));
+          Acc s = part(i * C + c);
+          for (Index j = (i / kPiece + 1) * kPiece; j < BT && (keys(j) >> 32) == tok; j += kPiece)
+            s += part(j * C + c);
           const Index row = Index(tok);
           dwte(row * C + c) = static_cast<T>(acc(dwte(row * C + c)) + s);
         });

@@ -18,13 +18,16 @@
 // more than a small GEMM, so each call shape gets one plan, made on first use and reused: the
 // key holds everything the heuristic's answer depends on, including the alignment of every
 // pointer (the heuristic reads the bias and aux pointers' values, and we tell it A..D's
-// alignment). Only the bias/aux pointers are set per call (a host-side store).
+// alignment). Only the bias/aux pointers are set per call (a host-side store). A new plan times
+// up to 8 of the heuristic's candidates on its first call's operands and keeps the fastest
+// (`fastest`): once per shape, in the first step.
 #include "common.hpp"  // first: Kokkos defines KOKKOS_ENABLE_CUDA
 
 #if defined(KOKKOS_ENABLE_CUDA)
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -172,7 +175,58 @@ void set_pref(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t
   MESHTRAIN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(p, attr, &v, sizeof(v)));
 }
 
-Plan make_plan(cublasLtHandle_t handle, const LtCall& c) {
+std::size_t type_bytes(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
+
+// The heuristic's first answer is a guess from a model of the GPU; the candidates after it are
+// sometimes faster for our shapes (split-K for the long-K weight gradients). Each plan is made
+// once, so time up to kCandidates of them on this call's own operands and keep the fastest.
+// The outputs the timing runs write (D, and aux for a GELU forward) go to scratch: C, A, B and
+// the bias are only read, so the caller's data is untouched (C == D becomes C != D, which only
+// reads C). One synchronisation per plan, in the first step that uses the shape.
+constexpr int kCandidates = 8;
+
+int fastest(cublasLtHandle_t handle, Plan& p, const LtCall& c, cudaStream_t stream,
+            void* workspace, const cublasLtMatmulHeuristicResult_t* results, int found) {
+  if (found <= 1) return 0;
+  const std::size_t elem = type_bytes(c.type);
+  const std::size_t d_bytes = (std::size_t(c.M) * c.ldd * elem + kAlign - 1) / kAlign * kAlign;
+  const std::size_t aux_bytes = uses_aux(c.epilogue) ? std::size_t(c.M) * c.ldaux * elem : 0;
+  // Plain cudaMalloc, freed below: a transient of the first step, not a buffer of the run.
+  void* d = nullptr;
+  MESHTRAIN_CUDA_CHECK(cudaMalloc(&d, d_bytes + aux_bytes));
+  void* aux = static_cast<unsigned char*>(d) + d_bytes;
+  if (c.epilogue == LtEpilogue::gelu_aux || c.epilogue == LtEpilogue::gelu_aux_bias)
+    set_desc(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
+  const void* cin = c.beta != 0.0f ? c.C : d;
+  cudaEvent_t ev[2];
+  for (auto& e : ev) MESHTRAIN_CUDA_CHECK(cudaEventCreate(&e));
+  int best = 0;
+  float best_ms = std::numeric_limits<float>::max();
+  for (int i = 0; i < found; ++i) {
+    float ms = 0;
+    bool ok = true;
+    for (int rep = 0; rep < 3 && ok; ++rep) {  // rep 0 warms up
+      MESHTRAIN_CUDA_CHECK(cudaEventRecord(ev[0], stream));
+      ok = cublasLtMatmul(handle, p.op, &c.alpha, c.B, p.a, c.A, p.b, &c.beta, cin, p.c, d, p.d,
+                          &results[i].algo, workspace, kWorkspaceBytes,
+                          stream) == CUBLAS_STATUS_SUCCESS;
+      MESHTRAIN_CUDA_CHECK(cudaEventRecord(ev[1], stream));
+      MESHTRAIN_CUDA_CHECK(cudaEventSynchronize(ev[1]));
+      float t = 0;
+      MESHTRAIN_CUDA_CHECK(cudaEventElapsedTime(&t, ev[0], ev[1]));
+      if (rep > 0) ms += t;
+    }
+    if (ok && ms < best_ms) {
+      best = i;
+      best_ms = ms;
+    }
+  }
+  for (auto& e : ev) cudaEventDestroy(e);
+  MESHTRAIN_CUDA_CHECK(cudaFree(d));
+  return best;
+}
+
+Plan make_plan(cublasLtHandle_t handle, const LtCall& c, cudaStream_t stream, void* workspace) {
   Plan p;
   // fp32 accumulation and scaling for every type; CUBLAS_COMPUTE_32F (not _FAST_TF32) keeps
   // float inputs in full fp32, as cublasSgemm does in gemm().
@@ -206,17 +260,17 @@ Plan make_plan(cublasLtHandle_t handle, const LtCall& c) {
   set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, bytes(c.C));
   set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, bytes(c.D));
 
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
   int found = 0;
   // A status other than success means the same as no algorithm: this case is not supported.
-  const cublasStatus_t rc = cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.c, p.d,
-                                                           pref, 1, &result, &found);
+  const cublasStatus_t rc = cublasLtMatmulAlgoGetHeuristic(
+      handle, p.op, p.a, p.b, p.c, p.d, pref, kCandidates, results, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (rc != CUBLAS_STATUS_SUCCESS || found == 0) {
     destroy(p);
     return p;
   }
-  p.algo = result.algo;
+  p.algo = results[fastest(handle, p, c, stream, workspace, results, found)].algo;
   p.ok = true;
   return p;
 }
@@ -245,7 +299,9 @@ bool lt_matmul(const Kokkos::Cuda& exec, const LtCall& call) {
   std::lock_guard<std::mutex> lock(s.mutex);
   ensure_started(s);
   auto it = s.plans.find(key);
-  if (it == s.plans.end()) it = s.plans.emplace(key, make_plan(s.handle, c)).first;
+  if (it == s.plans.end())
+    it = s.plans.emplace(key, make_plan(s.handle, c, exec.cuda_stream(), s.workspace_aligned))
+             .first;
   Plan& p = it->second;
   if (!p.ok) return false;
   if (uses_bias(c.epilogue)) set_desc(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, c.bias);

@@ -170,7 +170,8 @@ std::vector<MemoryBreakdown> memory_per_stage(const model::GptConfig& cfg, int s
       const std::size_t oc = std::max(C, 4 * C / P);
       m.workspace += static_cast<double>(kCublasLtWorkspace + oc * E);
       m.workspace += static_cast<double>(kLayerNormBlocks * 2 * C * 4);
-      if (embed) m.workspace += static_cast<double>(N * 8);  // embedding backward sort keys
+      // embedding backward (16-bit and fp32 models): sort keys and per-piece fp32 partials
+      if (embed) m.workspace += static_cast<double>(N * 8 + N * C * 4);
     }
     // Loss sum and the optimizer's norm, sum of squares and clip scale: rank-0 Views, which
     // Kokkos allocates in 8 bytes.

@@ -106,3 +106,30 @@ TEST_CASE("embedding_backward is bitwise deterministic", "[kernels][embedding][d
     }
   }
 }
+
+TEST_CASE("embedding_backward (float) with long runs of one token matches host sums",
+          "[kernels][embedding]") {
+  // A byte-level corpus puts a fifth of all rows on one token: segments far longer than the
+  // GPU path's 32-row pieces, starting and ending inside pieces, plus tokens outside this rank's
+  // vocabulary slice. B*T = 150 is not a multiple of the piece size.
+  const int B = 3, T = 50, C = 40, vocab_start = 4, vocab_local = 9;
+  const std::size_t BT = std::size_t(B) * T;
+  std::vector<std::int32_t> tokens(BT);
+  const auto r = random_tokens(BT, 0, 16, 31);
+  for (std::size_t i = 0; i < BT; ++i)
+    tokens[i] = i % 5 < 3 ? 7 : r[i];  // 60 % on token 7, the rest spread over [0, 16)
+  const auto dout = kt::random_vector<float>(BT * C, 32);
+  const auto wte0 = kt::random_vector<float>(std::size_t(vocab_local) * C, 33);
+  std::vector<double> want(wte0.begin(), wte0.end());
+  for (std::size_t bt = 0; bt < BT; ++bt) {
+    const int v = tokens[bt] - vocab_start;
+    if (v < 0 || v >= vocab_local) continue;
+    for (int c = 0; c < C; ++c) want[std::size_t(v) * C + c] += dout[bt * C + c];
+  }
+  ExecSpace exec;
+  auto dwte = kt::to_device(wte0);
+  embedding_backward<float>(exec, dwte, View1<float>(), kt::to_device(dout),
+                            kt::to_device(tokens), B, T, C, vocab_start, vocab_local);
+  // Sums of up to 90 terms in [-1, 1] in fp32: 1e-5 of the row scale.
+  kt::require_close(kt::to_host(dwte), want, 1e-5, 1e-5, "dwte");
+}
