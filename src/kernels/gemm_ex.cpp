@@ -6,7 +6,10 @@
 // column sum. Both paths compute the epilogue in fp32 (double for double) from the same
 // formulas (gelu_math.hpp); the fallback rounds the GEMM result to T once more in between.
 #include <atomic>
+#include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
 #include <type_traits>
 
 #include "common.hpp"
@@ -200,6 +203,144 @@ std::string region_label(Trans ta, Trans tb, int M, int N, int K, const char* wh
 }
 #endif
 
+#if defined(KOKKOS_ENABLE_CUDA)
+// gemm_dbias on CUDA has two cuBLAS forms, and which is faster depends on the shape: the
+// bias-gradient epilogue (BGRADA) fuses the column sums but limits cuBLASLt to the kernels
+// that support it (no split-K), which the long-K weight gradients want; the split form runs
+// the weight gradient as a plain tuned cuBLASLt GEMM and dbias += ones^T B as a cuBLAS GEMV
+// (one more read of B). The first call of a shape times both into scratch outputs and keeps
+// the faster (g_dbias_split); both are deterministic.
+struct DbiasKey {
+  int type, ta, M, N, K, lda, ldb, ldc;
+  bool beta;
+  auto tie() const { return std::tie(type, ta, M, N, K, lda, ldb, ldc, beta); }
+  bool operator<(const DbiasKey& o) const { return tie() < o.tie(); }
+};
+std::map<DbiasKey, bool> g_dbias_split;
+std::mutex g_dbias_mutex;
+
+// A device vector of at least n ones of type T, kept for the run.
+template <class T>
+const T* device_ones(const ExecSpace& exec, std::size_t n) {
+  static View1<T> ones;
+  static bool hooked = false;
+  if (!hooked) {
+    Kokkos::push_finalize_hook([] {
+      ones = View1<T>();
+      hooked = false;
+    });
+    hooked = true;
+  }
+  if (ones.extent(0) < n) {
+    ones =
+        View1<T>(Kokkos::view_alloc("meshtrain::gemm_dbias_ones", Kokkos::WithoutInitializing), n);
+    Kokkos::deep_copy(exec, ones, T(1.0f));
+  }
+  return ones.data();
+}
+
+// D = alpha op(A) B + beta C with the bias gradient of B fused (BGRADA into the scratch, then
+// added to dbias).
+template <class T>
+bool dbias_fused(const ExecSpace& exec, Trans ta, int M, int N, int K, float alpha, const T* A,
+                 int lda, const T* B, int ldb, float beta, const T* C, int ldc, T* D, T* dbias) {
+  T* part = static_cast<T*>(detail::lt_bias_scratch(std::size_t(N) * sizeof(T)));
+  const detail::LtCall call{.type = lt_data_type<T>(),
+                            .ta = ta,
+                            .tb = Trans::N,
+                            .M = M,
+                            .N = N,
+                            .K = K,
+                            .alpha = alpha,
+                            .A = A,
+                            .lda = lda,
+                            .B = B,
+                            .ldb = ldb,
+                            .beta = beta,
+                            .C = C,
+                            .ldc = ldc,
+                            .D = D,
+                            .ldd = ldc,
+                            .epilogue = detail::LtEpilogue::bgrad,
+                            .bias = part,
+                            .aux = nullptr,
+                            .ldaux = 0};
+  if (!detail::lt_matmul(exec, call)) return false;
+  using Acc = detail::acc_t<T>;
+  Kokkos::parallel_for(
+      "meshtrain::dbias_add", detail::Range(exec, 0, N),
+      KOKKOS_LAMBDA(Index n) { dbias[n] = static_cast<T>(acc(dbias[n]) + acc(part[n])); });
+  return true;
+}
+
+// The same as a plain cuBLASLt GEMM and dbias[1, N] += ones[1, K] B[K, N] (cublasGemmEx).
+template <class T>
+bool dbias_split(const ExecSpace& exec, Trans ta, int M, int N, int K, float alpha, const T* A,
+                 int lda, const T* B, int ldb, float beta, const T* C, int ldc, T* D, T* dbias) {
+  const detail::LtCall call{.type = lt_data_type<T>(),
+                            .ta = ta,
+                            .tb = Trans::N,
+                            .M = M,
+                            .N = N,
+                            .K = K,
+                            .alpha = alpha,
+                            .A = A,
+                            .lda = lda,
+                            .B = B,
+                            .ldb = ldb,
+                            .beta = beta,
+                            .C = C,
+                            .ldc = ldc,
+                            .D = D,
+                            .ldd = ldc,
+                            .epilogue = detail::LtEpilogue::none,
+                            .bias = nullptr,
+                            .aux = nullptr,
+                            .ldaux = 0};
+  if (!detail::lt_matmul(exec, call)) return false;
+  gemm<T>(exec, Trans::N, Trans::N, 1, N, K, 1.0f, device_ones<T>(exec, std::size_t(K)), K, B, ldb,
+          1.0f, dbias, N);
+  return true;
+}
+
+// Times both forms on this call's operands, writing only scratch (D and dbias), 3 runs each
+// after a warm-up. One synchronisation, on the first call of a shape.
+template <class T>
+bool dbias_split_is_faster(const ExecSpace& exec, Trans ta, int M, int N, int K, float alpha,
+                           const T* A, int lda, const T* B, int ldb, float beta, const T* C,
+                           int ldc) {
+  const std::size_t d_elems = std::size_t(M) * ldc;
+  void* raw = nullptr;
+  MESHTRAIN_CUDA_CHECK(cudaMalloc(&raw, (d_elems + std::size_t(N) + 128) * sizeof(T)));
+  T* d = static_cast<T*>(raw);
+  T* db = d + (d_elems + 127) / 128 * 128;
+  MESHTRAIN_CUDA_CHECK(
+      cudaMemsetAsync(raw, 0, (d_elems + std::size_t(N) + 128) * sizeof(T), exec.cuda_stream()));
+  const T* cin = beta != 0.0f ? C : d;
+  cudaEvent_t ev[2];
+  for (auto& e : ev) MESHTRAIN_CUDA_CHECK(cudaEventCreate(&e));
+  float ms[2] = {0, 0};
+  bool ok[2] = {true, true};
+  for (int form = 0; form < 2; ++form)
+    for (int rep = 0; rep < 4 && ok[form]; ++rep) {
+      MESHTRAIN_CUDA_CHECK(cudaEventRecord(ev[0], exec.cuda_stream()));
+      ok[form] =
+          form == 0
+              ? dbias_fused<T>(exec, ta, M, N, K, alpha, A, lda, B, ldb, beta, cin, ldc, d, db)
+              : dbias_split<T>(exec, ta, M, N, K, alpha, A, lda, B, ldb, beta, cin, ldc, d, db);
+      MESHTRAIN_CUDA_CHECK(cudaEventRecord(ev[1], exec.cuda_stream()));
+      MESHTRAIN_CUDA_CHECK(cudaEventSynchronize(ev[1]));
+      float t = 0;
+      MESHTRAIN_CUDA_CHECK(cudaEventElapsedTime(&t, ev[0], ev[1]));
+      if (rep > 0) ms[form] += t;
+    }
+  for (auto& e : ev) cudaEventDestroy(e);
+  MESHTRAIN_CUDA_CHECK(cudaFree(raw));
+  if (!ok[0]) return ok[1];
+  return ok[1] && ms[1] < ms[0];
+}
+#endif
+
 }  // namespace
 
 GemmExCounts gemm_ex_counts() {
@@ -281,21 +422,27 @@ void gemm_dbias(const ExecSpace& exec, Trans ta, int M, int N, int K, float alph
   MESHTRAIN_CHECK(dbias != nullptr, "gemm_dbias: dbias is null for N=", N);
 #if defined(KOKKOS_ENABLE_CUDA)
   if constexpr (std::is_same_v<ExecSpace, Kokkos::Cuda> && kLtType<T>) {
-    const detail::ToolRegion region([&] { return region_label(ta, Trans::N, M, N, K, "dbias"); });
-    // cuBLASLt overwrites its bias-gradient output: give it the scratch, then add.
-    T* part = static_cast<T*>(detail::lt_bias_scratch(std::size_t(N) * sizeof(T)));
-    const detail::LtCall call{.type = lt_data_type<T>(), .ta = ta, .tb = Trans::N, .M = M,
-                              .N = N, .K = K, .alpha = alpha, .A = A, .lda = lda, .B = B,
-                              .ldb = ldb, .beta = beta, .C = C, .ldc = ldc, .D = C, .ldd = ldc,
-                              .epilogue = detail::LtEpilogue::bgrad, .bias = part,
-                              .aux = nullptr, .ldaux = 0};
-    if (detail::lt_matmul(exec, call)) {
+    const DbiasKey key{int(lt_data_type<T>()), int(ta), M, N, K, lda, ldb, ldc, beta != 0.0f};
+    bool split = false, known = false;
+    {
+      std::lock_guard<std::mutex> lock(g_dbias_mutex);
+      auto it = g_dbias_split.find(key);
+      if (it != g_dbias_split.end()) {
+        known = true;
+        split = it->second;
+      }
+    }
+    if (!known) {
+      split = dbias_split_is_faster<T>(exec, ta, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+      std::lock_guard<std::mutex> lock(g_dbias_mutex);
+      g_dbias_split[key] = split;
+    }
+    const detail::ToolRegion region([&] {
+      return region_label(ta, Trans::N, M, N, K, split ? "dbias (gemm + gemv)" : "dbias");
+    });
+    if (split ? dbias_split<T>(exec, ta, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, C, dbias)
+              : dbias_fused<T>(exec, ta, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, C, dbias)) {
       ++g_fused[4];
-      using Acc = detail::acc_t<T>;
-      Kokkos::parallel_for(
-          "meshtrain::dbias_add", detail::Range(exec, 0, N), KOKKOS_LAMBDA(Index n) {
-            dbias[n] = static_cast<T>(acc(dbias[n]) + acc(part[n]));
-          });
       return;
     }
   }

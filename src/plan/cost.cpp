@@ -21,6 +21,7 @@ namespace meshtrain::plan {
 namespace {
 
 constexpr double kKernelsBlockFwd = 14, kKernelsBlockBwd = 22;  // launches per block
+constexpr double kKernelsBlockFwdGpu = 7, kKernelsBlockBwdGpu = 18;  // with fused epilogues
 
 double coll(const LinkClass& l, double factor, double bytes) {
   return l.alpha_us * 1e-6 + factor * bytes / (l.busbw_gbs * 1e9);
@@ -71,15 +72,29 @@ std::pair<Part, Part> block(const Shapes& s, const Calibration& c, const LinkCla
   const double att = 2.0 * s.B * (C / P) * s.T * s.T;  // causal: half of 4 B H T^2 HS
   f.attn = att / (c.attention_fwd_tflops * 1e12);
   b.attn = 2.5 * att / (c.attention_bwd_tflops * 1e12);
-  f.mem = membound(2 * Nl * C, KB::layernorm_fwd(E), c.layernorm_gbs) +
-               membound(N * oc_sum, KB::bias_fwd(E), c.elementwise_gbs) +
-               membound(N * 4 * C / P, KB::gelu_fwd(E), c.gelu_gbs) +
-               membound(2 * Nl * C, KB::residual(E), c.elementwise_gbs);
-  b.mem = membound(2 * Nl * C, KB::layernorm_bwd(E), c.layernorm_gbs) +
-               membound(N * oc_sum, KB::bias_bwd(E), c.elementwise_gbs) +
-               membound(N * 4 * C / P, KB::gelu_bwd(E), c.gelu_gbs);
-  f.kernels = kKernelsBlockFwd;
-  b.kernels = kKernelsBlockBwd;
+  if (c.device == "gpu") {
+    // CUDA builds fuse bias, GELU (its input kept) and, at tp = 1, the residual adds into the
+    // GEMMs, and the bias gradients into the weight-gradient GEMMs (kernels/gemm_lt.cpp,
+    // gemm_ex.cpp). Under tp the reduced projection outputs are added to the residual
+    // separately.
+    // The calibration's GEMM points are timed with their epilogues (bench_train_step's
+    // regions), so only the LayerNorms (and the tp residual adds) remain as separate passes.
+    f.mem = membound(2 * Nl * C, KB::layernorm_fwd(E), c.layernorm_gbs) +
+            (P > 1 ? membound(2 * Nl * C, KB::residual(E), c.elementwise_gbs) : 0.0);
+    b.mem = membound(2 * Nl * C, KB::layernorm_bwd(E), c.layernorm_gbs);
+    f.kernels = kKernelsBlockFwdGpu;
+    b.kernels = kKernelsBlockBwdGpu;
+  } else {
+    f.mem = membound(2 * Nl * C, KB::layernorm_fwd(E), c.layernorm_gbs) +
+            membound(N * oc_sum, KB::bias_fwd(E), c.elementwise_gbs) +
+            membound(N * 4 * C / P, KB::gelu_fwd(E), c.gelu_gbs) +
+            membound(2 * Nl * C, KB::residual(E), c.elementwise_gbs);
+    b.mem = membound(2 * Nl * C, KB::layernorm_bwd(E), c.layernorm_gbs) +
+            membound(N * oc_sum, KB::bias_bwd(E), c.elementwise_gbs) +
+            membound(N * 4 * C / P, KB::gelu_bwd(E), c.gelu_gbs);
+    f.kernels = kKernelsBlockFwd;
+    b.kernels = kKernelsBlockBwd;
+  }
   if (P > 1) {
     const int n = static_cast<int>(P);
     const double act = N * C * E;
