@@ -20,6 +20,7 @@ target_sources(meshtrain_lib PRIVATE
 if(MESHTRAIN_ENABLE_CUDA)
   target_sources(meshtrain_lib PRIVATE
     ${CMAKE_CURRENT_LIST_DIR}/gemm_lt.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/column_sums_cuda.cpp
     ${CMAKE_CURRENT_LIST_DIR}/attention_cuda.cpp
     ${CMAKE_CURRENT_LIST_DIR}/attention_cuda_bf16.cpp
     ${CMAKE_CURRENT_LIST_DIR}/attention_cuda_f32.cpp

@@ -371,15 +371,25 @@ void check_dbias(Trans ta, int M, int N, int K, bool padded, float alpha, float 
 }
 
 TEST_CASE("gemm_dbias: GEMM plus accumulated column sums of B", "[kernels][gemm_ex]") {
-  for (Trans ta : {Trans::N, Trans::T})
-    for (float alpha : {1.0f, 0.5f})
-      for (float beta : {0.0f, 1.0f}) {
-        check_dbias<float>(ta, 37, 45, 29, true, alpha, beta, 1e-5);
-        check_dbias<float>(ta, 64, 96, 128, false, alpha, beta, 1e-5);
+  // Each CUDA form forced in turn (the default times them and keeps the faster): the fused
+  // bias-gradient epilogue, and GEMM + column sums (our kernel when N and ldb suit its 16-byte
+  // loads, several 128-row chunks at K = 300; cuBLAS's GEMV for the padded odd shape).
+  for (DbiasForm form : {DbiasForm::epilogue, DbiasForm::split, DbiasForm::timed}) {
+    set_gemm_dbias_form(form);
+    INFO("form " << int(form));
+    for (Trans ta : {Trans::N, Trans::T})
+      for (float alpha : {1.0f, 0.5f})
+        for (float beta : {0.0f, 1.0f}) {
+          check_dbias<float>(ta, 37, 45, 29, true, alpha, beta, 1e-5);
+          check_dbias<float>(ta, 64, 96, 128, false, alpha, beta, 1e-5);
+          check_dbias<float>(ta, 24, 264, 300, false, alpha, beta, 1e-5);
 #if MESHTRAIN_HAVE_BF16
-        check_dbias<bf16>(ta, 64, 96, 128, false, alpha, beta, 1e-2);
+          check_dbias<bf16>(ta, 64, 96, 128, false, alpha, beta, 1e-2);
+          check_dbias<bf16>(ta, 24, 264, 300, false, alpha, beta, 1e-2);
 #endif
-      }
+        }
+  }
+  set_gemm_dbias_form(DbiasForm::timed);
 }
 
 // ---- linear layer, against the unfused kernels ----

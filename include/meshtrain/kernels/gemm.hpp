@@ -64,6 +64,12 @@ template <class T>
 void gemm_dbias(const ExecSpace& exec, Trans ta, int M, int N, int K, float alpha, const T* A,
                 int lda, const T* B, int ldb, float beta, T* C, int ldc, T* dbias);
 
+// gemm_dbias on CUDA has two forms: the bias-gradient epilogue fused into the GEMM, or a plain
+// GEMM and a separate column sum. By default the first call of each shape times both and keeps
+// the faster (`timed`); tests force one to check both.
+enum class DbiasForm { timed, epilogue, split };
+void set_gemm_dbias_form(DbiasForm form);
+
 // How gemm_ex / gemm_dbias calls were served since the start of the process, per kind
 // (index: Epilogue as int, then 4 for gemm_dbias): by one fused cuBLASLt matmul or by the
 // GEMM + Kokkos epilogue fallback. Host builds only fall back. For tests and profiling notes.
