@@ -3,7 +3,11 @@
 // (attention_*_flash) measured in the same run, fp32 and bf16, at GPT-2 124M shapes.
 //
 //   bench_attention [--batch 16] [--seq-len 1024] [--heads 12] [--head-size 64] [--iters 20]
-//                   [--warmup 3] [--flash-iters 3]
+//                   [--warmup 3] [--flash-iters 3] [--variants 1]
+//
+// --variants 1 (HS = 64) instead times the bf16 kernels' tile shapes (kernels/attention_cuda.hpp,
+// Bf16Tiles) against the default and checks that each gives the default's results (max |diff| /
+// max |default| of out and dqkv; bf16 rounding differs with the summation order).
 //
 // Each figure is the median of --iters calls (--flash-iters for the slow portable kernels) after
 // --warmup, timed with CUDA events on the execution space's stream. FLOPs are those of the
@@ -13,6 +17,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -23,6 +28,7 @@
 #include "meshtrain/core/kokkos_compat.hpp"
 #include "meshtrain/core/view.hpp"
 #include "meshtrain/kernels/attention.hpp"
+#include "../src/kernels/attention_cuda.hpp"  // private: the tile variants (Bf16Tiles)
 
 using namespace meshtrain;
 using namespace meshtrain::kernels;
@@ -31,7 +37,7 @@ namespace {
 
 struct Args {
   int B = 16, T = 1024, NH = 12, HS = 64;
-  int iters = 20, warmup = 3, flash_iters = 3;
+  int iters = 20, warmup = 3, flash_iters = 3, variants = 0;
 };
 
 Args parse(int argc, char** argv) {
@@ -46,6 +52,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--iters") a.iters = v;
     else if (k == "--warmup") a.warmup = v;
     else if (k == "--flash-iters") a.flash_iters = v;
+    else if (k == "--variants") a.variants = v;
     else {
       std::fprintf(stderr, "bench_attention: unknown option %s\n", k.c_str());
       std::exit(2);
@@ -122,6 +129,58 @@ void bench(const char* dtype, const Args& a) {
   row(dtype, "backward", bwd_flops, b, br);
 }
 
+double max_rel_diff(const View1<Kokkos::Experimental::bhalf_t>& x,
+                    const View1<Kokkos::Experimental::bhalf_t>& ref) {
+  auto hx = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), x);
+  auto hr = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), ref);
+  double d = 0, m = 0;
+  for (std::size_t i = 0; i < hx.extent(0); ++i) {
+    const double a = float(hx(i)), b = float(hr(i));
+    d = std::max(d, std::fabs(a - b));
+    m = std::max(m, std::fabs(b));
+  }
+  return m > 0 ? d / m : d;
+}
+
+void variants(const Args& a) {
+  using T = Kokkos::Experimental::bhalf_t;
+  namespace dc = detail::cuda;
+  const std::size_t rows = std::size_t(a.B) * a.T, C = std::size_t(a.NH) * a.HS;
+  const auto qkv = random_view<T>("bench_qkv", rows * 3 * C, 1, -2.f, 2.f);
+  const auto dout = random_view<T>("bench_dout", rows * C, 2, -1.f, 1.f);
+  View1<T> out("bench_out", rows * C), dqkv("bench_dqkv", rows * 3 * C);
+  View1<T> out0("bench_out0", rows * C), dqkv0("bench_dqkv0", rows * 3 * C);
+  View1<float> lse("bench_lse", rows * a.NH), lse0("bench_lse0", rows * a.NH);
+  ExecSpace exec;
+  const int B = a.B, Tl = a.T, NH = a.NH, HS = a.HS;
+  const double fwd_flops = 4.0 * B * NH * double(Tl) * Tl * HS / 2, bwd_flops = 2.5 * fwd_flops;
+  dc::set_bf16_tiles({});
+  attention_forward<T>(exec, out0, lse0, qkv, B, Tl, NH, HS);
+  attention_backward<T>(exec, dqkv0, dout, qkv, out0, lse0, B, Tl, NH, HS);
+  exec.fence();
+  // The default (fwd 4; dkdv 4 x 64; dq 4 x 32) first, then one change at a time.
+  const dc::Bf16Tiles cfgs[] = {{4, 4, 64, 4, 32}, {8, 4, 64, 4, 32}, {4, 8, 64, 4, 32},
+                                {4, 8, 32, 4, 32}, {4, 4, 32, 4, 32}, {4, 4, 64, 8, 32},
+                                {4, 4, 64, 8, 64}, {4, 4, 64, 4, 64}};
+  std::printf("bf16 tiles (fwd warps; dkdv warps x BQ; dq warps x BN): fwd ms, bwd ms, "
+              "TFLOP/s, max rel diff of out / dqkv vs the default\n");
+  for (const auto& c : cfgs) {
+    dc::set_bf16_tiles(c);
+    const double f = median_ms(exec, a.warmup, a.iters, [&] {
+      attention_forward<T>(exec, out, lse, qkv, B, Tl, NH, HS);
+    });
+    const double b = median_ms(exec, a.warmup, a.iters, [&] {
+      attention_backward<T>(exec, dqkv, dout, qkv, out0, lse0, B, Tl, NH, HS);
+    });
+    exec.fence();
+    std::printf("fwd %d; dkdv %d x %2d; dq %d x %2d: %7.3f ms %6.1f | %7.3f ms %6.1f | %.1e / %.1e\n",
+                c.fwd_warps, c.dkdv_warps, c.dkdv_bq, c.dq_warps, c.dq_bn, f,
+                fwd_flops / (f * 1e9), b, bwd_flops / (b * 1e9), max_rel_diff(out, out0),
+                max_rel_diff(dqkv, dqkv0));
+  }
+  dc::set_bf16_tiles({});
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -133,6 +192,10 @@ int main(int argc, char** argv) {
               a.B, a.T, a.NH, a.HS,
               cuda_path ? "CUDA kernels" : "HS unsupported by the CUDA kernels (both portable)",
               a.iters, a.flash_iters, a.warmup);
+  if (a.variants) {
+    variants(a);
+    return 0;
+  }
   bench<Kokkos::Experimental::bhalf_t>("bf16", a);
   bench<float>("fp32", a);
   return 0;

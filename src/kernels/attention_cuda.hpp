@@ -49,6 +49,16 @@ void forward_bf16(cudaStream_t st, const void* qkv, void* out, float* lse, int B
                   int HS);
 void backward_bf16(cudaStream_t st, const void* qkv, const void* dout, const float* lse,
                    void* dqkv, int B, int T, int NH, int HS);
+
+// Tile shapes of the bf16 kernels at HS = 64 (bench_attention --variants explores them; 0 keeps
+// the default): forward warps (16 query rows each), dK/dV warps (16 keys each) and query tile,
+// dQ warps and key tile. Supported: fwd_warps 4 | 8; dkdv_warps 4 | 8 with dkdv_bq 32 | 64;
+// dq_warps 4 | 8 with dq_bn 32 | 64. Defaults: fwd 4, dkdv 4 x 64, dq 4 x 32 (measured fastest).
+// Process-wide; not for use while kernels run elsewhere.
+struct Bf16Tiles {
+  int fwd_warps = 0, dkdv_warps = 0, dkdv_bq = 0, dq_warps = 0, dq_bn = 0;
+};
+void set_bf16_tiles(const Bf16Tiles& tiles);
 }  // namespace cuda
 
 #endif  // KOKKOS_ENABLE_CUDA
