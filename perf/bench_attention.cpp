@@ -159,10 +159,11 @@ void variants(const Args& a) {
   attention_backward<T>(exec, dqkv0, dout, qkv, out0, lse0, B, Tl, NH, HS);
   exec.fence();
   // The default (fwd 4; dkdv 4 x 64; dq 4 x 32) first, then one change at a time.
-  const dc::Bf16Tiles cfgs[] = {{4, 4, 64, 4, 32}, {8, 4, 64, 4, 32}, {4, 8, 64, 4, 32},
-                                {4, 8, 32, 4, 32}, {4, 4, 32, 4, 32}, {4, 4, 64, 8, 32},
-                                {4, 4, 64, 8, 64}, {4, 4, 64, 4, 64}};
-  std::printf("bf16 tiles (fwd warps; dkdv warps x BQ; dq warps x BN): fwd ms, bwd ms, "
+  const dc::Bf16Tiles cfgs[] = {{4, 4, 64, 4, 32, 64},  {8, 4, 64, 4, 32, 64},
+                                {4, 4, 64, 4, 32, 128}, {4, 4, 64, 4, 32, 32},
+                                {8, 4, 64, 4, 32, 128}, {4, 4, 64, 4, 16, 64},
+                                {4, 4, 32, 4, 32, 64},  {4, 4, 64, 4, 64, 64}};
+  std::printf("bf16 tiles (fwd warps x keys; dkdv warps x BQ; dq warps x BN): fwd ms, bwd ms, "
               "TFLOP/s, max rel diff of out / dqkv vs the default\n");
   for (const auto& c : cfgs) {
     dc::set_bf16_tiles(c);
@@ -173,8 +174,8 @@ void variants(const Args& a) {
       attention_backward<T>(exec, dqkv, dout, qkv, out0, lse0, B, Tl, NH, HS);
     });
     exec.fence();
-    std::printf("fwd %d; dkdv %d x %2d; dq %d x %2d: %7.3f ms %6.1f | %7.3f ms %6.1f | %.1e / %.1e\n",
-                c.fwd_warps, c.dkdv_warps, c.dkdv_bq, c.dq_warps, c.dq_bn, f,
+    std::printf("fwd %d x %3d; dkdv %d x %2d; dq %d x %2d: %7.3f ms %6.1f | %7.3f ms %6.1f | %.1e / %.1e\n",
+                c.fwd_warps, c.fwd_bn, c.dkdv_warps, c.dkdv_bq, c.dq_warps, c.dq_bn, f,
                 fwd_flops / (f * 1e9), b, bwd_flops / (b * 1e9), max_rel_diff(out, out0),
                 max_rel_diff(dqkv, dqkv0));
   }

@@ -2,6 +2,9 @@
 # Multi-GPU runs of issue 11 on one node (one rank per GPU, NCCL backend), in one call:
 #   jobs/bundle-gpu.sh gpubundle build/cuda/src/meshtrain build/cuda/perf/bench_collectives
 #   perf/gpu_multi.sh gpubundle OUT_DIR [equiv|nccl|ddp|all]
+# Give the device tool's $OUT as OUT_DIR: every log lands there as it is written, and each
+# run is cut off after MT_TIMEOUT seconds (default 150), so a hung collective costs one run, not
+# the whole call (2026-11-29: a first 2-GPU call spent its 420 s without returning a log).
 # equiv: losses of 20 steps of every 2-GPU layout next to the 1-GPU run (fp32 and bf16);
 # nccl:  all-reduce / all-gather / reduce-scatter bandwidth, ours and PyTorch's, 1 KB - 1 GB;
 # ddp:   the seeds' DDP experiment: GPT-2 124M (seq 1024, bf16), 1 GPU vs 2 GPUs, with and
@@ -13,7 +16,9 @@ export LD_LIBRARY_PATH=$bundle/lib:${LD_LIBRARY_PATH:-}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
 ngpu=$(nvidia-smi -L | wc -l)
 nvidia-smi topo -m | tee "$out/topo.txt"
-mt() { mpirun -np "$1" --bind-to none "$bundle/bin/meshtrain" train "${@:2}"; }
+mt() {
+  timeout "${MT_TIMEOUT:-150}" mpirun -np "$1" --bind-to none "$bundle/bin/meshtrain" train "${@:2}"
+}
 status=0
 if [ "$what" = equiv ] || [ "$what" = all ]; then
   for prec in fp32 bf16; do
@@ -50,9 +55,9 @@ PY
   done
 fi
 if [ "$what" = nccl ] || [ "$what" = all ]; then
-  mpirun -np "$ngpu" --bind-to none "$bundle/bin/bench_collectives" --backend nccl \
+  timeout "${MT_TIMEOUT:-150}" mpirun -np "$ngpu" --bind-to none "$bundle/bin/bench_collectives" --backend nccl \
     --max-bytes 1073741824 --iters 20 2>&1 | tee "$out/nccl_meshtrain.txt"
-  mpirun -np "$ngpu" --bind-to none python3 perf/torch_collectives.py --max-bytes 1073741824 \
+  timeout "${MT_TIMEOUT:-150}" mpirun -np "$ngpu" --bind-to none python3 perf/torch_collectives.py --max-bytes 1073741824 \
     2>&1 | tee "$out/nccl_torch.txt"
 fi
 if [ "$what" = ddp ] || [ "$what" = all ]; then

@@ -53,10 +53,11 @@ void backward_bf16(cudaStream_t st, const void* qkv, const void* dout, const flo
 // Tile shapes of the bf16 kernels at HS = 64 (bench_attention --variants explores them; 0 keeps
 // the default): forward warps (16 query rows each), dK/dV warps (16 keys each) and query tile,
 // dQ warps and key tile. Supported: fwd_warps 4 | 8; dkdv_warps 4 | 8 with dkdv_bq 32 | 64;
-// dq_warps 4 | 8 with dq_bn 32 | 64. Defaults: fwd 4, dkdv 4 x 64, dq 4 x 32 (measured fastest).
+// dq_warps 4 | 8 with dq_bn 32 | 64 (and 4 x 16). Defaults: fwd 4, dkdv 4 x 64, dq 4 x 32 (measured fastest).
 // Process-wide; not for use while kernels run elsewhere.
 struct Bf16Tiles {
   int fwd_warps = 0, dkdv_warps = 0, dkdv_bq = 0, dq_warps = 0, dq_bn = 0;
+  int fwd_bn = 0;  // keys per forward K/V tile: 32 | 64 | 128 (128 also with 8 warps)
 };
 void set_bf16_tiles(const Bf16Tiles& tiles);
 }  // namespace cuda

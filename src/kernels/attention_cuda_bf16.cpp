@@ -30,17 +30,17 @@ constexpr int kBN = 64;  // keys per K/V tile (forward, dq); queries per Q/dO ti
 
 // ---------------------------------------------------------------------------------------------
 // Forward.
-template <int D, int kWarps>
+template <int D, int kWarps, int kKeys = kBN>
 struct Fwd {
-  static constexpr int kThreads = 32 * kWarps, BM = 16 * kWarps, BN = kBN, SD = D + 8;
+  static constexpr int kThreads = 32 * kWarps, BM = 16 * kWarps, BN = kKeys, SD = D + 8;
   static constexpr int kSmem = (BM + 4 * BN) * SD * int(sizeof(bf16_t));
 };
 
-template <int D, int kWarps>
+template <int D, int kWarps, int kKeys = kBN>
 __global__ void __launch_bounds__(32 * kWarps)
     fwd_kernel(const bf16_t* __restrict__ qkv, bf16_t* __restrict__ out, float* __restrict__ lse,
                int T, int NH, float scale_log2) {
-  using Cfg = Fwd<D, kWarps>;
+  using Cfg = Fwd<D, kWarps, kKeys>;
   constexpr int BM = Cfg::BM, BN = Cfg::BN, SD = Cfg::SD, NT = Cfg::kThreads;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16_t* sQ = reinterpret_cast<bf16_t*>(smem);
@@ -441,11 +441,11 @@ __global__ void __launch_bounds__(32 * kWarps)
 // an accumulator per key or query (dkdv query tile, dq key tile) to stay clear of spills.
 Bf16Tiles g_tiles;  // bench_attention's variants; zeros: the defaults below
 
-template <int D, int kWarps>
+template <int D, int kWarps, int kKeys = kBN>
 void forward_tiles(cudaStream_t st, const bf16_t* qkv, bf16_t* out, float* lse, int B, int T,
                    int NH) {
-  using Cfg = Fwd<D, kWarps>;
-  auto kernel = fwd_kernel<D, kWarps>;
+  using Cfg = Fwd<D, kWarps, kKeys>;
+  auto kernel = fwd_kernel<D, kWarps, kKeys>;
   set_smem(kernel, Cfg::kSmem);
   const float scale = 1.f / std::sqrt(float(D));
   const dim3 grid((T + Cfg::BM - 1) / Cfg::BM, NH, B);
@@ -459,7 +459,11 @@ void forward_tiles(cudaStream_t st, const bf16_t* qkv, bf16_t* out, float* lse, 
 template <int D>
 void forward(cudaStream_t st, const bf16_t* qkv, bf16_t* out, float* lse, int B, int T, int NH) {
   if constexpr (D == 64) {
-    if (g_tiles.fwd_warps == 8) return forward_tiles<D, 8>(st, qkv, out, lse, B, T, NH);
+    const int w = g_tiles.fwd_warps, bn = g_tiles.fwd_bn;
+    if (w == 8 && bn == 128) return forward_tiles<D, 8, 128>(st, qkv, out, lse, B, T, NH);
+    if (w == 8) return forward_tiles<D, 8>(st, qkv, out, lse, B, T, NH);
+    if (bn == 128) return forward_tiles<D, 4, 128>(st, qkv, out, lse, B, T, NH);
+    if (bn == 32) return forward_tiles<D, 4, 32>(st, qkv, out, lse, B, T, NH);
     return forward_tiles<D, 4>(st, qkv, out, lse, B, T, NH);
   }
   forward_tiles<D, D <= 64 ? 8 : 4>(st, qkv, out, lse, B, T, NH);
@@ -509,6 +513,7 @@ void backward(cudaStream_t st, const bf16_t* qkv, const bf16_t* dout, const floa
     if (w == 8 && bn == 64) dq_tiles<D, 8, 64>(st, q, dout, lse, dqkv, B, T, NH, scale);
     else if (w == 8 && bn == 32) dq_tiles<D, 8, 32>(st, q, dout, lse, dqkv, B, T, NH, scale);
     else if (w == 4 && bn == 64) dq_tiles<D, 4, 64>(st, q, dout, lse, dqkv, B, T, NH, scale);
+    else if (w == 4 && bn == 16) dq_tiles<D, 4, 16>(st, q, dout, lse, dqkv, B, T, NH, scale);
     else dq_tiles<D, 4, 32>(st, q, dout, lse, dqkv, B, T, NH, scale);  // the default
     done = true;
   }
