@@ -9,6 +9,33 @@
 
 namespace meshtrain::kernels {
 
+namespace {
+// One element of the update, shared by the per-range and the one-launch kernels: the same
+// arithmetic in the same order, so the two give the same bits. wd = weight_decay * decay.
+struct AdamWStep {
+  float lr, b1, b2, eps, bc1, bc2;
+  KOKKOS_INLINE_FUNCTION float operator()(float g, float& m, float& v, float p,
+                                          float wd) const {
+    const float mi = b1 * m + (1.0f - b1) * g;
+    const float vi = b2 * v + (1.0f - b2) * g * g;
+    m = mi;
+    v = vi;
+    const float mhat = mi / bc1, vhat = vi / bc2;
+    return p - lr * (mhat / (kc::sqrt(vhat) + eps) + wd * p);
+  }
+};
+
+// Bias corrections on the host in double: pow(0.95, step) for large step is where float loses.
+AdamWStep adamw_step(const AdamWHyper& h) {
+  return AdamWStep{h.lr,
+                   h.beta1,
+                   h.beta2,
+                   h.eps,
+                   static_cast<float>(1.0 - std::pow(double(h.beta1), h.step)),
+                   static_cast<float>(1.0 - std::pow(double(h.beta2), h.step))};
+}
+}  // namespace
+
 template <class G>
 void adamw_update(const ExecSpace& exec, View1<float> param, View1<const G> grad, View1<float> m,
                   View1<float> v, std::size_t n, const AdamWHyper& h, float decay,
@@ -29,21 +56,13 @@ void adamw_update(const ExecSpace& exec, View1<float> param, View1<const G> grad
   detail::check_extent(v, n, fn, "v");
   const bool copy = detail::present(param_copy);
   if (copy) detail::check_extent(param_copy, n, fn, "param_copy");
-  const float lr = h.lr, b1 = h.beta1, b2 = h.beta2, eps = h.eps;
   const float wd = h.weight_decay * decay;
-  // Bias corrections on the host in double: pow(0.95, step) for large step is where float loses.
-  const float bc1 = static_cast<float>(1.0 - std::pow(double(h.beta1), h.step));
-  const float bc2 = static_cast<float>(1.0 - std::pow(double(h.beta2), h.step));
+  const AdamWStep update = adamw_step(h);
   Kokkos::parallel_for(
       "meshtrain::adamw_update", detail::Range(exec, 0, detail::Index(n)),
       KOKKOS_LAMBDA(detail::Index i) {
         const float g = static_cast<float>(acc(grad(i))) * grad_scale();
-        const float mi = b1 * m(i) + (1.0f - b1) * g;
-        const float vi = b2 * v(i) + (1.0f - b2) * g * g;
-        m(i) = mi;
-        v(i) = vi;
-        const float mhat = mi / bc1, vhat = vi / bc2;
-        const float p = param(i) - lr * (mhat / (kc::sqrt(vhat) + eps) + wd * param(i));
+        const float p = update(g, m(i), v(i), param(i), wd);
         param(i) = p;
         if (copy) param_copy(i) = static_cast<G>(p);
       });
@@ -66,9 +85,8 @@ void adamw_update_ranges(const ExecSpace& exec, View1<float> param, View1<const 
                   n_ranges, " range starts and ", range_decay.extent(0), " decay factors");
   const bool copy = detail::present(param_copy);
   if (copy) detail::check_extent(param_copy, n, fn, "param_copy");
-  const float lr = h.lr, b1 = h.beta1, b2 = h.beta2, eps = h.eps, wd0 = h.weight_decay;
-  const float bc1 = static_cast<float>(1.0 - std::pow(double(h.beta1), h.step));
-  const float bc2 = static_cast<float>(1.0 - std::pow(double(h.beta2), h.step));
+  const float wd0 = h.weight_decay;
+  const AdamWStep update = adamw_step(h);
   // One launch instead of one per range: GPT-2 alternates decayed weights and undecayed
   // biases/LayerNorms, ~100 ranges of which most are a few thousand elements (launch-bound).
   // The range of an element is a binary search over the starts (a few hundred bytes, cached).
@@ -81,14 +99,8 @@ void adamw_update_ranges(const ExecSpace& exec, View1<float> param, View1<const 
           if (range_begin(mid) <= i) lo = mid;
           else hi = mid - 1;
         }
-        const float wd = wd0 * range_decay(lo);
         const float g = static_cast<float>(acc(grad(i))) * grad_scale();
-        const float mi = b1 * m(i) + (1.0f - b1) * g;
-        const float vi = b2 * v(i) + (1.0f - b2) * g * g;
-        m(i) = mi;
-        v(i) = vi;
-        const float mhat = mi / bc1, vhat = vi / bc2;
-        const float p = param(i) - lr * (mhat / (kc::sqrt(vhat) + eps) + wd * param(i));
+        const float p = update(g, m(i), v(i), param(i), wd0 * range_decay(lo));
         param(i) = p;
         if (copy) param_copy(i) = static_cast<G>(p);
       });

@@ -243,32 +243,27 @@ const T* device_ones(const ExecSpace& exec, std::size_t n) {
   return ones.data();
 }
 
+// The weight-gradient GEMM D = alpha op(A) B + beta C (B not transposed, D laid out as C) with
+// the given epilogue: both gemm_dbias forms issue it.
+template <class T>
+detail::LtCall weight_grad_call(Trans ta, int M, int N, int K, float alpha, const T* A, int lda,
+                                const T* B, int ldb, float beta, const T* C, int ldc, T* D,
+                                detail::LtEpilogue epilogue, const T* bias) {
+  return detail::LtCall{.type = lt_data_type<T>(), .ta = ta, .tb = Trans::N, .M = M, .N = N,
+                        .K = K, .alpha = alpha, .A = A, .lda = lda, .B = B, .ldb = ldb,
+                        .beta = beta, .C = C, .ldc = ldc, .D = D, .ldd = ldc,
+                        .epilogue = epilogue, .bias = bias, .aux = nullptr, .ldaux = 0};
+}
+
 // D = alpha op(A) B + beta C with the bias gradient of B fused (BGRADA into the scratch, then
 // added to dbias).
 template <class T>
 bool dbias_fused(const ExecSpace& exec, Trans ta, int M, int N, int K, float alpha, const T* A,
                  int lda, const T* B, int ldb, float beta, const T* C, int ldc, T* D, T* dbias) {
   T* part = static_cast<T*>(detail::lt_bias_scratch(std::size_t(N) * sizeof(T)));
-  const detail::LtCall call{.type = lt_data_type<T>(),
-                            .ta = ta,
-                            .tb = Trans::N,
-                            .M = M,
-                            .N = N,
-                            .K = K,
-                            .alpha = alpha,
-                            .A = A,
-                            .lda = lda,
-                            .B = B,
-                            .ldb = ldb,
-                            .beta = beta,
-                            .C = C,
-                            .ldc = ldc,
-                            .D = D,
-                            .ldd = ldc,
-                            .epilogue = detail::LtEpilogue::bgrad,
-                            .bias = part,
-                            .aux = nullptr,
-                            .ldaux = 0};
+  const detail::LtCall call =
+      weight_grad_call<T>(ta, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, D,
+                          detail::LtEpilogue::bgrad, part);
   if (!detail::lt_matmul(exec, call)) return false;
   using Acc = detail::acc_t<T>;
   Kokkos::parallel_for(
@@ -282,26 +277,8 @@ bool dbias_fused(const ExecSpace& exec, Trans ta, int M, int N, int K, float alp
 template <class T>
 bool dbias_split(const ExecSpace& exec, Trans ta, int M, int N, int K, float alpha, const T* A,
                  int lda, const T* B, int ldb, float beta, const T* C, int ldc, T* D, T* dbias) {
-  const detail::LtCall call{.type = lt_data_type<T>(),
-                            .ta = ta,
-                            .tb = Trans::N,
-                            .M = M,
-                            .N = N,
-                            .K = K,
-                            .alpha = alpha,
-                            .A = A,
-                            .lda = lda,
-                            .B = B,
-                            .ldb = ldb,
-                            .beta = beta,
-                            .C = C,
-                            .ldc = ldc,
-                            .D = D,
-                            .ldd = ldc,
-                            .epilogue = detail::LtEpilogue::none,
-                            .bias = nullptr,
-                            .aux = nullptr,
-                            .ldaux = 0};
+  const detail::LtCall call = weight_grad_call<T>(ta, M, N, K, alpha, A, lda, B, ldb, beta, C,
+                                                  ldc, D, detail::LtEpilogue::none, nullptr);
   if (!detail::lt_matmul(exec, call)) return false;
   // Our column-sum kernel where its 16-byte loads fit, else cuBLAS's GEMV.
   if (!detail::column_sums_add_cuda<T>(exec, K, N, B, ldb, dbias))
