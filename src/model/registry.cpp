@@ -14,6 +14,10 @@ const char* split_name(Split s) {
   return "?";
 }
 
+const char* param_group_name(ParamGroup g) {
+  return g == ParamGroup::dp ? "dp" : "expert_dp";
+}
+
 std::int64_t ParamInfo::global_numel() const {
   std::int64_t n = 1;
   for (auto d : global_shape) n *= d;
@@ -153,6 +157,12 @@ const ParamInfo& ParameterRegistry::get(const std::string& name) const {
   const ParamInfo* p = find(name);
   if (!p) throw Error(cat("parameter '", name, "' is not in this rank's registry"));
   return *p;
+}
+
+std::vector<DecayRange> ParameterRegistry::decay_ranges() const {
+  std::vector<DecayRange> out;
+  for (const auto& p : params_) out.push_back(DecayRange{p.offset, p.numel, p.decay});
+  return out;
 }
 
 }  // namespace meshtrain::model

@@ -21,21 +21,17 @@ model::ModelLayout pipeline_layout(const ScheduleSpec& spec, const std::vector<L
 }
 
 template <class T>
-struct PipelineRunner<T>::Posted {
-  std::size_t action;  // index into actions_
-  int buffer;          // index into pool_
-  comm::Request req;
-};
-
-template <class T>
 PipelineRunner<T>::PipelineRunner(model::GptT<T>& model, comm::Communicator& pp,
                                   const ScheduleSpec& spec, int stage, int recv_ahead)
-    : model_(model), pp_(pp), spec_(spec), stage_(stage), recv_ahead_(std::max(recv_ahead, 0)) {
-  validate(spec_);
+    : model_(model),
+      pp_(pp),
+      spec_(spec),
+      stage_(stage),
+      n_slots_(0),
+      flow_((validate(spec), build_schedule(spec, stage)), recv_ahead) {
   MESHTRAIN_CHECK(pp.size() == spec.pp && pp.rank() == stage, "PipelineRunner: stage ", stage,
                   " of pp=", spec.pp, " on a communicator of rank ", pp.rank(), " / size ",
                   pp.size());
-  actions_ = build_schedule(spec_, stage_);
   n_slots_ = slots_needed(spec_, stage_);
   const model::ModelLayout& l = model.layout();
   MESHTRAIN_CHECK(model.n_chunks() == spec.chunks, "PipelineRunner: the model holds ",
@@ -50,8 +46,7 @@ PipelineRunner<T>::PipelineRunner(model::GptT<T>& model, comm::Communicator& pp,
   MESHTRAIN_CHECK(l.has_embedding == (stage == 0) && l.has_head == (stage == spec.pp - 1),
                   "PipelineRunner: stage ", stage, " of ", spec.pp,
                   " must hold the embedding iff first and the head iff last (pipeline_layout)");
-  for (std::size_t i = 0; i < actions_.size(); ++i)
-    if (actions_[i].op == Op::recv_act || actions_[i].op == Op::recv_grad) recv_at_.push_back(i);
+  recvs_.resize(flow_.actions().size());
   act_sends_.resize(static_cast<std::size_t>(spec.chunks * n_slots_));
 }
 
@@ -69,141 +64,108 @@ int PipelineRunner<T>::tag(const Action& a) const {
   return static_cast<int>(t % 32768);
 }
 
+// Micro-batches in flight in one chunk are consecutive: modulo the chunk's peak never gives two
+// live ones the same slot.
 template <class T>
-int PipelineRunner<T>::take_buffer() {
-  if (free_.empty()) {
-    PipelineStepStats unused;
-    reap_sends(false, unused);
-  }
-  if (free_.empty()) {
-    pool_.push_back(alloc<T>("pipeline_message", model_.activation_elems()));
-    return static_cast<int>(pool_.size()) - 1;
-  }
-  const int b = free_.back();
-  free_.pop_back();
-  return b;
+comm::Request& PipelineRunner<T>::act_send_of(const Action& a) {
+  const int slot = a.micro % chunk_slots_[static_cast<std::size_t>(a.chunk)];
+  return act_sends_[static_cast<std::size_t>(a.chunk * n_slots_ + slot)];
 }
 
-// Returns the buffers of completed gradient sends to the pool; with wait_all, waits for all.
 template <class T>
-void PipelineRunner<T>::reap_sends(bool wait_all, PipelineStepStats& st) {
+void PipelineRunner<T>::grow_pool(int buffer) {
+  MESHTRAIN_CHECK(buffer == static_cast<int>(pool_.size()), "PipelineRunner: pool grew to ",
+                  buffer, " with ", pool_.size(), " buffers");
+  pool_.push_back(alloc<T>("pipeline_message", model_.activation_elems()));
+  grad_sends_.emplace_back();
+}
+
+template <class T>
+void PipelineRunner<T>::post_recv(std::size_t i, int buffer) {
+  const Action& a = flow_.actions()[i];
+  recvs_[i] = pp_.irecv(pool_[static_cast<std::size_t>(buffer)], a.peer, tag(a));
+  ++st_.messages;
+}
+
+template <class T>
+void PipelineRunner<T>::wait_recv(std::size_t i) {
   Timer t;
-  auto done = [&](std::pair<comm::Request, int>& s) {
-    if (wait_all) s.first.wait();
-    if (!s.first.test()) return false;
-    free_.push_back(s.second);
-    return true;
-  };
-  grad_sends_.erase(std::remove_if(grad_sends_.begin(), grad_sends_.end(), done),
-                    grad_sends_.end());
-  if (wait_all) st.idle_s += t.seconds();
+  recvs_[i].wait();
+  st_.idle_s += t.seconds();
 }
 
 template <class T>
-void PipelineRunner<T>::post_receives(std::size_t upto, PipelineStepStats& st) {
-  upto = std::min(upto, recv_at_.size());
-  while (next_post_ < upto) {
-    const std::size_t i = recv_at_[next_post_++];
-    const Action& a = actions_[i];
-    const int b = take_buffer();
-    auto p = std::make_unique<Posted>();
-    p->action = i;
-    p->buffer = b;
-    p->req = pp_.irecv(pool_[static_cast<std::size_t>(b)], a.peer, tag(a));
-    posted_.push_back(std::move(p));
-    ++st.messages;
+void PipelineRunner<T>::compute(std::size_t i, int input) {
+  const Action& a = flow_.actions()[i];
+  const int slot = a.micro % chunk_slots_[static_cast<std::size_t>(a.chunk)];
+  const View1<const T> in =
+      input >= 0 ? View1<const T>(pool_[static_cast<std::size_t>(input)]) : View1<const T>{};
+  comm::Request& act_send = act_send_of(a);
+  if (a.op == Op::forward) {
+    act_send.wait();  // the slot's previous output left (long ago: see the header)
+    const MicroBatch mb = (*batch_)(a.micro);
+    Timer t;
+    out_ = model_.forward(a.chunk, slot, mb.tokens, in, mb.targets, grad_scale_);
+    st_.compute_s += t.seconds();
+    return;
   }
+  {
+    // Complete already: the next stage received this activation before it sent the gradient
+    // this backward consumes. Waiting makes that explicit before the model may overwrite the
+    // slot (recompute rewrites block outputs).
+    Timer t;
+    act_send.wait();
+    st_.idle_s += t.seconds();
+  }
+  Timer t;
+  out_ = model_.backward(a.chunk, slot, in);
+  st_.compute_s += t.seconds();
+}
+
+template <class T>
+void PipelineRunner<T>::send_act(std::size_t i) {
+  const Action& a = flow_.actions()[i];
+  MESHTRAIN_CHECK(out_.span() == model_.activation_elems(), "PipelineRunner: ", to_string(a),
+                  " has no activation to send");
+  act_send_of(a) = pp_.isend(out_, a.peer, tag(a));
+  ++st_.messages;
+}
+
+template <class T>
+void PipelineRunner<T>::send_grad(std::size_t i, int buffer) {
+  const Action& a = flow_.actions()[i];
+  MESHTRAIN_CHECK(out_.span() == model_.activation_elems(), "PipelineRunner: ", to_string(a),
+                  " has no gradient to send");
+  // The model's d(input) is overwritten by its next backward: send a copy.
+  const auto b = static_cast<std::size_t>(buffer);
+  Kokkos::deep_copy(model_.exec(), pool_[b], out_);
+  grad_sends_[b] = pp_.isend(pool_[b], a.peer, tag(a));
+  ++st_.messages;
+}
+
+template <class T>
+bool PipelineRunner<T>::grad_send_done(int buffer) {
+  return grad_sends_[static_cast<std::size_t>(buffer)].test();
+}
+
+template <class T>
+void PipelineRunner<T>::wait_all_sends() {
+  Timer t;
+  for (comm::Request& r : act_sends_) r.wait();
+  for (comm::Request& r : grad_sends_) r.wait();
+  st_.idle_s += t.seconds();
 }
 
 template <class T>
 PipelineStepStats PipelineRunner<T>::step(const BatchProvider& batch, float grad_scale) {
-  PipelineStepStats st;
+  st_ = PipelineStepStats{};
+  batch_ = &batch;
+  grad_scale_ = grad_scale;
   Timer wall;
-  next_post_ = 0;
-  std::size_t received = 0;  // receive actions done
-  int input = -1;            // pool buffer holding the received input of the next compute
-  View1<const T> out;        // what the last compute produced, for the send after it
-  auto release_input = [&] {
-    if (input >= 0) free_.push_back(input);
-    input = -1;
-  };
-  auto input_view = [&]() -> View1<const T> {
-    return input >= 0 ? View1<const T>(pool_[static_cast<std::size_t>(input)]) : View1<const T>{};
-  };
-  for (std::size_t i = 0; i < actions_.size(); ++i) {
-    const Action& a = actions_[i];
-    // The receive this action may wait for, and recv_ahead after it, are in flight.
-    post_receives(received + 1 + static_cast<std::size_t>(recv_ahead_), st);
-    // Micro-batches in flight in one chunk are consecutive: modulo the chunk's peak never
-    // gives two live ones the same slot.
-    const int slot = a.micro % chunk_slots_[static_cast<std::size_t>(a.chunk)];
-    comm::Request& act_send =
-        act_sends_[static_cast<std::size_t>(a.chunk * n_slots_ + slot)];
-    switch (a.op) {
-      case Op::recv_act:
-      case Op::recv_grad: {
-        MESHTRAIN_CHECK(!posted_.empty() && posted_.front()->action == i,
-                        "PipelineRunner: receive ", to_string(a), " was not posted");
-        Timer t;
-        posted_.front()->req.wait();
-        st.idle_s += t.seconds();
-        input = posted_.front()->buffer;
-        posted_.erase(posted_.begin());
-        ++received;
-        break;
-      }
-      case Op::forward: {
-        act_send.wait();  // the slot's previous output left (long ago: see the header)
-        const MicroBatch mb = batch(a.micro);
-        Timer t;
-        out = model_.forward(a.chunk, slot, mb.tokens, input_view(), mb.targets, grad_scale);
-        st.compute_s += t.seconds();
-        release_input();  // the model copied it
-        break;
-      }
-      case Op::send_act:
-        MESHTRAIN_CHECK(out.span() == model_.activation_elems(), "PipelineRunner: ",
-                        to_string(a), " has no activation to send");
-        act_send = pp_.isend(out, a.peer, tag(a));
-        ++st.messages;
-        break;
-      case Op::backward: {
-        {
-          // Complete already: the next stage received this activation before it sent the
-          // gradient this backward consumes. Waiting makes that explicit before the model may
-          // overwrite the slot (recompute rewrites block outputs).
-          Timer t;
-          act_send.wait();
-          st.idle_s += t.seconds();
-        }
-        Timer t;
-        out = model_.backward(a.chunk, slot, input_view());
-        st.compute_s += t.seconds();
-        release_input();
-        break;
-      }
-      case Op::send_grad: {
-        MESHTRAIN_CHECK(out.span() == model_.activation_elems(), "PipelineRunner: ",
-                        to_string(a), " has no gradient to send");
-        // The model's d(input) is overwritten by its next backward: send a copy.
-        const int b = take_buffer();
-        Kokkos::deep_copy(model_.exec(), pool_[static_cast<std::size_t>(b)], out);
-        grad_sends_.emplace_back(pp_.isend(pool_[static_cast<std::size_t>(b)], a.peer, tag(a)), b);
-        ++st.messages;
-        break;
-      }
-    }
-  }
-  MESHTRAIN_CHECK(posted_.empty() && received == recv_at_.size(),
-                  "PipelineRunner: receives left over at the end of the step");
-  {
-    Timer t;
-    for (comm::Request& r : act_sends_) r.wait();
-    st.idle_s += t.seconds();
-  }
-  reap_sends(true, st);
-  st.wall_s = wall.seconds();
-  return st;
+  flow_.run_step(*this);
+  batch_ = nullptr;
+  st_.wall_s = wall.seconds();
+  return st_;
 }
 
 template class PipelineRunner<float>;

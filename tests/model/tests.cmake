@@ -8,3 +8,4 @@ endif()
 meshtrain_add_test(NAME test_registry SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_registry.cpp)
 meshtrain_add_test(NAME test_tensor_parallel
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tensor_parallel.cpp RANKS 1 2 3 4)
+meshtrain_add_test(NAME test_hook_order SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_hook_order.cpp)

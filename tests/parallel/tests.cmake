@@ -11,3 +11,6 @@ meshtrain_add_test(NAME test_zero_optimizer
 meshtrain_add_test(NAME test_zero_memory SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_zero_memory.cpp RANKS 1 2 4 8)
 meshtrain_add_test(NAME test_dp_training SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_dp_training.cpp RANKS 1 2 4 8)
 meshtrain_add_test(NAME test_dp_pipeline SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_dp_pipeline.cpp RANKS 2 4 8)
+# The pure policies of the runtime, by simulation.
+meshtrain_add_test(NAME test_dp_policy SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_dp_policy.cpp)
+meshtrain_add_test(NAME test_message_flow SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_message_flow.cpp)

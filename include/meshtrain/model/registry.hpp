@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "meshtrain/core/decay_range.hpp"
 #include "meshtrain/core/kokkos_compat.hpp"
 #include "meshtrain/model/config.hpp"
 
@@ -39,6 +40,12 @@ KOKKOS_INLINE_FUNCTION std::int64_t split_global_index(int split, std::int64_t i
   return i;  // replicated
 }
 
+// The group of ranks over which a parameter's gradient is reduced and its optimizer state is
+// sharded. Dense parameters belong to data parallelism; the experts of a Mixture of Experts
+// (expert parallelism) to the expert-data-parallel group, whose members hold the same experts.
+enum class ParamGroup { dp, expert_dp };
+const char* param_group_name(ParamGroup g);
+
 struct ParamInfo {
   std::string name;                        // HF name, e.g. transformer.h.0.attn.c_attn.weight
   std::vector<std::int64_t> global_shape;  // wte uses the padded vocab
@@ -49,6 +56,8 @@ struct ParamInfo {
   std::size_t offset = 0;                  // in the stage's flat buffer (elements)
   std::size_t numel = 0;                   // local elements
   bool decay = false;                      // AdamW weight decay applies
+  ParamGroup grad_group = ParamGroup::dp;  // reduces its gradient
+  ParamGroup state_group = ParamGroup::dp; // shards its optimizer state (ZeRO)
   std::int64_t global_numel() const;
   // Global flat index (row-major in global_shape) of local flat element `i`.
   std::int64_t global_index(std::int64_t i, int tp_rank, int tp_size) const;
@@ -67,6 +76,7 @@ struct UnitInfo {
   std::string name;  // "embedding", "transformer.h.<l>", "head"
   int layer = -1;    // block index; -1 for the embedding and the head
   std::size_t begin = 0, end = 0;
+  ParamGroup group = ParamGroup::dp;  // every parameter of a unit reduces over this group
   std::size_t size() const { return end - begin; }
 };
 
@@ -105,6 +115,10 @@ class ParameterRegistry {
   // replicas count on tp rank 0 only, and the tied copy of wte on a last stage without the
   // embedding not at all (the first stage counts it).
   bool counts_in_norm(const ParamInfo& p) const;
+
+  // Every parameter as a run of the flat buffer with its weight decay, in flat order: what
+  // optim::AdamWT takes.
+  std::vector<DecayRange> decay_ranges() const;
 
  private:
   void build(const std::vector<LayerRange>& chunks);

@@ -12,7 +12,7 @@
 #include "meshtrain/mesh/process_mesh.hpp"
 #include "meshtrain/model/config.hpp"
 #include "meshtrain/model/gpt.hpp"
-#include "meshtrain/parallel/grad_sync.hpp"
+#include "meshtrain/parallel/dp_options.hpp"
 #include "meshtrain/parallel/partition.hpp"
 #include "meshtrain/parallel/schedule.hpp"
 

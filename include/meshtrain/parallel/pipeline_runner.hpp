@@ -5,7 +5,8 @@
 //
 // Communication overlaps compute: receives are posted ahead of the action that needs them (in
 // list order, which matches the peer's send order — NCCL has no tags), sends never block the
-// schedule. Buffers:
+// schedule. Which buffer each message uses and when receives are posted is MessageFlow's (a pure
+// policy the planner replays); the runner executes it. Buffers:
 //  - an activation is sent straight from the model's output view of (chunk, slot), valid until
 //    that slot's next forward; its request is waited before this slot's backward, by which time
 //    the next stage has already received it (it sent the gradient we consumed);
@@ -18,11 +19,11 @@
 // wall-clock figures are only meaningful with host execution (the CPU build).
 #include <cstdint>
 #include <functional>
-#include <memory>
 #include <vector>
 
 #include "meshtrain/comm/communicator.hpp"
 #include "meshtrain/model/gpt.hpp"
+#include "meshtrain/parallel/message_flow.hpp"
 #include "meshtrain/parallel/partition.hpp"
 #include "meshtrain/parallel/schedule.hpp"
 
@@ -49,14 +50,14 @@ struct PipelineStepStats {
 };
 
 template <class T>
-class PipelineRunner {
+class PipelineRunner : private PipelineExecutor {
  public:
   // `pp`: the pipeline communicator (rank = stage, size = spec.pp). The model must hold this
   // stage's chunks (pipeline_layout) with at least slots_needed(spec, stage) slots. Both must
   // outlive the runner. recv_ahead: receives kept posted ahead of the one being waited for.
   PipelineRunner(model::GptT<T>& model, comm::Communicator& pp, const ScheduleSpec& spec,
                  int stage, int recv_ahead = 2);
-  ~PipelineRunner();
+  ~PipelineRunner() override;
   PipelineRunner(const PipelineRunner&) = delete;
   PipelineRunner& operator=(const PipelineRunner&) = delete;
 
@@ -66,33 +67,43 @@ class PipelineRunner {
   // grad_scale = 1 / (counted target tokens of the global batch).
   PipelineStepStats step(const BatchProvider& batch, float grad_scale);
 
-  const std::vector<Action>& actions() const { return actions_; }
+  const std::vector<Action>& actions() const { return flow_.actions(); }
   int n_slots() const { return n_slots_; }
   const ScheduleSpec& spec() const { return spec_; }
   int stage() const { return stage_; }
+  // Bytes of the message pool so far: predicted_message_buffers() (message_flow.hpp) buffers of
+  // activation_elems() once the first step has run.
+  std::size_t pool_bytes() const { return pool_.size() * model_.activation_elems() * sizeof(T); }
 
  private:
-  struct Posted;
   int tag(const Action& a) const;
-  int take_buffer();
-  void reap_sends(bool wait_all, PipelineStepStats& st);
-  void post_receives(std::size_t upto_recv, PipelineStepStats& st);
+  comm::Request& act_send_of(const Action& a);
+  // PipelineExecutor: what MessageFlow asks for.
+  void grow_pool(int buffer) override;
+  void post_recv(std::size_t action, int buffer) override;
+  void wait_recv(std::size_t action) override;
+  void compute(std::size_t action, int input) override;
+  void send_act(std::size_t action) override;
+  void send_grad(std::size_t action, int buffer) override;
+  bool grad_send_done(int buffer) override;
+  void wait_all_sends() override;
 
   model::GptT<T>& model_;
   comm::Communicator& pp_;
   ScheduleSpec spec_;
   int stage_;
-  int recv_ahead_;
   int n_slots_;
   std::vector<int> chunk_slots_;          // slots per chunk (the schedule's per-chunk peak)
-  std::vector<Action> actions_;
-  std::vector<std::size_t> recv_at_;      // indices of the receive actions, in list order
-  std::size_t next_post_ = 0;             // receives of this step posted so far
+  MessageFlow flow_;
   std::vector<View1<T>> pool_;            // message buffers of activation_elems()
-  std::vector<int> free_;                 // indices into pool_
-  std::vector<std::unique_ptr<Posted>> posted_;            // receives in flight, list order
-  std::vector<std::pair<comm::Request, int>> grad_sends_;  // (request, buffer)
+  std::vector<comm::Request> recvs_;      // per action: the receive posted for it
+  std::vector<comm::Request> grad_sends_; // per pool buffer: its gradient send
   std::vector<comm::Request> act_sends_;  // per (chunk, slot)
+  // the step in progress
+  const BatchProvider* batch_ = nullptr;
+  float grad_scale_ = 0;
+  View1<const T> out_;                    // what the last compute produced
+  PipelineStepStats st_;
 };
 
 using PipelineRunnerF = PipelineRunner<float>;

@@ -1,0 +1,19 @@
+#pragma once
+// What data parallelism needs from a model: its registry (and so its units), its full flat
+// buffers (empty where the model did not allocate them: params at ZeRO-3, grads at ZeRO 2/3)
+// and a way to bind one unit's storage (an empty view keeps the current binding).
+#include <functional>
+
+#include "meshtrain/core/view.hpp"
+#include "meshtrain/model/registry.hpp"
+
+namespace meshtrain::parallel {
+
+template <class T>
+struct ModelBuffers {
+  const model::ParameterRegistry* registry = nullptr;
+  View1<T> params, grads;
+  std::function<void(int unit, View1<T> params, View1<T> grads)> bind_unit;
+};
+
+}  // namespace meshtrain::parallel

@@ -1,0 +1,42 @@
+#include "meshtrain/model/hook_order.hpp"
+
+namespace meshtrain::model {
+
+std::vector<HookCall> forward_hooks(const ParameterRegistry& reg,
+                                    const std::vector<LayerRange>& chunks, int c) {
+  std::vector<HookCall> out;
+  const int eu = reg.embedding_unit(), hu = reg.head_unit();
+  const int last = static_cast<int>(chunks.size()) - 1;
+  auto add = [&](HookEvent e, int u) { out.push_back(HookCall{e, u}); };
+  if (c == 0 && reg.has_embedding() && eu >= 0) add(HookEvent::before_forward, eu);
+  for (int l = chunks[c].first; l < chunks[c].last; ++l)
+    add(HookEvent::before_forward, reg.unit_of_layer(l));
+  if (c == last && reg.has_head() && hu >= 0) {
+    // The LM head reads the tied wte, and its backward (fused into the forward) writes both.
+    add(HookEvent::before_forward, hu);
+    if (eu >= 0) add(HookEvent::before_forward, eu);
+    add(HookEvent::before_backward, hu);
+    if (eu >= 0) add(HookEvent::before_backward, eu);
+    add(HookEvent::after_backward, hu);
+    // A last stage without the embedding holds a tied copy, complete after the head.
+    if (eu >= 0 && !reg.has_embedding()) add(HookEvent::after_backward, eu);
+  }
+  return out;
+}
+
+std::vector<HookCall> backward_hooks(const ParameterRegistry& reg,
+                                     const std::vector<LayerRange>& chunks, int c) {
+  std::vector<HookCall> out;
+  for (int l = chunks[c].last - 1; l >= chunks[c].first; --l) {
+    out.push_back(HookCall{HookEvent::before_backward, reg.unit_of_layer(l)});
+    out.push_back(HookCall{HookEvent::after_backward, reg.unit_of_layer(l)});
+  }
+  const int eu = reg.embedding_unit();
+  if (c == 0 && reg.has_embedding() && eu >= 0) {
+    out.push_back(HookCall{HookEvent::before_backward, eu});
+    out.push_back(HookCall{HookEvent::after_backward, eu});
+  }
+  return out;
+}
+
+}  // namespace meshtrain::model

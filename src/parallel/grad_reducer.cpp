@@ -1,0 +1,130 @@
+#include "meshtrain/parallel/grad_reducer.hpp"
+
+#include "meshtrain/core/error.hpp"
+
+namespace meshtrain::parallel {
+
+namespace {
+
+// dst(i) += src(i). A free function: CUDA lambdas cannot live in private member functions.
+template <class T>
+void accumulate(const ExecSpace& exec, View1<T> dst, View1<T> src) {
+  Kokkos::parallel_for(
+      "meshtrain::zero_grad_accumulate",
+      Kokkos::RangePolicy<ExecSpace>(exec, 0, static_cast<std::int64_t>(dst.span())),
+      KOKKOS_LAMBDA(const std::int64_t i) { dst(i) += src(i); });
+}
+
+}  // namespace
+
+template <class T>
+GradReducer<T>::GradReducer(const DpPlan& plan, ModelBuffers<T> model, ZeroShards<T>& shards,
+                            comm::Communicator& dp, ExecSpace exec)
+    : plan_(plan), model_(std::move(model)), shards_(shards), dp_(dp), exec_(exec) {
+  const std::size_t n = model_.registry->size();
+  if (plan_.zero_stage <= 1)
+    MESHTRAIN_CHECK(model_.grads.span() >= n, "GradReducer: ZeRO-", plan_.zero_stage,
+                    " needs the model's full gradient buffer (", n, " elements), got ",
+                    model_.grads.span());
+  if (plan_.zero_stage >= 2)
+    MESHTRAIN_CHECK(static_cast<bool>(model_.bind_unit), "GradReducer: ZeRO-", plan_.zero_stage,
+                    " binds per-unit storage and needs the model's bind_unit");
+  ops_.resize(plan_.buckets.size());
+}
+
+template <class T>
+GradReducer<T>::~GradReducer() {
+  // Collectives in flight still write pool buffers: finish them before the buffers go.
+  for (auto& op : ops_) op.req = comm::Request();
+}
+
+template <class T>
+void GradReducer<T>::zero_grads() {
+  if (plan_.zero_stage <= 1) Kokkos::deep_copy(exec_, model_.grads, T(0.0f));
+  else Kokkos::deep_copy(exec_, shards_.shard_grads(), T(0.0f));
+}
+
+template <class T>
+bool GradReducer<T>::test_grad(int b) {
+  Op& op = ops_[b];
+  if (!op.req.test()) return false;
+  stats_.total_seconds += clock_.seconds() - op.t_launch;
+  return true;
+}
+
+template <class T>
+void GradReducer<T>::wait_grad(int b) {
+  Op& op = ops_[b];
+  const double t0 = clock_.seconds();
+  op.req.wait();
+  const double t1 = clock_.seconds();
+  stats_.exposed_seconds += t1 - t0;
+  stats_.total_seconds += t1 - op.t_launch;
+}
+
+template <class T>
+void GradReducer<T>::bind_grad_buffer(int b, int buffer, std::size_t elems, bool grown) {
+  if (grown) {
+    MESHTRAIN_CHECK(buffer == static_cast<int>(pool_.size()), "GradReducer: pool grew to ",
+                    buffer, " with ", pool_.size(), " buffers");
+    pool_.push_back(alloc<T>("zero.grad_bucket", elems));
+  }
+  auto buf = slice(pool_[buffer], 0, elems);
+  Kokkos::deep_copy(exec_, buf, T(0.0f));  // the model accumulates into its gradients
+  const Bucket& bk = plan_.buckets[b];
+  const auto& units = model_.registry->units();
+  for (int u = bk.first_unit; u <= bk.last_unit; ++u) {
+    const model::UnitInfo& r = units[u];
+    model_.bind_unit(u, View1<T>(), slice(buf, r.begin - bk.range.begin, r.size()));
+  }
+}
+
+template <class T>
+void GradReducer<T>::launch_grad(int b, int buffer) {
+  const Bucket& bk = plan_.buckets[b];
+  Op& op = ops_[b];
+  if (plan_.zero_stage <= 1) {
+    auto g = slice(model_.grads, bk.range.begin, bk.range.size());
+    op.t_launch = clock_.seconds();
+    op.req = dp_.iall_reduce(g);
+    stats_.bytes += g.span() * sizeof(T);
+  } else {
+    const std::size_t piece = plan_.bucket_piece[b];
+    const ZeroGroup& zg = shards_.partition().groups()[shards_.partition().group_of(bk.range.begin)];
+    const std::size_t mine = static_cast<std::size_t>(dp_.rank()) * piece;
+    auto buf = slice(pool_[buffer], 0, piece * dp_.size());
+    auto shard = slice(shards_.shard_grads(), zg.shard_offset, piece);
+    accumulate<T>(exec_, slice(buf, mine, piece), shard);
+    op.t_launch = clock_.seconds();
+    op.req = dp_.ireduce_scatter(buf, shard);
+    stats_.bytes += buf.span() * sizeof(T);
+  }
+  ++stats_.ops;
+  stats_.exposed_seconds += clock_.seconds() - op.t_launch;
+}
+
+template <class T>
+void GradReducer<T>::sum_tied_in_buffer(int b, int buffer) {
+  const Bucket& bk = plan_.buckets[b];
+  tied_->sum_in(pool_[buffer], bk.range.begin, stats_);
+}
+
+template <class T>
+void GradReducer<T>::sum_tied_in_grads() {
+  tied_->sum_in(model_.grads, 0, stats_);
+}
+
+template <class T>
+std::size_t GradReducer<T>::pool_bytes() const {
+  std::size_t b = 0;
+  for (const auto& v : pool_) b += v.span() * sizeof(T);
+  return b;
+}
+
+template class GradReducer<float>;
+#if MESHTRAIN_HAVE_BF16
+template class GradReducer<bf16>;
+template class GradReducer<fp16>;
+#endif
+
+}  // namespace meshtrain::parallel
