@@ -1,5 +1,5 @@
-// One full training step of a preset on one rank (zero_grads, forward_train, backward, AdamW,
-// fence): median and mean step time and tokens/s, then where the time goes, kernel by kernel.
+// One full training step of a preset on one rank, through the engine the trainer uses (the
+// batch to the device, forward, backward, gradient reduction, AdamW, fence): median and mean step time and tokens/s, then where the time goes, kernel by kernel.
 // The reference is PyTorch on the same shapes (perf/torch_gpt2_step.py); perf/run_cpu_step.sh
 // runs both interleaved and prints the ratio.
 //
@@ -37,6 +37,7 @@
 #include "meshtrain/model/config.hpp"
 #include "meshtrain/model/gpt.hpp"
 #include "meshtrain/optim/adamw.hpp"
+#include "meshtrain/parallel/engine.hpp"
 
 using namespace meshtrain;
 
@@ -196,31 +197,33 @@ void run(const Args& a) {
     // kernel scratch): what PyTorch's max_memory_allocated counts. Removed before the timed
     // steps: a loaded tool makes Kokkos fence around every kernel.
     auto tracker = std::make_unique<AllocTracker>(std::vector<std::string>{"bench."});
-    model::GptT<CT> gpt(cfg, B, T);
-    gpt.init_parameters(a.seed);
     optim::AdamWConfig ocfg;  // GPT-2 defaults: betas (0.9, 0.95), eps 1e-8, wd 0.1, clip 1.0
-    optim::AdamWT<CT> opt(gpt.registry(), ocfg, gpt.exec());
-    if constexpr (!std::is_same_v<CT, float>) opt.init_master(gpt.params());
+    parallel::EngineOptions eo;  // one rank: the trainer's engine over a 1 x 1 x 1 mesh
+    eo.micro_batch = B;
+    eo.seq_len = T;
+    eo.adamw = ocfg;
+    parallel::Engine<CT> engine(MPI_COMM_SELF, cfg, eo);
+    engine.init_parameters(a.seed);
 
-    // Random tokens in [0, vocab) from the counter-based RNG: no dataset needed.
+    // Random tokens in [0, vocab) from the counter-based RNG: no dataset needed. The engine
+    // copies each step's batch to the device, as in training.
     HostView1<std::int32_t> h_tok("meshtrain::bench.tokens", N + 1);
     for (int i = 0; i <= N; ++i)
       h_tok(i) = static_cast<std::int32_t>(rng::bits(a.seed, rng::name_stream("bench.tokens"), i) %
                                            static_cast<std::uint64_t>(cfg.vocab_size));
-    View1<std::int32_t> inputs = alloc<std::int32_t>("bench.inputs", N);
-    View1<std::int32_t> targets = alloc<std::int32_t>("bench.targets", N);
-    Kokkos::deep_copy(inputs, Kokkos::subview(h_tok, Kokkos::make_pair(0, N)));
-    Kokkos::deep_copy(targets, Kokkos::subview(h_tok, Kokkos::make_pair(1, N + 1)));
+    const auto batch = [&](int, int, std::int32_t* in, std::int32_t* tg) {
+      for (int i = 0; i < N; ++i) {
+        in[i] = h_tok(i);
+        tg[i] = h_tok(i + 1);
+      }
+    };
     const float grad_scale = 1.0f / static_cast<float>(N);
 
     std::int64_t step = 0;
     auto train_step = [&] {
-      gpt.zero_grads();
-      gpt.reset_loss_sum();
-      gpt.forward_train(inputs, targets, grad_scale);
-      gpt.backward();
-      opt.step(gpt.params(), gpt.grads(), step++);
-      gpt.exec().fence();
+      engine.forward_backward(batch, grad_scale);
+      engine.optimizer_step(step++);
+      engine.fence();
     };
 
     std::printf(
@@ -239,8 +242,7 @@ void run(const Args& a) {
       train_step();
       ms.push_back(t.seconds() * 1e3);
     }
-    float loss = 0;
-    Kokkos::deep_copy(loss, gpt.loss_sum());
+    const float loss = engine.global_loss_sum();
     const double med = median(ms);
     const double mean = std::accumulate(ms.begin(), ms.end(), 0.0) / ms.size();
     const double mn = *std::min_element(ms.begin(), ms.end());

@@ -11,8 +11,7 @@
 #include "meshtrain/core/timer.hpp"
 #include "meshtrain/kernels/gemm.hpp"
 #include "meshtrain/model/gpt.hpp"
-#include "meshtrain/parallel/context.hpp"
-#include "meshtrain/parallel/grad_sync.hpp"
+#include "meshtrain/parallel/engine.hpp"
 #include "meshtrain/train/trainer.hpp"
 
 namespace meshtrain::app {
@@ -77,28 +76,25 @@ LayoutRun run_typed(MPI_Comm world, const model::GptConfig& cfg, int seq_len,
   // Kokkos' own team scratch and the kernels' process-wide scalars (allocated once per process,
   // on first use) belong to the runtime overhead, not to the layout.
   AllocTracker tracker({"init.params", "Kokkos::", "scratch_"});
-  std::unique_ptr<parallel::ParallelContext> par;
-  model::ModelLayout ml;
-  ml.recompute = l.recompute;
-  if (l.parallel_path()) {
-    parallel::ParallelConfig pc;
-    pc.shape = mesh::Shape{l.dp, l.pp, l.tp};
-    pc.backend = comm::default_backend();
-    pc.sequence_parallel = l.sequence_parallel;
-    pc.schedule = l.schedule;
-    pc.virtual_chunks = l.virtual_chunks;
-    pc.dp.zero_stage = l.zero_stage;
-    pc.dp.offload = l.offload;
-    pc.dp.bucket_bytes = l.bucket_bytes;
-    par = std::make_unique<parallel::ParallelContext>(world, pc, cfg, seq_len, l.n_micro);
-    ml = par->layout(l.recompute);
-    r.stage = par->stage();
-  }
-  model::GptT<T> m(cfg, l.micro_batch, seq_len, ml);
+  parallel::EngineOptions eo;
+  eo.parallel.shape = mesh::Shape{l.dp, l.pp, l.tp};
+  eo.parallel.backend = comm::default_backend();
+  eo.parallel.sequence_parallel = l.sequence_parallel;
+  eo.parallel.schedule = l.schedule;
+  eo.parallel.virtual_chunks = l.virtual_chunks;
+  eo.parallel.dp.zero_stage = l.zero_stage;
+  eo.parallel.dp.offload = l.offload;
+  eo.parallel.dp.bucket_bytes = l.bucket_bytes;
+  eo.micro_batch = l.micro_batch;
+  eo.seq_len = seq_len;
+  eo.n_micro = l.n_micro;
+  eo.recompute = l.recompute;
+  eo.adamw.warmup_steps = 1;
+  eo.adamw.decay_steps = steps;
   {
-    View1<T> full = m.params();
-    if (full.span() == 0) full = zeros<T>("init.params", m.registry().size());
-    m.init_parameters_into(seed, full);
+    parallel::Engine<T> engine(world, cfg, eo);
+    r.stage = engine.context().stage();
+    engine.init_parameters(seed);
     train::TrainConfig tc;
     tc.micro_batch = l.micro_batch;
     tc.grad_accum = l.n_micro;
@@ -107,11 +103,8 @@ LayoutRun run_typed(MPI_Comm world, const model::GptConfig& cfg, int seq_len,
     tc.seed = seed;
     tc.eval_every = 0;
     tc.log_every = 0;
-    tc.adamw.warmup_steps = 1;
-    tc.adamw.decay_steps = steps;
-    train::TrainerT<T> tr(m, tc, data, nullptr, par.get());
-    if (m.params().span() == 0) tr.parameters_ready(full);
-    full = View1<T>();
+    tc.adamw = eo.adamw;
+    train::TrainerT<T> tr(engine, tc, data, nullptr);
     for (int s = 0; s < steps; ++s) {
       MPI_Barrier(world);
       const auto met = tr.step(s, false);
@@ -119,6 +112,7 @@ LayoutRun run_typed(MPI_Comm world, const model::GptConfig& cfg, int seq_len,
       MPI_Allreduce(&t, &slowest, 1, MPI_DOUBLE, MPI_MAX, world);
       r.step_seconds.push_back(slowest);
     }
+    const model::GptT<T>& m = engine.model();
     r.peak_bytes = static_cast<double>(tracker.peak());
     r.activations = static_cast<double>(m.activation_bytes());
     r.model_buffers = static_cast<double>((m.params().span() + m.grads().span()) * sizeof(T));

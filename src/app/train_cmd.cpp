@@ -14,8 +14,8 @@
 #include "meshtrain/io/hf_checkpoint.hpp"
 #include "meshtrain/io/tokenizer.hpp"
 #include "meshtrain/model/gpt.hpp"
-#include "meshtrain/parallel/context.hpp"
-#include "meshtrain/parallel/model_transfer.hpp"
+#include "meshtrain/core/fault_injection.hpp"
+#include "meshtrain/parallel/engine.hpp"
 #include "meshtrain/train/generate.hpp"
 #include "meshtrain/train/trainer.hpp"
 
@@ -148,7 +148,7 @@ std::unique_ptr<io::Tokenizer> tokenizer_from(const po::variables_map& vm, const
                             vm["data.merges_txt"].as<std::string>());
 }
 
-// Fault injection for tests/cli (MESHTRAIN_TEST_*; see train::TestHooks). An unset variable
+// Fault injection for tests/cli (MESHTRAIN_TEST_*; see core/fault_injection.hpp). An unset variable
 // leaves the hook off; a malformed one is a configuration error, not a silent no-op.
 std::int64_t env_step(const char* name, const char* prefix = "") {
   const char* v = std::getenv(name);
@@ -160,13 +160,12 @@ std::int64_t env_step(const char* name, const char* prefix = "") {
   return std::stoll(text.substr(pre.size()));
 }
 
-train::TestHooks test_hooks() {
-  train::TestHooks h;
+void set_fault_hooks() {
+  fault::Hooks& h = fault::hooks();
   h.crash_at_checkpoint = env_step("MESHTRAIN_TEST_CRASH_AT", "checkpoint:");
   h.signal_at_step = env_step("MESHTRAIN_TEST_SIGNAL_AT_STEP");
   if (const char* r = std::getenv("MESHTRAIN_TEST_SIGNAL_RANK")) h.signal_rank = std::atoi(r);
   h.wait_signal_at_step = env_step("MESHTRAIN_TEST_WAIT_SIGNAL_AT_STEP");
-  return h;
 }
 
 io::Transfer parse_transfer(const std::string& s) {
@@ -183,46 +182,24 @@ template <class T>
 bool train_and_sample(const po::variables_map& vm, const model::GptConfig& mc,
                       const train::TrainConfig& tc, const io::TokenDataset& train_data,
                       const io::TokenDataset* val_data, const std::string& out_dir,
-                      const std::string& tok_kind, const parallel::ParallelContext* par) {
-  const bool recompute = vm["train.recompute"].as<bool>();
+                      const std::string& tok_kind, MPI_Comm world,
+                      const parallel::EngineOptions& eo) {
+  parallel::Engine<T> engine(world, mc, eo);
+  logging::info("layout: ", engine.describe());
+  const std::string advice = engine.advice();
+  if (!advice.empty()) logging::warn(advice);
   const std::string init = vm["model.init_from"].as<std::string>();
-  std::unique_ptr<model::GptT<T>> m;
-  std::unique_ptr<train::TrainerT<T>> trainer;
-  if (!par) {
-    m = std::make_unique<model::GptT<T>>(mc, tc.micro_batch, tc.seq_len, recompute);
-    if (init.empty()) m->init_parameters(tc.seed);
-    else io::import_hf(*m, init);
-    trainer = std::make_unique<train::TrainerT<T>>(*m, tc, train_data, val_data);
-  } else {
-    m = std::make_unique<model::GptT<T>>(mc, tc.micro_batch, tc.seq_len, par->layout(recompute));
-    // ZeRO-3 keeps no full parameter buffer: initialise a temporary one and scatter it.
-    View1<T> full = m->params();
-    if (full.span() == 0) full = zeros<T>("init.params", m->registry().size());
-    if (init.empty()) {
-      m->init_parameters_into(tc.seed, full);
-    } else {
-      model::Gpt whole(mc, 1, tc.seq_len);
-      io::import_hf(whole, init);
-      parallel::take_slice(whole, *m, full);
-    }
-    trainer = std::make_unique<train::TrainerT<T>>(*m, tc, train_data, val_data, par);
-    if (m->params().span() == 0) trainer->parameters_ready(full);
-  }
+  if (init.empty()) engine.init_parameters(tc.seed);
+  else engine.import_hf(init);
+  train::TrainerT<T> trainer(engine, tc, train_data, val_data);
   const std::string resume = vm["train.resume"].as<std::string>();
-  if (!resume.empty()) trainer->restore(resume);
-  trainer->run();
-  if (trainer->stopped()) return false;
+  if (!resume.empty()) trainer.restore(resume);
+  trainer.run();
+  if (trainer.stopped()) return false;
 
-  // Export and sampling use the whole model on one rank: in parallel runs world rank 0 gathers
-  // every rank's slice into a single-rank fp32 model.
-  std::unique_ptr<model::Gpt> gathered;
-  if (par) {
-    View1<T> tmp;
-    if (m->params().span() == 0) tmp = alloc<T>("export.params", m->registry().size());
-    gathered = parallel::gather_to_rank0(*par, *m, trainer->full_parameters(tmp));
-    if (!gathered) return true;  // not world rank 0
-  }
-  auto save_and_sample = [&](auto& model) {
+  // Export and sampling use the whole model on one rank (world rank 0 gathers every rank's
+  // slice into a single-rank fp32 model when it does not hold it all).
+  engine.with_whole_model([&](auto& model) {
     using M = std::remove_reference_t<decltype(model)>;
     if (vm["train.save"].as<bool>()) {
       io::export_hf(model, out_dir + "/model", tok_kind);
@@ -242,9 +219,7 @@ bool train_and_sample(const po::variables_map& vm, const model::GptConfig& mc,
       sampler.share_parameters(model);
       logging::info("sample:\n", tok->decode(train::generate(sampler, prompt, sc)));
     }
-  };
-  if (gathered) save_and_sample(*gathered);
-  else save_and_sample(*m);
+  });
   return true;
 }
 
@@ -331,7 +306,7 @@ int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
   tc.ckpt.transfer = parse_transfer(p.vm["ckpt.io"].as<std::string>());
   tc.ckpt.verify = p.vm["ckpt.verify"].as<bool>();
   tc.config_text = config::resolved_ini(p.vm, desc);
-  tc.test = test_hooks();
+  set_fault_hooks();
 
   logging::info("meshtrain train: ", mc.describe());
   logging::info("resolved configuration:\n", tc.config_text);
@@ -346,30 +321,22 @@ int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
     val_data->check_vocab(mc.vocab_size);
   }
 
-  // One rank without ZeRO or offload trains the whole model directly; anything else goes
-  // through the parallel context (communicators, schedule, ZeRO).
-  std::unique_ptr<parallel::ParallelContext> par;
-  if (shape.world() > 1 || pc.dp.zero_stage > 0 || pc.dp.offload) {
-    par = std::make_unique<parallel::ParallelContext>(rt.world(), pc, mc, tc.seq_len,
-                                                      tc.grad_accum);
-    logging::info("layout: ", par->describe());
-    const std::string advice = parallel::layout_advice(pc, tc.grad_accum);
-    if (!advice.empty()) logging::warn(advice);
-  }
   // SIGUSR1 / SIGTERM (Slurm's warning before the time limit, scancel, pre-emption) set a flag
   // that the trainer agrees on at the next step boundary: save, then exit with kExitRequeue.
   signals::install_stop_handlers();
+  const parallel::EngineOptions eo =
+      train::engine_options(tc, pc, p.vm["train.recompute"].as<bool>());
   bool finished = true;
   if (precision == "fp32")
     finished = train_and_sample<float>(p.vm, mc, tc, train_data, val_data.get(), out_dir, tok_kind,
-                                       par.get());
+                                       rt.world(), eo);
 #if MESHTRAIN_HAVE_BF16
   else if (precision == "bf16")
     finished = train_and_sample<bf16>(p.vm, mc, tc, train_data, val_data.get(), out_dir, tok_kind,
-                                      par.get());
+                                      rt.world(), eo);
   else
     finished = train_and_sample<fp16>(p.vm, mc, tc, train_data, val_data.get(), out_dir, tok_kind,
-                                      par.get());
+                                      rt.world(), eo);
 #endif
   if (!finished) {
     logging::info("exiting with status ", kExitRequeue, " (checkpoint saved after a stop signal; "

@@ -2,6 +2,8 @@
 
 #include "meshtrain/comm/mpi_communicator.hpp"
 #include "meshtrain/comm/nccl_communicator.hpp"
+#include "meshtrain/comm/self_communicator.hpp"
+#include "meshtrain/core/mpi_check.hpp"
 
 namespace meshtrain::comm {
 
@@ -46,6 +48,16 @@ std::unique_ptr<Communicator> make_communicator(Backend b, MPI_Comm comm, ExecSp
 #endif
   }
   throw ConfigError("the NCCL backend is not part of this build (configure with the cuda preset)");
+}
+
+std::unique_ptr<Communicator> make_group_communicator(Backend b, MPI_Comm comm, ExecSpace exec) {
+  int size = 0;
+  MESHTRAIN_MPI_CHECK(MPI_Comm_size(comm, &size));
+  if (size == 1) {
+    if (b == Backend::nccl) parse_backend("nccl");  // the same error as make_communicator's
+    return std::make_unique<SelfCommunicator>(b, exec);
+  }
+  return make_communicator(b, comm, exec);
 }
 
 }  // namespace meshtrain::comm

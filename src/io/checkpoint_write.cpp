@@ -23,6 +23,10 @@ namespace fs = std::filesystem;
 using ckpt::agree;
 using ckpt::on_root;
 
+std::string describe(const SavedLayout& l) {
+  return cat("dp ", l.dp, " x pp ", l.pp, " x tp ", l.tp, ", ZeRO ", l.zero);
+}
+
 std::string checkpoint_file_name(std::int64_t step) {
   char buf[40];
   std::snprintf(buf, sizeof buf, "step_%08lld.h5", static_cast<long long>(step));

@@ -24,13 +24,13 @@ ParallelContext::ParallelContext(MPI_Comm world, const ParallelConfig& cfg,
   validate(spec_, model.n_layer);
   pieces_ = partition(spec_, model, seq_len, cfg.layers);
   const comm::Backend b = cfg.backend;
-  world_ = comm::make_communicator(b, mesh_->world().get());
-  tp_ = comm::make_communicator(b, mesh_->tp().get());
-  dp_ = comm::make_communicator(b, mesh_->dp().get());
-  pp_ = comm::make_communicator(b, mesh_->pp().get());
-  mp_ = comm::make_communicator(b, mesh_->model_parallel().get());
+  world_ = comm::make_group_communicator(b, mesh_->world().get());
+  tp_ = comm::make_group_communicator(b, mesh_->tp().get());
+  dp_ = comm::make_group_communicator(b, mesh_->dp().get());
+  pp_ = comm::make_group_communicator(b, mesh_->pp().get());
+  mp_ = comm::make_group_communicator(b, mesh_->model_parallel().get());
   if (cfg.shape.pp > 1 && mesh_->embedding().get() != MPI_COMM_NULL)
-    emb_ = comm::make_communicator(b, mesh_->embedding().get());
+    emb_ = comm::make_group_communicator(b, mesh_->embedding().get());
 }
 
 ParallelContext::~ParallelContext() = default;

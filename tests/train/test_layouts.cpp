@@ -12,8 +12,7 @@
 #include "harness.hpp"
 #include "layout_fixture.hpp"
 #include "meshtrain/io/token_shard.hpp"
-#include "meshtrain/parallel/context.hpp"
-#include "meshtrain/parallel/model_transfer.hpp"
+#include "meshtrain/parallel/engine.hpp"
 #include "meshtrain/train/trainer.hpp"
 
 using namespace meshtrain;
@@ -46,9 +45,11 @@ struct Run {
 
 Run reference(const std::string& data) {
   io::TokenDataset ds(data, kSeq);
-  model::Gpt m(mt_test::layout_tiny(), kGlobal, kSeq);
-  m.init_parameters(11);
-  train::Trainer tr(m, config(kGlobal, 1), ds, nullptr);
+  const auto tc = config(kGlobal, 1);
+  parallel::Engine<float> e(MPI_COMM_SELF, mt_test::layout_tiny(), train::engine_options(tc));
+  e.init_parameters(11);
+  const model::Gpt& m = e.model();
+  train::Trainer tr(e, tc, ds, nullptr);
   Run r;
   for (int s = 0; s < kSteps; ++s) {
     const auto met = tr.step(s, true);
@@ -83,27 +84,22 @@ Run run_layout(const Layout& l, const std::string& data) {
   pc.dp.bucket_bytes = 4096;  // several buckets even for the tiny model
   const int micro = kGlobal / (l.dp * l.accum);
   REQUIRE(micro * l.dp * l.accum == kGlobal);
-  parallel::ParallelContext par(mt_test::world(), pc, mt_test::layout_tiny(), kSeq, l.accum);
   io::TokenDataset ds(data, kSeq);
-  model::Gpt m(mt_test::layout_tiny(), micro, kSeq, par.layout(l.recompute));
-  View1<float> full = m.params();
-  if (full.span() == 0) full = zeros<float>("init", m.registry().size());
-  m.init_parameters_into(11, full);
-  train::Trainer tr(m, config(micro, l.accum), ds, nullptr, &par);
-  if (m.params().span() == 0) tr.parameters_ready(full);
+  const auto tc = config(micro, l.accum);
+  parallel::Engine<float> e(mt_test::world(), mt_test::layout_tiny(),
+                            train::engine_options(tc, pc, l.recompute));
+  e.init_parameters(11);
+  train::Trainer tr(e, tc, ds, nullptr);
   Run r;
   for (int s = 0; s < kSteps; ++s) {
     const auto met = tr.step(s, true);
     r.loss.push_back(met.loss);
     r.norm.push_back(met.grad_norm);
   }
-  View1<float> tmp;
-  if (m.params().span() == 0) tmp = alloc<float>("gather", m.registry().size());
-  auto whole = parallel::gather_to_rank0(par, m, tr.full_parameters(tmp));
-  if (whole) {
-    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, whole->params());
+  e.with_whole_model([&](const auto& whole) {
+    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, whole.params());
     r.params.assign(h.data(), h.data() + h.extent(0));
-  }
+  });
   return r;
 }
 

@@ -17,7 +17,7 @@
 #include "harness.hpp"
 #include "layout_fixture.hpp"
 #include "meshtrain/io/token_shard.hpp"
-#include "meshtrain/parallel/context.hpp"
+#include "meshtrain/parallel/engine.hpp"
 #include "meshtrain/train/trainer.hpp"
 
 using namespace meshtrain;
@@ -62,11 +62,10 @@ struct Layout {
   }
 };
 
-// A trainer under a layout on `comm` (null layout: one rank, no ParallelContext).
+// A trainer under a layout on `comm` (null layout: one rank).
 struct Setup {
-  std::unique_ptr<parallel::ParallelContext> par;
   std::unique_ptr<io::TokenDataset> data;
-  std::unique_ptr<model::Gpt> model;
+  std::unique_ptr<parallel::Engine<float>> engine;
   std::unique_ptr<train::Trainer> trainer;
 
   // The saved run initialises as the reference (seed 11); restored runs differently (the restore
@@ -75,9 +74,11 @@ struct Setup {
         const std::string& dir = kDir) {
     data = std::make_unique<io::TokenDataset>(shard, kSeq);
     if (!l) {
-      model = std::make_unique<model::Gpt>(mt_test::layout_tiny(), kGlobal, kSeq);
-      model->init_parameters(init_seed);
-      trainer = std::make_unique<train::Trainer>(*model, config(kGlobal, 1, dir), *data, nullptr);
+      const auto tc = config(kGlobal, 1, dir);
+      engine = std::make_unique<parallel::Engine<float>>(MPI_COMM_SELF, mt_test::layout_tiny(),
+                                                         train::engine_options(tc));
+      engine->init_parameters(init_seed);
+      trainer = std::make_unique<train::Trainer>(*engine, tc, *data, nullptr);
       return;
     }
     parallel::ParallelConfig pc;
@@ -87,20 +88,15 @@ struct Setup {
     pc.dp.bucket_bytes = 4096;  // several buckets, so ZeRO shards have several pieces
     const int micro = kGlobal / (l->dp * l->accum);
     REQUIRE(micro * l->dp * l->accum == kGlobal);
-    par = std::make_unique<parallel::ParallelContext>(comm, pc, mt_test::layout_tiny(), kSeq,
-                                                      l->accum);
-    model = std::make_unique<model::Gpt>(mt_test::layout_tiny(), micro, kSeq,
-                                         par->layout(false));
-    View1<float> full = model->params();
-    if (full.span() == 0) full = zeros<float>("init", model->registry().size());
-    model->init_parameters_into(init_seed, full);
-    trainer = std::make_unique<train::Trainer>(*model, config(micro, l->accum, dir), *data,
-                                               nullptr, par.get());
-    if (model->params().span() == 0) trainer->parameters_ready(full);
+    const auto tc = config(micro, l->accum, dir);
+    engine = std::make_unique<parallel::Engine<float>>(comm, mt_test::layout_tiny(),
+                                                       train::engine_options(tc, pc));
+    engine->init_parameters(init_seed);
+    trainer = std::make_unique<train::Trainer>(*engine, tc, *data, nullptr);
   }
   ~Setup() {
     trainer.reset();
-    model.reset();
+    engine.reset();
   }
 
   Losses steps(std::int64_t from, std::int64_t to) {

@@ -56,9 +56,10 @@ train::TrainConfig base_config(int micro_batch, int accum, int steps) {
 
 std::vector<float> losses_of(int micro_batch, int accum, int steps, const std::string& data) {
   io::TokenDataset ds(data, 16);
-  model::Gpt m(tiny(), micro_batch, 16);
-  m.init_parameters(3);
-  train::Trainer t(m, base_config(micro_batch, accum, steps), ds, nullptr);
+  const auto tc = base_config(micro_batch, accum, steps);
+  parallel::Engine<float> e(MPI_COMM_SELF, tiny(), train::engine_options(tc));
+  e.init_parameters(3);
+  train::Trainer t(e, tc, ds, nullptr);
   std::vector<float> out;
   for (int s = 0; s < steps; ++s) out.push_back(t.step(s, true).loss);
   return out;
@@ -208,12 +209,12 @@ TEST_CASE("loss scaling by a power of two leaves fp32 training unchanged", "[tra
   const std::string data = make_shard("scale");
   io::TokenDataset ds(data, 16);
   auto run = [&](bool scaling) {
-    model::Gpt m(tiny(), 4, 16);
-    m.init_parameters(3);
     auto tc = base_config(4, 1, 5);
     tc.loss_scaling = scaling;
     tc.loss_scale_init = 1024.0f;
-    train::Trainer t(m, tc, ds, nullptr);
+    parallel::Engine<float> e(MPI_COMM_SELF, tiny(), train::engine_options(tc));
+    e.init_parameters(3);
+    train::Trainer t(e, tc, ds, nullptr);
     std::vector<float> out;
     for (int s = 0; s < 5; ++s) {
       const auto r = t.step(s, true);
@@ -230,12 +231,13 @@ TEST_CASE("loss scaling by a power of two leaves fp32 training unchanged", "[tra
 TEST_CASE("an overflowing loss scale skips the step and comes down", "[train][loss_scale]") {
   const std::string data = make_shard("overflow");
   io::TokenDataset ds(data, 16);
-  model::Gpt m(tiny(), 4, 16);
-  m.init_parameters(3);
   auto tc = base_config(4, 1, 40);
   tc.loss_scaling = true;
   tc.loss_scale_init = 0x1p70f;  // squares of the scaled gradients overflow fp32
-  train::Trainer t(m, tc, ds, nullptr);
+  parallel::Engine<float> e(MPI_COMM_SELF, tiny(), train::engine_options(tc));
+  e.init_parameters(3);
+  const model::Gpt& m = e.model();
+  train::Trainer t(e, tc, ds, nullptr);
   auto before = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, m.params());
   const auto first = t.step(0, true);
   REQUIRE(first.skipped);

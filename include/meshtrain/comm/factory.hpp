@@ -19,4 +19,9 @@ Backend default_backend();
 std::unique_ptr<Communicator> make_communicator(Backend b, MPI_Comm comm,
                                                 ExecSpace exec = ExecSpace{});
 
+// A parallel group's communicator: a SelfCommunicator standing in for `b` when the group has one
+// rank (no library communicator, no collective calls), make_communicator otherwise.
+std::unique_ptr<Communicator> make_group_communicator(Backend b, MPI_Comm comm,
+                                                      ExecSpace exec = ExecSpace{});
+
 }  // namespace meshtrain::comm

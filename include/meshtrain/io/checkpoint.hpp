@@ -94,6 +94,8 @@ struct SavedLayout {
   int dp = 1, pp = 1, tp = 1, zero = 0;
   std::string order = "tp-dp-pp";
 };
+// "dp 2 x pp 2 x tp 2, ZeRO 1"
+std::string describe(const SavedLayout& l);
 
 // Root attributes of a checkpoint. Save takes them from rank 0 (every rank must pass the same
 // model configuration); load returns what the file holds.

@@ -9,22 +9,13 @@
 // boundary) saves a checkpoint and ends run() early with stopped() set.
 #include <cstdint>
 #include <fstream>
-#include <memory>
 #include <string>
-#include <vector>
 
 #include "meshtrain/io/checkpoint.hpp"
 #include "meshtrain/io/dataset.hpp"
-#include "meshtrain/model/gpt.hpp"
 #include "meshtrain/optim/adamw.hpp"
 #include "meshtrain/optim/loss_scaler.hpp"
-
-namespace meshtrain::parallel {
-class ParallelContext;
-template <class T> class GradSync;
-template <class T> class ZeroOptimizer;
-template <class T> class PipelineRunner;
-}  // namespace meshtrain::parallel
+#include "meshtrain/parallel/engine.hpp"
 
 namespace meshtrain::train {
 
@@ -35,17 +26,6 @@ struct CheckpointConfig {
   int keep = 0;               // keep the N newest checkpoints; 0: all
   io::Transfer transfer = io::Transfer::automatic;
   bool verify = true;         // verify the per-tensor checksums on restore
-};
-
-// Fault injection for the tests of the executable (set from MESHTRAIN_TEST_* variables by
-// `meshtrain train`, never in production runs). Steps count completed steps.
-struct TestHooks {
-  std::int64_t crash_at_checkpoint = -1;  // rank 0 raises SIGKILL after writing that step's
-                                          // .tmp file, before the commit
-  std::int64_t signal_at_step = -1;       // world rank signal_rank raises SIGUSR1 after that
-  int signal_rank = -1;                   // step (-1: the last rank)
-  std::int64_t wait_signal_at_step = -1;  // world rank 0 waits (up to 120 s) at that step's
-                                          // boundary until a stop signal arrives from outside
 };
 
 struct TrainConfig {
@@ -66,7 +46,6 @@ struct TrainConfig {
   int loss_scale_window = 1000;
   std::string config_text;    // the resolved configuration (INI), stored in checkpoints
   CheckpointConfig ckpt;
-  TestHooks test;
 };
 
 struct StepMetrics {
@@ -79,27 +58,26 @@ struct StepMetrics {
   // Parallel runs: pipeline idle share of the step (this rank), dp gradient communication and
   // the share of it hidden behind backward, tensor-parallel communication (host wall time).
   double bubble = 0, dp_comm_ms = 0, dp_hidden = 0, tp_comm_ms = 0;
+  bool comm_reported = false, pipelined = false;  // which of those the progress line shows
   double ckpt_ms = 0;     // a checkpoint was saved after this step, taking this long
 };
 
 template <class T>
 class TrainerT {
  public:
-  // `val` may be null (no evaluation). `par` null: one rank holds the whole model. Otherwise the
-  // model must have been built with par->layout(); the trainer adds the data-parallel gradient
-  // synchronisation (ZeRO 0-3), the pipeline schedule and the sharded optimizer.
-  TrainerT(model::GptT<T>& model, const TrainConfig& cfg, const io::TokenDataset& train,
-           const io::TokenDataset* val, const parallel::ParallelContext* par = nullptr);
-  ~TrainerT();
+  // The engine holds the model under its layout (one rank: a 1 x 1 x 1 mesh) with initialised
+  // parameters; its micro-batch, accumulation and sequence length must be cfg's. `val` may be
+  // null (no evaluation).
+  TrainerT(parallel::Engine<T>& engine, const TrainConfig& cfg, const io::TokenDataset& train,
+           const io::TokenDataset* val);
 
   // Runs the steps from start_step() to cfg.steps, saving checkpoints as cfg.ckpt says. Ends
   // early, with stopped() set, after saving a checkpoint when a stop signal has arrived on any
   // rank. Returns the metrics of the last step run.
   StepMetrics run();
   // Collective: restores the checkpoint `spec` names (a file, a folder, a `latest` file, or
-  // "latest" in cfg.ckpt.dir) into this rank's parameters, master weights, Adam moments and the
-  // loss scaler; run() then continues at the saved step. Call it after parameters_ready (it
-  // overwrites what that set up). Returns the saved attributes.
+  // "latest" in cfg.ckpt.dir) into the parameters, master weights, Adam moments and the loss
+  // scaler; run() then continues at the saved step. Returns the saved attributes.
   // ConfigError (on every rank) for a missing or corrupt file or another model configuration.
   io::CheckpointAttributes restore(const std::string& spec);
   // Collective: saves the state after `steps_done` completed steps into cfg.ckpt.dir. Returns
@@ -111,45 +89,29 @@ class TrainerT {
   StepMetrics step(std::int64_t step, bool read_back);
   // Mean loss over cfg.eval_batches sequential validation batches.
   float evaluate();
-  std::int64_t tokens_per_step() const;
-  // Parallel runs: the optimizer's fp32 master copy (and with ZeRO-3 the parameter shards) from
-  // the initialised parameters. The constructor calls it for ZeRO 0-2 (the model's buffer);
-  // with ZeRO-3 the caller passes a full flat buffer it initialised (init_parameters_into).
-  void parameters_ready(View1<const T> full = {});
-  // The full flat parameters of this rank (ZeRO-3: gathered from the shards into `out`;
-  // otherwise the model's buffer). Collective over dp with ZeRO-3.
-  View1<const T> full_parameters(View1<T> out);
+  std::int64_t tokens_per_step() const { return engine_.tokens_per_step(); }
 
  private:
   void log_step(const StepMetrics& m, double eta_seconds);
   void read_back(StepMetrics& m);  // loss and gradient norm of the step just run (collective)
-  MPI_Comm world_comm() const;      // the job's ranks (MPI_COMM_SELF without a context)
   bool stop_requested_here(std::int64_t steps_done);  // the test hooks, then the agreed flag
-  void single_rank_micro_batches(std::int64_t s, float grad_scale);
-  void parallel_micro_batches(std::int64_t s, float grad_scale, StepMetrics& m);
-  void fill_micro_batch(std::int64_t s, int micro, View1<std::int32_t> in, View1<std::int32_t> tg,
-                        HostView1<std::int32_t> hin, HostView1<std::int32_t> htg);
-  float global_loss_sum() const;  // collective in parallel runs
-  void eval_forward(int chunk_pass);
-  model::GptT<T>& model_;
+  parallel::Engine<T>& engine_;
   TrainConfig cfg_;
   const io::TokenDataset& train_;
   const io::TokenDataset* val_;
-  const parallel::ParallelContext* par_;
-  std::unique_ptr<optim::AdamWT<T>> opt_;                // single rank
-  std::unique_ptr<parallel::GradSync<T>> sync_;          // parallel
-  std::unique_ptr<parallel::ZeroOptimizer<T>> zopt_;     // parallel
-  std::unique_ptr<parallel::PipelineRunner<T>> runner_;  // pp > 1
   optim::DynamicLossScaler scaler_;
-  std::vector<View1<std::int32_t>> mb_inputs_, mb_targets_;  // per micro-batch (pipeline)
-  View1<std::int32_t> inputs_, targets_;
-  HostView1<std::int32_t> h_inputs_, h_targets_;
   std::ofstream metrics_;
   std::int64_t start_step_ = 0;
   bool stopped_ = false;
 };
 
 using Trainer = TrainerT<float>;
+
+// The engine options that train with `cfg` (micro-batch, accumulation, sequence length, the
+// optimizer) under `parallel` (default: one rank).
+parallel::EngineOptions engine_options(const TrainConfig& cfg,
+                                       const parallel::ParallelConfig& parallel = {},
+                                       bool recompute = false);
 
 // Human-readable duration: 45s, 3m12s, 1h04m.
 std::string format_duration(double seconds);

@@ -1,0 +1,244 @@
+// The engine: construction (the parallelisms applied in turn), initialisation, the step and
+// evaluation. Checkpoints are in engine_checkpoint.cpp.
+#include "meshtrain/parallel/engine.hpp"
+
+#include "meshtrain/core/error.hpp"
+#include "meshtrain/core/mpi_check.hpp"
+#include "meshtrain/core/signals.hpp"
+#include "meshtrain/io/hf_checkpoint.hpp"
+#include "meshtrain/parallel/grad_sync.hpp"
+#include "meshtrain/parallel/model_transfer.hpp"
+#include "meshtrain/parallel/pipeline_runner.hpp"
+#include "meshtrain/parallel/zero_optimizer.hpp"
+
+namespace meshtrain::parallel {
+
+template <class T>
+Engine<T>::Engine(MPI_Comm world, const model::GptConfig& cfg, const EngineOptions& opt,
+                  ExecSpace exec)
+    : cfg_(cfg), opt_(opt) {
+  MESHTRAIN_CONFIG_CHECK(opt_.micro_batch > 0, "train.micro_batch=", opt_.micro_batch,
+                         " must be positive");
+  MESHTRAIN_CONFIG_CHECK(opt_.n_micro > 0, "train.grad_accum=", opt_.n_micro,
+                         " must be positive");
+  // 1. the mesh and its groups, the schedule and the pipeline pieces
+  ctx_ = std::make_unique<ParallelContext>(world, opt_.parallel, cfg_, opt_.seq_len, opt_.n_micro);
+  // 2. this rank's slice of the model: its stage's chunks, split over tp inside the model
+  model_ = std::make_unique<model::GptT<T>>(cfg_, opt_.micro_batch, opt_.seq_len,
+                                            ctx_->layout(opt_.recompute), exec);
+  // 3. data parallelism and ZeRO as the model's hooks
+  sync_ = std::make_unique<GradSync<T>>(model_buffers(*model_), ctx_->dp(), opt_.parallel.dp, exec);
+  model_->set_hooks(sync_.get());
+  // The runner drives the hooks without a call between micro-batches: ZeRO 0/1 reduce a bucket
+  // once its units have completed every micro-batch's backward.
+  sync_->set_micro_batches(opt_.n_micro);
+  if (ctx_->config().shape.pp > 1) sync_->set_embedding_group(ctx_->embedding());
+  // 4. the optimizer over what ZeRO leaves this rank
+  zopt_ = std::make_unique<ZeroOptimizer<T>>(*sync_, opt_.adamw, &ctx_->model_parallel(), exec);
+  // 5. the schedule's executor
+  runner_ = std::make_unique<PipelineRunner<T>>(*model_, ctx_->pp(), ctx_->schedule(),
+                                                ctx_->stage());
+  const std::size_t n = static_cast<std::size_t>(opt_.micro_batch) * opt_.seq_len;
+  inputs_ = alloc<std::int32_t>("batch.inputs", n);
+  targets_ = alloc<std::int32_t>("batch.targets", n);
+  h_inputs_ = Kokkos::create_mirror_view(inputs_);
+  h_targets_ = Kokkos::create_mirror_view(targets_);
+}
+
+template <class T>
+Engine<T>::~Engine() {
+  if (model_) model_->set_hooks(nullptr);
+}
+
+// ---- initialisation ----
+
+template <class T>
+void Engine<T>::init_parameters(std::uint64_t seed) {
+  // ZeRO-3 keeps no full parameter buffer: initialise a temporary one and scatter it.
+  View1<T> full = model_->params();
+  if (full.span() == 0) full = zeros<T>("init.params", model_->registry().size());
+  model_->init_parameters_into(seed, full);
+  sync_->scatter_params(full);
+  zopt_->init_master();
+}
+
+template <class T>
+void Engine<T>::import_hf(const std::string& dir) {
+  View1<T> full = model_->params();
+  if (full.span() == 0) full = zeros<T>("init.params", model_->registry().size());
+  model::Gpt whole(cfg_, 1, opt_.seq_len);
+  io::import_hf(whole, dir);
+  take_slice(whole, *model_, full);
+  sync_->scatter_params(full);
+  zopt_->init_master();
+}
+
+template <class T>
+void Engine<T>::parameters_ready() {
+  MESHTRAIN_CHECK(model_->params().span() > 0,
+                  "Engine::parameters_ready: ZeRO-3 holds no full parameter buffer to write into; "
+                  "use init_parameters or import_hf");
+  zopt_->init_master();
+}
+
+// ---- the step ----
+
+template <class T>
+void Engine<T>::fill_batch(const BatchSource& batch, int first) {
+  batch(first, opt_.micro_batch, h_inputs_.data(), h_targets_.data());
+  // The host fills the next batch while the device may still run the previous micro-batch;
+  // deep_copy into the device buffer orders itself after it, and the model copies what it keeps.
+  Kokkos::deep_copy(model_->exec(), inputs_, h_inputs_);
+  Kokkos::deep_copy(model_->exec(), targets_, h_targets_);
+}
+
+template <class T>
+StepComm Engine<T>::forward_backward(const BatchSource& batch, float grad_scale) {
+  model_->reset_loss_sum();
+  sync_->reset_stats();
+  sync_->begin_step();
+  const double tp0 = model_->tp_comm_seconds();
+  // This dp rank's micro-batch m is sequences [(r n_micro + m) B, ...) of the global batch, a
+  // function of (seed, step) only (invariant 3). Every stage reads it: the first embeds its
+  // tokens, the last needs the targets.
+  const int first = ctx_->dp_rank() * opt_.n_micro * opt_.micro_batch;
+  const auto st = runner_->step(
+      [&](int micro) {
+        fill_batch(batch, first + micro * opt_.micro_batch);
+        return MicroBatch{inputs_, targets_};
+      },
+      grad_scale);
+  // Waits for the buckets; with pp > 1 also sums the tied wte gradient of the first and last
+  // stage over the embedding group, which keeps the two copies identical after the update.
+  sync_->finish();
+  StepComm c;
+  const auto& pc = ctx_->config();
+  c.pipelined = pc.shape.pp > 1;
+  c.reported = ctx_->mesh().size() > 1 || pc.dp.zero_stage > 0 || pc.dp.offload;
+  c.bubble = st.bubble();
+  const auto gs = sync_->grad_stats();
+  c.dp_comm_ms = gs.total_seconds * 1e3;
+  c.dp_hidden = gs.hidden_fraction();
+  c.tp_comm_ms = (model_->tp_comm_seconds() - tp0) * 1e3;
+  return c;
+}
+
+template <class T>
+bool Engine<T>::optimizer_step(std::int64_t step, float loss_scale, bool check_finite) {
+  return zopt_->step(step, loss_scale, check_finite);
+}
+
+template <class T>
+float Engine<T>::global_loss_sum() {
+  float loss_sum = 0;
+  Kokkos::deep_copy(loss_sum, model_->loss_sum());
+  // The last stage's tp rank 0 of every dp rank holds a share of the global batch's loss.
+  double mine = ctx_->last_stage() && ctx_->tp_rank() == 0 ? loss_sum : 0.0, total = 0;
+  MESHTRAIN_MPI_CHECK(
+      MPI_Allreduce(&mine, &total, 1, MPI_DOUBLE, MPI_SUM, ctx_->mesh().world().get()));
+  return static_cast<float>(total);
+}
+
+template <class T>
+float Engine<T>::grad_norm() const {
+  float norm = 0;
+  Kokkos::deep_copy(norm, zopt_->grad_norm());
+  return norm;
+}
+
+template <class T>
+float Engine<T>::evaluate(const BatchSource& batch, int batches) {
+  model_->reset_loss_sum();
+  const auto& spec = ctx_->schedule();
+  View1<T> x;  // pipeline: the activation arriving from the previous virtual stage
+  if (spec.pp > 1) x = alloc<T>("eval.activation", model_->activation_elems());
+  for (int b = 0; b < batches; ++b) {
+    fill_batch(batch, b * opt_.micro_batch);
+    if (spec.pp == 1) {
+      model_->forward_eval(inputs_, targets_);
+      continue;
+    }
+    // Forward only, one micro-batch through the virtual stages in order: stage k % pp runs
+    // chunk k / pp, receiving from the previous virtual stage and sending to the next.
+    const int n = spec.n_pieces(), me = ctx_->stage();
+    for (int k = 0; k < n; ++k) {
+      if (k % spec.pp != me) continue;
+      if (k > 0) ctx_->pp().recv(x, (k - 1) % spec.pp, 1);
+      View1<const T> out = model_->forward(k / spec.pp, 0, inputs_, x, targets_, 0.0f, false);
+      if (k + 1 < n) ctx_->pp().send(out, (k + 1) % spec.pp, 1);
+    }
+  }
+  float sum = 0;
+  Kokkos::deep_copy(sum, model_->loss_sum());
+  // Every dp rank evaluated the same batches: take dp rank 0's.
+  double mine = ctx_->last_stage() && ctx_->tp_rank() == 0 && ctx_->dp_rank() == 0 ? sum : 0.0;
+  double total = 0;
+  MESHTRAIN_MPI_CHECK(
+      MPI_Allreduce(&mine, &total, 1, MPI_DOUBLE, MPI_SUM, ctx_->mesh().world().get()));
+  const std::size_t per_batch = static_cast<std::size_t>(opt_.micro_batch) * opt_.seq_len;
+  return static_cast<float>(total) / static_cast<float>(per_batch * batches);
+}
+
+template <class T>
+void Engine<T>::fence() const {
+  model_->exec().fence();
+}
+
+// ---- the whole model ----
+
+template <class T>
+View1<const T> Engine<T>::full_parameters(View1<T> out) {
+  if (model_->params().span() > 0) return model_->params();
+  sync_->gather_params(out);
+  return out;
+}
+
+template <class T>
+std::unique_ptr<model::Gpt> Engine<T>::gather_to_rank0() {
+  View1<T> tmp;
+  if (model_->params().span() == 0) tmp = alloc<T>("export.params", model_->registry().size());
+  return parallel::gather_to_rank0(*ctx_, *model_, full_parameters(tmp));
+}
+
+// ---- agreement and facts ----
+
+template <class T>
+bool Engine<T>::any_rank(bool flag) const {
+  int mine = flag ? 1 : 0, any = 0;
+  MESHTRAIN_MPI_CHECK(
+      MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, ctx_->mesh().world().get()));
+  return any != 0;
+}
+
+template <class T>
+int Engine<T>::world_size() const {
+  return ctx_->mesh().size();
+}
+template <class T>
+int Engine<T>::world_rank() const {
+  return ctx_->mesh().rank();
+}
+template <class T>
+int Engine<T>::global_batch() const {
+  return opt_.micro_batch * opt_.n_micro * ctx_->dp_size();
+}
+template <class T>
+std::int64_t Engine<T>::tokens_per_step() const {
+  return static_cast<std::int64_t>(global_batch()) * opt_.seq_len;
+}
+template <class T>
+std::string Engine<T>::describe() const {
+  return ctx_->describe();
+}
+template <class T>
+std::string Engine<T>::advice() const {
+  return layout_advice(ctx_->config(), opt_.n_micro);
+}
+
+template class Engine<float>;
+#if MESHTRAIN_HAVE_BF16
+template class Engine<bf16>;
+template class Engine<fp16>;
+#endif
+
+}  // namespace meshtrain::parallel
