@@ -3,6 +3,8 @@
 #include <cmath>
 #include <type_traits>
 
+#include "meshtrain/core/error.hpp"
+
 namespace meshtrain::optim {
 
 float lr_at(const AdamWConfig& c, std::int64_t step) {
@@ -17,15 +19,18 @@ float lr_at(const AdamWConfig& c, std::int64_t step) {
 }
 
 template <class T>
-AdamWT<T>::AdamWT(const model::ParameterRegistry& reg, const AdamWConfig& cfg, ExecSpace exec)
+AdamWT<T>::AdamWT(const std::vector<DecayRange>& ranges, std::size_t size, const AdamWConfig& cfg,
+                  ExecSpace exec)
     : cfg_(cfg), exec_(exec) {
-  // Merge consecutive parameters with the same decay flag into one range: the alignment gaps
-  // between them hold zeros in params and grads, which AdamW leaves at zero.
-  for (const auto& p : reg.params()) {
+  // Merge consecutive ranges with the same decay flag: the alignment gaps between them hold
+  // zeros in params and grads, which AdamW leaves at zero.
+  for (const auto& p : ranges) {
+    MESHTRAIN_CHECK(p.offset + p.length <= size, "AdamW: range [", p.offset, ", ",
+                    p.offset + p.length, ") outside a buffer of ", size);
     if (!ranges_.empty() && ranges_.back().decay == p.decay) {
-      ranges_.back().length = p.offset + p.numel - ranges_.back().offset;
+      ranges_.back().length = p.offset + p.length - ranges_.back().offset;
     } else {
-      ranges_.push_back(Range{p.offset, p.numel, p.decay});
+      ranges_.push_back(p);
     }
   }
   range_begin_ = alloc<std::int64_t>("optim.range_begin", ranges_.size());
@@ -40,9 +45,9 @@ AdamWT<T>::AdamWT(const model::ParameterRegistry& reg, const AdamWConfig& cfg, E
     Kokkos::deep_copy(range_begin_, hb);
     Kokkos::deep_copy(range_decay_, hd);
   }
-  if constexpr (!std::is_same_v<T, float>) master_ = zeros<float>("optim.master", reg.size());
-  m_ = zeros<float>("optim.exp_avg", reg.size());
-  v_ = zeros<float>("optim.exp_avg_sq", reg.size());
+  if constexpr (!std::is_same_v<T, float>) master_ = zeros<float>("optim.master", size);
+  m_ = zeros<float>("optim.exp_avg", size);
+  v_ = zeros<float>("optim.exp_avg_sq", size);
   sumsq_ = Scalar<float>("meshtrain::optim.sumsq");
   norm_ = Scalar<float>("meshtrain::optim.grad_norm");
   scale_ = Scalar<float>("meshtrain::optim.clip_scale");

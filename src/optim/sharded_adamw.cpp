@@ -133,6 +133,22 @@ constexpr std::size_t kHostGrain = std::size_t(1) << 16;
 
 }  // namespace
 
+OptimizerFootprint sharded_adamw_footprint(std::size_t S, std::size_t n_ranges,
+                                           StatePlacement placement, std::size_t E) {
+  // The constructor below, allocation by allocation.
+  const bool master = E != 4 || placement == StatePlacement::host;
+  OptimizerFootprint f;
+  if (placement == StatePlacement::device) {
+    f.device_state = S * 4 * (master ? 3 : 2);
+    if (n_ranges > 0) f.device_other += n_ranges * (8 + 4);  // the one-launch range table
+  } else {
+    f.host_state = S * 4 * 3;
+    f.host_staging = S * E * (E == 4 ? 1 : 2);  // gradients down, the 16-bit copy up
+  }
+  f.device_other += 3 * 8;  // sum of squares, norm, clip scale: rank-0 Views of 8 bytes
+  return f;
+}
+
 template <class T>
 ShardedAdamWT<T>::ShardedAdamWT(std::vector<ShardPiece> pieces, std::vector<ShardRange> ranges,
                                 std::size_t shard_size, const AdamWConfig& cfg,
@@ -162,9 +178,33 @@ ShardedAdamWT<T>::ShardedAdamWT(std::vector<ShardPiece> pieces, std::vector<Shar
   host_threads_ = host_threads > 0 ? host_threads
                  : kDeviceIsHost ? 1
                                  : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  if (placement_ == StatePlacement::device && !ranges_.empty()) {
+    // The table of the one-launch update: each range by its first shard element.
+    range_begin_ = alloc<std::int64_t>("optim.shard.range_begin", ranges_.size());
+    range_decay_ = alloc<float>("optim.shard.range_decay", ranges_.size());
+    auto hb = Kokkos::create_mirror_view(range_begin_);
+    auto hd = Kokkos::create_mirror_view(range_decay_);
+    for (std::size_t r = 0; r < ranges_.size(); ++r) {
+      MESHTRAIN_CHECK(r == 0 || ranges_[r].shard >= ranges_[r - 1].shard + ranges_[r - 1].length,
+                      "ShardedAdamW: ranges out of shard order at ", r);
+      hb(r) = static_cast<std::int64_t>(ranges_[r].shard);
+      hd(r) = ranges_[r].decay ? 1.0f : 0.0f;
+      range_end_ = ranges_[r].shard + ranges_[r].length;
+    }
+    Kokkos::deep_copy(range_begin_, hb);
+    Kokkos::deep_copy(range_decay_, hd);
+  }
   sumsq_ = Scalar<float>("meshtrain::optim.shard.sumsq");
   norm_ = Scalar<float>("meshtrain::optim.shard.grad_norm");
   scale_ = Scalar<float>("meshtrain::optim.shard.clip_scale");
+}
+
+template <class T>
+bool ShardedAdamWT<T>::one_launch(Index params_where, Index grads_where) const {
+  if (range_end_ == 0) return false;
+  for (const ShardRange& r : ranges_)
+    if (at(r, params_where) != r.shard || at(r, grads_where) != r.shard) return false;
+  return true;
 }
 
 template <class T>
@@ -274,6 +314,18 @@ bool ShardedAdamWT<T>::apply(View1<T> params, Index params_where, View1<const T>
   h.step = static_cast<int>(step + 1);
   if (placement_ == StatePlacement::host) {
     apply_host(params, params_where, h);
+    return true;
+  }
+  if (one_launch(params_where, grads_where)) {
+    // Parameters, gradients and state share the shard's index: one launch over the shard, each
+    // element with its range's decay (the alignment gaps hold zeros, which stay zero).
+    if constexpr (std::is_same_v<T, float>) {
+      kernels::adamw_update_ranges<float>(exec_, params, grads, m_, v_, range_end_, h,
+                                          range_begin_, range_decay_, scale_, View1<float>());
+    } else {
+      kernels::adamw_update_ranges<T>(exec_, master_, grads, m_, v_, range_end_, h, range_begin_,
+                                      range_decay_, scale_, params);
+    }
     return true;
   }
   for (const ShardRange& r : ranges_) {

@@ -97,7 +97,7 @@ TEST_CASE("bf16 training with fp32 master weights follows the reference losses",
   oc.lr = oc.min_lr = 1e-3f;
   oc.weight_decay = 0.1f;
   oc.grad_clip = 1.0f;
-  optim::AdamWT<bf16> opt(m.registry(), oc);
+  optim::AdamWT<bf16> opt(m.registry().decay_ranges(), m.registry().size(), oc);
   opt.init_master(m.params());
   const auto in = f.read_i32("train.inputs"), tg = f.read_i32("train.targets");
   const auto ref = f.read_f32("train.losses");

@@ -96,7 +96,7 @@ TEST_CASE("10 AdamW steps match the PyTorch float64 reference", "[model][parity]
   oc.eps = 1e-8f;
   oc.weight_decay = 0.1f;
   oc.grad_clip = 1.0f;
-  optim::AdamW opt(m.registry(), oc);
+  optim::AdamW opt(m.registry().decay_ranges(), m.registry().size(), oc);
   const auto inputs = f.read_i32("train.inputs"), targets = f.read_i32("train.targets");
   const auto ref_losses = f.read_f32("train.losses"), ref_norms = f.read_f32("train.grad_norms");
   const std::size_t N = 32;

@@ -98,7 +98,8 @@ void check_layout(bool sequence_parallel, bool recompute) {
   oc.lr = 1e-3f;
   oc.min_lr = 1e-3f;
   oc.grad_clip = 0;  // the global norm over tp is the optimizer's business (DP/ZeRO tests)
-  optim::AdamW opt_m(m.registry(), oc), opt_r(ref.registry(), oc);
+  optim::AdamW opt_m(m.registry().decay_ranges(), m.registry().size(), oc),
+      opt_r(ref.registry().decay_ranges(), ref.registry().size(), oc);
   auto in = alloc<std::int32_t>("in", kB * kT), tg = alloc<std::int32_t>("tg", kB * kT);
   for (int step = 0; step < 10; ++step) {
     make_batch(step, in, tg);

@@ -54,7 +54,7 @@ struct Reference {
 Reference reference(const io::TokenDataset& ds, int global) {
   model::Gpt m(tiny(), kB, kT);
   m.init_parameters(kInit);
-  optim::AdamW opt(m.registry(), adamw());
+  optim::AdamW opt(m.registry().decay_ranges(), m.registry().size(), adamw());
   const float scale = 1.0f / static_cast<float>(global * kT);
   Batch b;
   Reference r;

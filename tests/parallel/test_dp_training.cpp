@@ -68,7 +68,7 @@ template <class T>
 Run reference(const io::TokenDataset& ds, int global) {
   model::GptT<T> m(tiny(), kB, kT);
   m.init_parameters(kInit);
-  optim::AdamWT<T> opt(m.registry(), adamw());
+  optim::AdamWT<T> opt(m.registry().decay_ranges(), m.registry().size(), adamw());
   opt.init_master(m.params());
   const float scale = 1.0f / static_cast<float>(global * kT);
   Batch b;

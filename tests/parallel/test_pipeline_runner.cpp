@@ -116,7 +116,7 @@ std::shared_ptr<Reference> reference(ReferenceCache& cache, int n_layer, int n_m
   r->model = std::make_unique<model::Gpt>(tiny(n_layer), kB, kT);
   model::Gpt& g = *r->model;
   g.init_parameters(7);
-  optim::AdamW opt(g.registry(), oc);
+  optim::AdamW opt(g.registry().decay_ranges(), g.registry().size(), oc);
   for (int step = 0; step < kSteps; ++step) {
     float scale = 0;
     const auto batches = step_batches(step, n_micro, &scale);
@@ -178,7 +178,7 @@ void run_case(Layout& L, const Case& c, ReferenceCache& cache) {
   oc.lr = 1e-3f;
   oc.min_lr = 1e-3f;
   oc.grad_clip = 0;  // the global norm over stages is the trainer's business
-  optim::AdamW opt(m.registry(), oc);
+  optim::AdamW opt(m.registry().decay_ranges(), m.registry().size(), oc);
   const auto ref = reference(cache, c.n_layer, c.n_micro, oc);
 
   const model::ParamInfo* wte = m.registry().find("transformer.wte.weight");

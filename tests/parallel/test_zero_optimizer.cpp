@@ -40,7 +40,7 @@ void check_optimizer(double tol) {
 
   // Reference: one rank, the summed gradients, optim::AdamW.
   zt::FakeModel<T> ref_model(cfg, 0);
-  optim::AdamWT<T> ref(ref_model.reg, adamw_config());
+  optim::AdamWT<T> ref(ref_model.reg.decay_ranges(), ref_model.reg.size(), adamw_config());
   auto ref_params = zt::to_device<T>(zt::on_params(ref_model.reg, p0));
   ref.init_master(ref_params);
   std::vector<float> ref_norms;

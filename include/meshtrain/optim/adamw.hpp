@@ -1,14 +1,14 @@
 #pragma once
-// AdamW over the flat fp32 buffers of a ParameterRegistry: global gradient norm, clipping, the
-// decoupled-weight-decay update, and the learning-rate schedule (linear warmup, cosine decay to
-// min_lr). Decay applies to the registry's `decay` parameters (2-D weights and embeddings), not
-// to biases and LayerNorm.
+// AdamW over flat fp32 buffers: global gradient norm, clipping, the decoupled-weight-decay
+// update, and the learning-rate schedule (linear warmup, cosine decay to min_lr). Decay applies
+// to the ranges the caller marks (the registry's 2-D weights and embeddings,
+// ParameterRegistry::decay_ranges), not to biases and norms.
 #include <cstdint>
 #include <vector>
 
 #include "meshtrain/core/view.hpp"
 #include "meshtrain/kernels/adamw.hpp"
-#include "meshtrain/model/registry.hpp"
+#include "meshtrain/core/decay_range.hpp"
 
 namespace meshtrain::optim {
 
@@ -32,7 +32,10 @@ float lr_at(const AdamWConfig& c, std::int64_t step);
 template <class T>
 class AdamWT {
  public:
-  AdamWT(const model::ParameterRegistry& reg, const AdamWConfig& cfg, ExecSpace exec = ExecSpace{});
+  // `ranges` cover the parameters of a flat buffer of `size` elements in increasing order
+  // (gaps between them hold zeros, which the update keeps zero).
+  AdamWT(const std::vector<DecayRange>& ranges, std::size_t size, const AdamWConfig& cfg,
+         ExecSpace exec = ExecSpace{});
 
   // Mixed precision only: master = float(params). Call once after the model is initialised.
   void init_master(View1<const T> params);
@@ -51,16 +54,12 @@ class AdamWT {
   View1<float> exp_avg_sq() const { return v_; }
   const AdamWConfig& config() const { return cfg_; }
 
-  struct Range {
-    std::size_t offset, length;
-    bool decay;
-  };
-  const std::vector<Range>& ranges() const { return ranges_; }
+  const std::vector<DecayRange>& ranges() const { return ranges_; }
 
  private:
   AdamWConfig cfg_;
   ExecSpace exec_;
-  std::vector<Range> ranges_;
+  std::vector<DecayRange> ranges_;
   // The ranges on the device, for the one-launch update (kernels::adamw_update_ranges).
   View1<std::int64_t> range_begin_;
   View1<float> range_decay_;

@@ -38,6 +38,16 @@ enum class Index { flat, shard };
 enum class StateKind { master, exp_avg, exp_avg_sq };
 enum class StatePlacement { device, host };
 
+// What ShardedAdamWT allocates for a shard of `shard_size` elements with `n_ranges` ranges and
+// compute elements of `elem_bytes`, predicted without building it (the planner): the fp32
+// state (master where needed, m, v) on the device or the host, the host staging of the
+// offloaded step, and the device tables and scalars of the step.
+struct OptimizerFootprint {
+  std::size_t device_state = 0, host_state = 0, host_staging = 0, device_other = 0;
+};
+OptimizerFootprint sharded_adamw_footprint(std::size_t shard_size, std::size_t n_ranges,
+                                           StatePlacement placement, std::size_t elem_bytes);
+
 template <class T>
 class ShardedAdamWT {
  public:
@@ -89,6 +99,9 @@ class ShardedAdamWT {
   static std::size_t at(const ShardRange& r, Index w) { return w == Index::flat ? r.flat : r.shard; }
   static std::size_t at(const ShardPiece& p, Index w) { return w == Index::flat ? p.flat : p.shard; }
   void apply_host(View1<T> params, Index params_where, const kernels::AdamWHyper& h);
+  // Whether params and grads at these indices line up with the shard (ZeRO-0 on the whole
+  // buffer, ZeRO-3 on shards), so that one launch updates every range.
+  bool one_launch(Index params_where, Index grads_where) const;
 
   std::vector<ShardPiece> pieces_;
   std::vector<ShardRange> ranges_;
@@ -101,6 +114,9 @@ class ShardedAdamWT {
   HostView1<float> hmaster_, hm_, hv_;    // host placement
   HostView1<T> hgrads_, hcopy_;           // host placement: gradients down, 16-bit copy up
   Scalar<float> sumsq_, norm_, scale_;
+  View1<std::int64_t> range_begin_;  // device placement: first shard element of each range
+  View1<float> range_decay_;
+  std::size_t range_end_ = 0;        // end of the last range
   int host_threads_ = 1;
   OffloadSeconds offload_s_;
 };
