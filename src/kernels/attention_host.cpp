@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "attention_host.hpp"
+#include "meshtrain/kernels/workspace.hpp"
 #include "common.hpp"
 
 namespace meshtrain::kernels::detail {
@@ -24,7 +25,7 @@ namespace {
 
 // Query rows per block: big enough for BLAS to be efficient, small enough that the causal mask
 // skips most of the upper triangle (T = 128: 75% of the full score matrix is computed).
-constexpr int kBlock = 64;
+constexpr int kBlock = kAttentionHostBlock;  // kernels/workspace.hpp
 
 // Row-major C[M,N] = alpha op(A) op(B) + beta C.
 void blas(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,

@@ -33,13 +33,14 @@
 #include <tuple>
 
 #include "gemm_lt.hpp"
+#include "meshtrain/kernels/workspace.hpp"
 
 namespace meshtrain::kernels::detail {
 
 namespace {
 
 // 32 MiB as PyTorch and TransformerEngine give Hopper: split-K and stream-K kernels need it.
-constexpr std::size_t kWorkspaceBytes = std::size_t(32) << 20;
+constexpr std::size_t kWorkspaceBytes = kGemmLtWorkspaceBytes;  // kernels/workspace.hpp
 
 // log2 of the largest power of two dividing the address, capped at 256 bytes (cuBLASLt's
 // default assumption; null counts as aligned).

@@ -28,6 +28,7 @@
 
 #include "common.hpp"
 #include "meshtrain/core/cuda_check.hpp"
+#include "meshtrain/kernels/workspace.hpp"
 #include "rowwise_cuda_device.hpp"
 
 namespace meshtrain::kernels::detail {
@@ -42,7 +43,7 @@ constexpr int kFwdWarps = 8;  // rows per forward block
 // Backward blocks: 4 on each of an H100's or H200's 132 SMs (one wave at C = 768: 48 KB of
 // shared memory and <= 64 registers per thread allow 4 blocks of 256 threads per SM). A
 // constant rather than the device's SM count keeps the bits independent of the GPU.
-constexpr int kBwdBlocks = 4 * 132;
+constexpr int kBwdBlocks = kLayerNormBackwardBlocks;  // kernels/workspace.hpp
 constexpr int kBwdMaxC = 8192;
 constexpr int kSumRows = 32;  // threadIdx.y extent of the dweight/dbias kernel
 

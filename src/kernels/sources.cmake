@@ -13,6 +13,7 @@ target_sources(meshtrain_lib PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/layernorm.cpp
   ${CMAKE_CURRENT_LIST_DIR}/linear.cpp
   ${CMAKE_CURRENT_LIST_DIR}/residual.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/workspace.cpp
 )
 # CUDA flash-attention, LayerNorm and cross-entropy kernels and the cuBLASLt GEMM path: plain
 # .cpp compiled by nvcc_wrapper (the project enables no CUDA language); each file is empty

@@ -12,6 +12,7 @@
 
 #include "meshtrain/mesh/rank_math.hpp"
 #include "meshtrain/model/registry.hpp"
+#include "meshtrain/parallel/dp_policy.hpp"
 #include "meshtrain/parallel/partition.hpp"
 #include "meshtrain/parallel/zero_partition.hpp"
 #include "stage_cache.hpp"
@@ -218,12 +219,13 @@ StepCost step_cost(const model::GptConfig& cfg, int seq_len, const Layout& l,
     // ---- data parallelism and ZeRO ----
     const model::ParameterRegistry& reg = detail::cached_registry(cfg, seq_len, l, st);
     const double n = static_cast<double>(reg.size());
-    const auto buckets =
-        parallel::plan_buckets(reg.units(), compute_bytes(l.precision), l.bucket_bytes,
-                               l.zero_stage == 3);
-    std::vector<parallel::FlatRange> groups;
-    for (const auto& b : buckets) groups.push_back(b.range);
-    const parallel::ZeroPartition part(groups, dp);
+    parallel::DpOptions dopt;  // the buckets and shards GradSync builds
+    dopt.zero_stage = l.zero_stage;
+    dopt.bucket_bytes = l.bucket_bytes;
+    const parallel::DpLayout dpl_layout =
+        parallel::make_dp_layout(reg, compute_bytes(l.precision), dopt, dp);
+    const auto& buckets = dpl_layout.plan.buckets;
+    const parallel::ZeroPartition& part = dpl_layout.partition;
     // Backward completion time of each unit in the last micro-batch (the head's backward runs
     // inside the forward, so its unit is ready first; blocks in reverse; the embedding last).
     const auto& units = reg.units();
@@ -294,7 +296,7 @@ StepCost step_cost(const model::GptConfig& cfg, int seq_len, const Layout& l,
       dp_total += c;
     }
     // ---- optimizer ----
-    const double S = l.zero_stage >= 1 && l.parallel_path() ? part.shard_size() : n;
+    const double S = l.zero_stage >= 1 ? part.shard_size() : n;
     const bool master = s.E != 4 || l.offload;
     double opt = membound(S, s.E, cal.elementwise_gbs);  // sum of squares
     if (l.offload)

@@ -1,45 +1,28 @@
-// Memory per rank (memory.hpp). Every term names the allocation it stands for; the sizes are the
-// expressions of the allocating code (GptT's constructor, GradSync, ShardedAdamW, the trainer),
-// in the same integer arithmetic, so that for meshtrain the prediction is exact up to the
-// allocator's own rounding.
+// Memory per rank (memory.hpp): the sum of what each owner of memory states it allocates,
+// beside its constructor — the model (model_footprint), ZeRO's shards (zero_shard_bytes,
+// zero_staging_bytes), DpPolicy's pools and the pipeline's message pool (replayed:
+// pools.hpp), the optimizer (sharded_adamw_footprint), the kernels' scratch
+// (kernels::scratch_bytes) and the engine's batch buffers. Nothing here restates a size.
 #include "meshtrain/plan/memory.hpp"
 
 #include <algorithm>
 #include <cstdio>
 
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/kernels/workspace.hpp"
+#include "meshtrain/model/gpt.hpp"
 #include "meshtrain/model/registry.hpp"
+#include "meshtrain/optim/sharded_adamw.hpp"
+#include "meshtrain/parallel/dp_policy.hpp"
+#include "meshtrain/parallel/message_flow.hpp"
 #include "meshtrain/parallel/partition.hpp"
+#include "meshtrain/parallel/pipeline_runner.hpp"
 #include "meshtrain/parallel/zero_partition.hpp"
+#include "meshtrain/parallel/zero_shards.hpp"
 #include "pools.hpp"
 #include "stage_cache.hpp"
 
 namespace meshtrain::plan {
-
-namespace {
-
-// Attention on host memory works on 64 query rows at a time (src/kernels/attention_host.cpp):
-// a 64 x T score block forward, two of them backward.
-constexpr std::size_t kAttentionBlock = 64;
-// GPU scratch of the kernels: cuBLASLt's workspace (kernels/gemm_lt.cpp) and the most blocks
-// of the CUDA LayerNorm backward, each with 2C float partial sums (kernels/layernorm_cuda.cpp).
-constexpr std::size_t kCublasLtWorkspace = std::size_t(32) << 20;
-constexpr std::size_t kLayerNormBlocks = 4 * 132;
-
-// model::BlockActivations<T>: what one block keeps for backward for one micro-batch.
-double block_activation_bytes(std::size_t B, std::size_t T, std::size_t N, std::size_t Nl,
-                              std::size_t C, std::size_t NHl, std::size_t tp, std::size_t E) {
-  const std::size_t compute = N * C             // ln1 (gathered under SP)
-                              + N * 3 * C / tp  // qkv
-                              + N * C / tp      // atty
-                              + Nl * C          // res2
-                              + N * C           // ln2
-                              + N * 4 * C / tp * 2;  // fch, fch_gelu
-  const std::size_t stats = 4 * Nl + B * NHl * T;  // ln1/ln2 mean and rstd, attention lse
-  return static_cast<double>(compute * E + stats * 4);
-}
-
-}  // namespace
 
 std::string layout_error(const model::GptConfig& cfg, int seq_len, const Layout& l) {
   try {
@@ -72,110 +55,75 @@ std::vector<MemoryBreakdown> memory_per_stage(const model::GptConfig& cfg, int s
   const auto spec = l.schedule_spec();
   const auto& pieces = detail::cached_pieces(cfg, seq_len, l);
   const std::size_t E = compute_bytes(l.precision);
-  const std::size_t P = l.tp, B = l.micro_batch, T = seq_len, C = cfg.n_embd;
-  const std::size_t N = B * T;
+  const std::size_t P = l.tp, N = static_cast<std::size_t>(l.micro_batch) * seq_len;
+  const std::size_t C = cfg.n_embd;
   const bool sp = l.sequence_parallel && P > 1;
   const std::size_t Nl = sp ? N / P : N;
-  const std::size_t NHl = cfg.n_head / P, Vl = cfg.padded_vocab() / P;
-  const bool par = l.parallel_path();
 
   std::vector<MemoryBreakdown> out;
   for (int s = 0; s < l.pp; ++s) {
     MemoryBreakdown m;
     m.stage = s;
-    const auto chunks = parallel::stage_chunks(pieces, l.pp, s);
-    const bool embed = s == 0, head = s == l.pp - 1;
+    // The model layout ParallelContext gives this stage (tp is a size here, not a group).
+    model::ModelLayout ml = parallel::pipeline_layout(spec, pieces, s);
+    ml.sequence_parallel = sp;
+    ml.recompute = l.recompute;
+    if (l.pp == 1) {  // micro-batches run one after another
+      ml.n_slots = 1;
+      ml.chunk_slots.clear();
+    }
     const model::ParameterRegistry& reg = detail::cached_registry(cfg, seq_len, l, s);
     const std::size_t n = reg.size();
     m.registry_elems = n;
     for (const auto& p : reg.params()) m.psi += static_cast<double>(p.numel);
+    m.slots = ml.n_slots;
 
-    // ---- model states: GradSync's partition and ShardedAdamW (or AdamW on one rank) ----
-    const auto buckets = parallel::plan_buckets(reg.units(), E, l.bucket_bytes, l.zero_stage == 3);
-    std::vector<parallel::FlatRange> groups;
-    for (const auto& b : buckets) groups.push_back(b.range);
-    const parallel::ZeroPartition part(groups, l.dp);
-    const std::size_t shard = part.shard_size();
-    m.params = static_cast<double>((l.zero_stage < 3 ? n : shard) * E);
-    m.grads = static_cast<double>((l.zero_stage < 2 ? n : shard) * E);
-    if (!par) {  // optim::AdamWT over the registry: m, v (and the fp32 master for 16-bit)
-      m.optimizer = static_cast<double>(n * 4 * (E == 4 ? 2 : 3));
-    } else {
-      const std::size_t S =
-          l.zero_stage >= 1 ? shard : parallel::ZeroPartition(n, 1).shard_size();
-      const bool master = E != 4 || l.offload;
-      if (l.offload) {
-        m.host_optimizer = static_cast<double>(S * 4 * 3);
-        m.host_other += static_cast<double>(S * E * (E == 4 ? 1 : 2));  // grads down, copy up
-      } else {
-        m.optimizer = static_cast<double>(S * 4 * (master ? 3 : 2));
-      }
-    }
+    // ---- model states: the model's flat buffers or ZeRO's shards, and the optimizer ----
+    parallel::DpOptions dopt;
+    dopt.zero_stage = l.zero_stage;
+    dopt.bucket_bytes = l.bucket_bytes;
+    const parallel::DpLayout dpl = parallel::make_dp_layout(reg, E, dopt, l.dp);
+    const parallel::ZeroPartition& part = dpl.partition;
+    // The model allocates what ZeRO does not shard (model::ModelLayout's allocate_*).
+    const parallel::ShardBytes shards = parallel::zero_shard_bytes(part, l.zero_stage, E);
+    m.params = static_cast<double>(l.zero_stage < 3 ? n * E : shards.params);
+    m.grads = static_cast<double>(l.zero_stage < 2 ? n * E : shards.grads);
+    const parallel::ZeroPartition whole(n, 1);
+    const parallel::ZeroPartition& opart = l.zero_stage >= 1 ? part : whole;
+    const int orank = 0;  // every rank's shard has the same size; its range count is rank 0's
+    const auto of = optim::sharded_adamw_footprint(
+        opart.shard_size(), parallel::shard_ranges(reg, opart, orank).size(),
+        l.offload ? optim::StatePlacement::host : optim::StatePlacement::device, E);
+    m.optimizer = static_cast<double>(of.device_state);
+    m.host_optimizer = static_cast<double>(of.host_state);
+    m.host_other += static_cast<double>(of.host_staging);
 
-    // ---- activations: GptT's slots ----
-    m.slots = l.pp == 1 ? 1 : parallel::slots_needed(spec, s);
-    const std::vector<int> chunk_slots =
-        l.pp == 1 ? std::vector<int>(chunks.size(), 1) : parallel::chunk_slots_needed(spec, s);
-    const double block = block_activation_bytes(B, T, N, Nl, C, NHl, P, E);
-    if (l.recompute) m.activations += block;  // one shared set, recomputed per block
-    for (std::size_t c = 0; c < chunks.size(); ++c) {
-      const bool c_embed = c == 0 && embed, c_head = c + 1 == chunks.size() && head;
-      const std::size_t nblocks = static_cast<std::size_t>(chunks[c].last - chunks[c].first);
-      double per_slot = static_cast<double>(Nl * C * E);            // chunk input
-      if (c_embed) per_slot += static_cast<double>(N * 4);          // tokens
-      per_slot += static_cast<double>(nblocks * Nl * C * E);        // block outputs
-      if (!l.recompute) per_slot += nblocks * block;                // saved tensors
-      if (c_head) per_slot += static_cast<double>(Nl * C * E);      // d(last block output)
-      m.activations += per_slot * chunk_slots[c];
-    }
+    // ---- the model's activations, head and scratch ----
+    const model::ModelFootprint mf = model::model_footprint(cfg, l.micro_batch, seq_len, ml,
+                                                            l.tp, E);
+    m.activations = mf.activations;
+    m.head = mf.head;
+    m.scratch = mf.scratch;
 
-    // ---- head, backward and tp scratch (GptT's constructor) ----
-    if (head) {
-      m.head = static_cast<double>(N * C * E + 2 * Nl * 4 + N * Vl * E + N * 4 + N * 4);
-      if (P > 1) m.head += static_cast<double>(N * 4 + 2 * N * 4);  // vocab-parallel CE
-    }
-    // dres, dln, dqkv, datty, dfch (the GELU derivative is a GEMM epilogue: no separate
-    // gradient of the GELU output)
-    m.scratch = static_cast<double>(
-        (Nl * C + N * C + N * 3 * C / P + N * C / P + N * 4 * C / P) * E);
-    // row-parallel partial sums and their reduced local rows (before the residual add)
-    if (P > 1) m.scratch += static_cast<double>((N * C + Nl * C) * E);
-    if (sp) m.scratch += static_cast<double>((Nl * C + N * C + Nl * C + 2 * C) * E);
-
-    // ---- communication buffers ----
-    if (par && l.zero_stage >= 2) {
-      const auto pools = detail::replay_zero_pools(reg, buckets, part, l.dp, l.zero_stage, spec,
-                                                   s, chunks);
-      m.comm_buffers += static_cast<double>((pools.grad_elems + pools.param_elems) * E);
-    }
-    if (par && (l.zero_stage == 1 || l.zero_stage == 2) && l.dp > 1) {
-      std::size_t max_piece = 0;
-      for (const auto& g : part.groups()) max_piece = std::max(max_piece, g.piece);
-      m.comm_buffers += static_cast<double>(max_piece * (1 + l.dp) * E);  // gather staging
-    }
+    // ---- communication buffers: DpPolicy's pools, ZeRO 1/2 staging, pipeline messages ----
+    const auto pools = detail::replay_zero_pools(reg, dpl.plan, spec, s, ml.chunks);
+    m.comm_buffers += static_cast<double>((pools.grad_elems + pools.param_elems) * E);
+    m.comm_buffers += static_cast<double>(parallel::zero_staging_bytes(part, l.zero_stage, E));
     if (l.pp > 1)
       m.comm_buffers +=
-          static_cast<double>(detail::replay_pipeline_buffers(spec, s) * Nl * C * E);
+          static_cast<double>(parallel::predicted_message_buffers(spec, s) * Nl * C * E);
 
-    // ---- workspace: batches, kernel scratch, scalars ----
-    const std::size_t batches = 2 * N * 4 * (l.pp > 1 && par ? 1 + l.n_micro : 1);
-    m.workspace = static_cast<double>(batches);
+    // ---- workspace: the engine's batch, the kernels' scratch, the optimizer's scalars ----
+    m.workspace = static_cast<double>(2 * N * 4);  // one micro-batch of tokens and targets
     if (!t.device_is_host) m.host_other += static_cast<double>(2 * N * 4);  // host mirrors
-    if (t.device_is_host) {
-      m.workspace += static_cast<double>(2 * kAttentionBlock * T * E);  // backward score blocks
-    } else {
-      // cuBLASLt (kernels/gemm_lt.cpp): its workspace and the bias-gradient scratch of the
-      // widest linear; the CUDA LayerNorm backward's per-block partial sums (at most
-      // kLayerNormBlocks blocks, kernels/layernorm_cuda.cpp).
-      const std::size_t oc = std::max(C, 4 * C / P);
-      m.workspace += static_cast<double>(kCublasLtWorkspace + oc * E);
-      m.workspace += static_cast<double>(kLayerNormBlocks * 2 * C * 4);
-      // embedding backward (16-bit and fp32 models): sort keys and per-piece fp32 partials
-      if (embed) m.workspace += static_cast<double>(N * 8 + N * C * 4);
-    }
-    // Loss sum and the optimizer's norm, sum of squares and clip scale: rank-0 Views, which
-    // Kokkos allocates in 8 bytes.
-    m.workspace += 4 * 8;
+    kernels::ScratchShape ks;
+    ks.rows = N;
+    ks.seq_len = static_cast<std::size_t>(seq_len);
+    ks.channels = C;
+    ks.widest_out = std::max(C, 4 * C / P);
+    ks.embeds = s == 0;
+    m.workspace += static_cast<double>(kernels::scratch_bytes(ks, E, t.device_is_host));
+    m.workspace += static_cast<double>(of.device_other);
     m.runtime = t.runtime_bytes;
     out.push_back(m);
   }

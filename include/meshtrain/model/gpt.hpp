@@ -212,6 +212,16 @@ class GptT {
   Scalar<float> loss_sum_;
 };
 
+// What GptT's constructor allocates besides its flat parameter and gradient buffers, predicted
+// without building it (the planner adds these up): activations of every slot of every chunk,
+// the head's buffers, and the backward and tensor-parallel scratch. Bytes, for compute elements
+// of `elem_bytes`; `tp_size` stands for layout.tp (which the planner cannot create).
+struct ModelFootprint {
+  double activations = 0, head = 0, scratch = 0;
+};
+ModelFootprint model_footprint(const GptConfig& cfg, int micro_batch, int seq_len,
+                               const ModelLayout& layout, int tp_size, std::size_t elem_bytes);
+
 using Gpt = GptT<float>;
 #if MESHTRAIN_HAVE_BF16
 using GptBf16 = GptT<bf16>;

@@ -30,9 +30,6 @@ struct Layout {
 
   long world() const { return static_cast<long>(dp) * pp * tp; }
   long global_batch() const { return static_cast<long>(micro_batch) * n_micro * dp; }
-  // Whether `meshtrain train` runs it through the parallel context (communicators, GradSync,
-  // the sharded optimizer) rather than the plain single-rank path.
-  bool parallel_path() const { return world() > 1 || zero_stage > 0 || offload; }
   // The schedule the context builds (pp = 1: the trivial one).
   parallel::ScheduleSpec schedule_spec() const;
   // "dp 8 x pp 2 (1f1b) x tp 4 sp, ZeRO-1, mb 2 x 16, recompute, bf16"

@@ -1,0 +1,67 @@
+// model_footprint: the bytes GptT's constructor (gpt.cpp) allocates, in the same integer
+// arithmetic, so that the planner's prediction is exact up to the allocator's own rounding
+// (test_plan_memory holds it to the measured allocations).
+#include "meshtrain/model/gpt.hpp"
+
+namespace meshtrain::model {
+
+namespace {
+
+// BlockActivations: what one block keeps for backward for one micro-batch.
+double block_activation_bytes(std::size_t B, std::size_t T, std::size_t N, std::size_t Nl,
+                              std::size_t C, std::size_t NHl, std::size_t tp, std::size_t E) {
+  const std::size_t compute = N * C             // ln1 (gathered under SP)
+                              + N * 3 * C / tp  // qkv
+                              + N * C / tp      // atty
+                              + Nl * C          // res2
+                              + N * C           // ln2
+                              + N * 4 * C / tp * 2;  // fch, fch_gelu
+  const std::size_t stats = 4 * Nl + B * NHl * T;  // ln1/ln2 mean and rstd, attention lse
+  return static_cast<double>(compute * E + stats * 4);
+}
+
+}  // namespace
+
+ModelFootprint model_footprint(const GptConfig& cfg, int micro_batch, int seq_len,
+                               const ModelLayout& layout, int tp_size, std::size_t E) {
+  const std::size_t P = static_cast<std::size_t>(tp_size), B = micro_batch, T = seq_len;
+  const std::size_t C = cfg.n_embd, N = B * T;
+  const bool sp = layout.sequence_parallel && P > 1;
+  const std::size_t Nl = sp ? N / P : N;
+  const std::size_t NHl = cfg.n_head / P, Vl = cfg.padded_vocab() / P;
+  const std::vector<LayerRange> chunks =
+      layout.chunks.empty() ? std::vector<LayerRange>{{0, cfg.n_layer}} : layout.chunks;
+  ModelFootprint f;
+
+  // ---- activations: the slots of every chunk ----
+  const double block = block_activation_bytes(B, T, N, Nl, C, NHl, P, E);
+  if (layout.recompute) f.activations += block;  // one shared set, recomputed per block
+  for (std::size_t c = 0; c < chunks.size(); ++c) {
+    const bool embed = c == 0 && layout.has_embedding;
+    const bool head = c + 1 == chunks.size() && layout.has_head;
+    const int slots = layout.chunk_slots.empty() ? layout.n_slots : layout.chunk_slots[c];
+    const std::size_t nblocks = static_cast<std::size_t>(chunks[c].last - chunks[c].first);
+    double per_slot = static_cast<double>(Nl * C * E);           // chunk input
+    if (embed) per_slot += static_cast<double>(N * 4);           // tokens
+    per_slot += static_cast<double>(nblocks * Nl * C * E);       // block outputs
+    if (!layout.recompute) per_slot += nblocks * block;          // saved tensors
+    if (head) per_slot += static_cast<double>(Nl * C * E);       // d(last block output)
+    f.activations += per_slot * slots;
+  }
+
+  // ---- the head: ln_f output and statistics, logits, losses, targets ----
+  if (layout.has_head) {
+    f.head = static_cast<double>(N * C * E + 2 * Nl * 4 + N * Vl * E + N * 4 + N * 4);
+    if (P > 1) f.head += static_cast<double>(N * 4 + 2 * N * 4);  // vocab-parallel CE
+  }
+  // ---- backward scratch: dres, dln, dqkv, datty, dfch (the GELU derivative is a GEMM
+  // epilogue: no separate gradient of the GELU output) ----
+  f.scratch = static_cast<double>((Nl * C + N * C + N * 3 * C / P + N * C / P + N * 4 * C / P) * E);
+  // row-parallel partial sums and their reduced local rows (before the residual add)
+  if (P > 1) f.scratch += static_cast<double>((N * C + Nl * C) * E);
+  if (sp) f.scratch += static_cast<double>((Nl * C + N * C + Nl * C + 2 * C) * E);
+  f.scratch += 8;  // the loss sum: a rank-0 View, which Kokkos allocates in 8 bytes
+  return f;
+}
+
+}  // namespace meshtrain::model
