@@ -7,3 +7,6 @@ meshtrain_add_test(NAME test_kernels_attention SOURCES ${CMAKE_CURRENT_LIST_DIR}
 meshtrain_add_test(NAME test_kernels_cross_entropy SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cross_entropy.cpp)
 meshtrain_add_test(NAME test_kernels_adamw SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_adamw.cpp)
 meshtrain_add_test(NAME test_kernels_gemm_epilogue SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gemm_epilogue.cpp)
+meshtrain_add_test(NAME test_kernels_rmsnorm SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_rmsnorm.cpp)
+meshtrain_add_test(NAME test_kernels_rotary SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_rotary.cpp)
+meshtrain_add_test(NAME test_kernels_swiglu SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_swiglu.cpp)
