@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "kernel_test_util.hpp"
+#include "meshtrain/io/safetensors.hpp"
 #include "meshtrain/kernels/rotary.hpp"
 
 using namespace meshtrain;
@@ -92,6 +93,26 @@ TEST_CASE("rope_inv_freq follows HF, with and without Llama 3 scaling", "[kernel
   RopeConfig bad = c;
   bad.high_freq_factor = 0.5;
   REQUIRE_THROWS_AS(rope_inv_freq(8, bad), meshtrain::ConfigError);
+}
+
+TEST_CASE("rope tables equal the fixture's, which torch computed as HF does",
+          "[kernels][rotary]") {
+  // tests/reference/llama_reference.py stores inv_freq and the [T, HS/2] cos/sin tables that
+  // torch computes in fp32 with HF's operations, for the default rope and Llama 3 scaling
+  // (factor 8, low 1, high 4, original 64). The host mirror may differ from torch's vectorised
+  // pow by an ulp; the tables then by a few ulp of the angle.
+  const meshtrain::io::SafetensorsReader fx(std::string(MESHTRAIN_SOURCE_DIR) +
+                                            "/tests/fixtures/llama_tiny_v1.safetensors");
+  ExecSpace exec;
+  for (const bool scaled : {false, true}) {
+    INFO("llama3 scaling " << scaled);
+    const RopeConfig c = scaled ? llama3_tiny() : RopeConfig{};
+    const std::string p = scaled ? "llama3.rope." : "rope.";
+    kt::require_close(rope_inv_freq(8, c), fx.read_f32(p + "inv_freq"), 2.5e-7, 0.0, "inv_freq");
+    const RopeTable t = rope_table(exec, 16, 8, c);
+    kt::require_close(kt::to_host(t.cos), fx.read_f32(p + "cos"), 0.0, 1e-6, "cos");
+    kt::require_close(kt::to_host(t.sin), fx.read_f32(p + "sin"), 0.0, 1e-6, "sin");
+  }
 }
 
 TEST_CASE("rope_table holds cos and sin of the fp32 angles", "[kernels][rotary]") {
