@@ -96,7 +96,8 @@ PrepConfig prep_config(const po::variables_map& vm) {
   if (c.tokenizer == "gpt2" && (c.vocab_json.empty() || c.merges_txt.empty()))
     throw ConfigError("prep.tokenizer=gpt2 needs prep.vocab_json and prep.merges_txt");
   if (c.tokenizer == "hf" && c.tokenizer_json.empty())
-    throw ConfigError("prep.tokenizer=hf needs prep.tokenizer_json (a tokenizer.json or its folder)");
+    throw ConfigError(
+        "prep.tokenizer=hf needs prep.tokenizer_json (a tokenizer.json or its folder)");
   if (!(c.val_fraction >= 0 && c.val_fraction < 1))
     throw ConfigError(cat("prep.val_fraction=", c.val_fraction, " must be in [0, 1)"));
   if (c.shard_tokens <= 0 || c.shard_tokens > INT32_MAX)
@@ -187,7 +188,8 @@ PrepSummary run_prep(const PrepConfig& c) {
   for (const auto& path : c.inputs) {
     const std::string text = read_text(path);
     s.input_bytes += text.size();
-    for (std::string_view doc : io::split_documents(text, c.document_start, "prep.document_start")) {
+    for (std::string_view doc :
+         io::split_documents(text, c.document_start, "prep.document_start")) {
       ++s.documents;
       if (before >= 0) tokens.push_back(static_cast<std::uint16_t>(before));
       for (std::int32_t t : tok->encode(doc)) tokens.push_back(static_cast<std::uint16_t>(t));

@@ -25,7 +25,8 @@ std::string utf8(std::uint32_t cp) {
 std::uint32_t code_point(std::string_view s, std::size_t i, std::size_t len) {
   const auto b0 = static_cast<unsigned char>(s[i]);
   std::uint32_t cp = len == 1 ? b0 : len == 2 ? (b0 & 0x1F) : len == 3 ? (b0 & 0x0F) : (b0 & 0x07);
-  for (std::size_t k = 1; k < len; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+  for (std::size_t k = 1; k < len; ++k)
+    cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
   return cp;
 }
 
@@ -53,7 +54,8 @@ void BpeModel::add_token(const std::string& tok, std::int64_t id, const std::str
     id_used.resize(id + 1, false);
   }
   if (id_used[id])
-    throw ConfigError(cat(where, ": id ", id, " is used by '", id_to_token[id], "' and '", tok, "'"));
+    throw ConfigError(
+        cat(where, ": id ", id, " is used by '", id_to_token[id], "' and '", tok, "'"));
   id_to_token[id] = tok;
   id_used[id] = true;
 }
@@ -127,8 +129,10 @@ std::string BpeModel::symbols_to_bytes(const std::string& syms) const {
       continue;
     }
     auto it = cp_to_byte.find(code_point(syms, i, len));
-    if (it != cp_to_byte.end()) out += static_cast<char>(it->second);
-    else out.append(syms, i, len);
+    if (it != cp_to_byte.end())
+      out += static_cast<char>(it->second);
+    else
+      out.append(syms, i, len);
     i += len;
   }
   return out;

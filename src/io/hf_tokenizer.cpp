@@ -62,7 +62,8 @@ std::string str_or_empty(const Json& j, const char* key) {
 
 bool is_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
 bool is_word_byte(unsigned char c) {  // \w, counting every non-ASCII byte as a word character
-  return c >= 0x80 || c == '_' || (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z');
+  return c >= 0x80 || c == '_' || (c >= '0' && c <= '9') ||
+         ((c | 0x20) >= 'a' && (c | 0x20) <= 'z');
 }
 
 }  // namespace
@@ -73,6 +74,7 @@ struct HfTokenizer::Impl {
   std::vector<PreStep> steps;
   std::vector<AddedToken> added;  // longest content first
   std::unordered_map<int, std::string> added_content;
+  bool starts_added[256] = {};  // first bytes of added tokens: the scan skips other positions
   int size = 0, bos = -1, eos = -1;
   std::string bos_name;  // the post-processor template's first special token
   mutable std::mutex cache_mutex;
@@ -83,7 +85,8 @@ struct HfTokenizer::Impl {
   void load_model(const Json& m) {
     const std::string type = str_or_empty(m, "type");
     if (!type.empty() && type != "BPE")
-      throw ConfigError(where(cat("model type '", type, "' is not supported (byte-level BPE only)")));
+      throw ConfigError(
+          where(cat("model type '", type, "' is not supported (byte-level BPE only)")));
     for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"})
       if (!str_or_empty(m, k).empty())
         throw ConfigError(where(cat("model.", k, " = '", str_or_empty(m, k),
@@ -95,7 +98,8 @@ struct HfTokenizer::Impl {
     const Json& vocab = m.at("vocab", where("model"));
     if (vocab.kind != Json::Kind::object || vocab.obj.empty())
       throw ConfigError(where("model.vocab must be a non-empty object {\"token\": id, ...}"));
-    for (const auto& [tok, v] : vocab.obj) bpe.add_token(tok, v.as_int(where(cat("model.vocab '", tok, "'"))), where("model.vocab"));
+    for (const auto& [tok, v] : vocab.obj)
+      bpe.add_token(tok, v.as_int(where(cat("model.vocab '", tok, "'"))), where("model.vocab"));
     const Json& merges = m.at("merges", where("model"));
     if (merges.kind != Json::Kind::array) throw ConfigError(where("model.merges must be an array"));
     for (std::size_t i = 0; i < merges.arr.size(); ++i) {
@@ -113,7 +117,8 @@ struct HfTokenizer::Impl {
         a = e.arr[0].as_string(w);
         b = e.arr[1].as_string(w);
         if (a.find(' ') != std::string::npos || b.find(' ') != std::string::npos)
-          throw ConfigError(cat(w, ": a token with a space is not byte-level ('", a, "', '", b, "')"));
+          throw ConfigError(
+              cat(w, ": a token with a space is not byte-level ('", a, "', '", b, "')"));
       } else {
         throw ConfigError(cat(w, ": expected \"a b\" or [\"a\", \"b\"]"));
       }
@@ -129,13 +134,15 @@ struct HfTokenizer::Impl {
       AddedToken a;
       a.content = t.at("content", w).as_string(w + " content");
       const std::int64_t id = t.at("id", w).as_int(w + " id");
-      if (id < 0 || id >= (std::int64_t(1) << 31) - 1) throw ConfigError(cat(w, ": id ", id, " out of range"));
+      if (id < 0 || id >= (std::int64_t(1) << 31) - 1)
+        throw ConfigError(cat(w, ": id ", id, " out of range"));
       if (a.content.empty()) throw ConfigError(cat(w, ": empty content"));
       a.id = static_cast<int>(id);
       a.single_word = flag(t, "single_word", false);
       a.lstrip = flag(t, "lstrip", false);
       a.rstrip = flag(t, "rstrip", false);
       added_content[a.id] = a.content;
+      starts_added[static_cast<unsigned char>(a.content[0])] = true;
       added.push_back(std::move(a));
     }
     std::stable_sort(added.begin(), added.end(), [](const AddedToken& x, const AddedToken& y) {
@@ -162,18 +169,26 @@ struct HfTokenizer::Impl {
     } else if (type == "Split") {
       const Json& pat = p.at("pattern", where(at));
       if (const Json* r = pat.find("Regex"))
-        s.regex = std::make_unique<detail::Pcre2Regex>(r->as_string(where(at)), where(at + " (Split)"));
+        s.regex =
+            std::make_unique<detail::Pcre2Regex>(r->as_string(where(at)), where(at + " (Split)"));
       else if (const Json* l = pat.find("String"))
         s.literal = l->as_string(where(at));
       else
-        throw ConfigError(where(cat(at, ".pattern: expected {\"Regex\": ...} or {\"String\": ...}")));
+        throw ConfigError(
+            where(cat(at, ".pattern: expected {\"Regex\": ...} or {\"String\": ...}")));
       const std::string b = p.at("behavior", where(at)).as_string(where(at + ".behavior"));
-      if (b == "Removed") s.behavior = Behavior::removed;
-      else if (b == "Isolated") s.behavior = Behavior::isolated;
-      else if (b == "MergedWithPrevious") s.behavior = Behavior::merged_with_previous;
-      else if (b == "MergedWithNext") s.behavior = Behavior::merged_with_next;
-      else if (b == "Contiguous") s.behavior = Behavior::contiguous;
-      else throw ConfigError(where(cat(at, ".behavior '", b, "' is unknown")));
+      if (b == "Removed")
+        s.behavior = Behavior::removed;
+      else if (b == "Isolated")
+        s.behavior = Behavior::isolated;
+      else if (b == "MergedWithPrevious")
+        s.behavior = Behavior::merged_with_previous;
+      else if (b == "MergedWithNext")
+        s.behavior = Behavior::merged_with_next;
+      else if (b == "Contiguous")
+        s.behavior = Behavior::contiguous;
+      else
+        throw ConfigError(where(cat(at, ".behavior '", b, "' is unknown")));
       s.invert = flag(p, "invert", false);
     } else {
       throw ConfigError(where(cat(at, ": pre-tokenizer '", type,
@@ -252,33 +267,42 @@ struct HfTokenizer::Impl {
     if (prev != piece.size()) segs.push_back({prev, piece.size(), false});
     if (s.invert)
       for (auto& g : segs) g.match = !g.match;
-    std::vector<Seg> kept;  // HF tokenizers' split_off rules (normalizer.rs, SplitDelimiterBehavior)
+    std::vector<Seg>
+        kept;  // HF tokenizers' split_off rules (normalizer.rs, SplitDelimiterBehavior)
     bool previous_match = false;
     switch (s.behavior) {
       case Behavior::removed:
         for (const auto& g : segs)
           if (!g.match) kept.push_back(g);
         break;
-      case Behavior::isolated: kept = segs; break;
+      case Behavior::isolated:
+        kept = segs;
+        break;
       case Behavior::merged_with_previous:
         for (const auto& g : segs) {
-          if (g.match && !previous_match && !kept.empty()) kept.back().e = g.e;
-          else kept.push_back(g);
+          if (g.match && !previous_match && !kept.empty())
+            kept.back().e = g.e;
+          else
+            kept.push_back(g);
           previous_match = g.match;
         }
         break;
       case Behavior::merged_with_next:
         for (auto it = segs.rbegin(); it != segs.rend(); ++it) {
-          if (it->match && !previous_match && !kept.empty()) kept.back().b = it->b;
-          else kept.push_back(*it);
+          if (it->match && !previous_match && !kept.empty())
+            kept.back().b = it->b;
+          else
+            kept.push_back(*it);
           previous_match = it->match;
         }
         std::reverse(kept.begin(), kept.end());
         break;
       case Behavior::contiguous:
         for (const auto& g : segs) {
-          if (g.match == previous_match && !kept.empty()) kept.back().e = g.e;
-          else kept.push_back(g);
+          if (g.match == previous_match && !kept.empty())
+            kept.back().e = g.e;
+          else
+            kept.push_back(g);
           previous_match = g.match;
         }
         break;
@@ -324,8 +348,9 @@ HfTokenizer::HfTokenizer(const std::string& path, const std::string& bos_token,
                          const std::string& eos_token)
     : impl_(std::make_unique<Impl>()) {
   Impl& d = *impl_;
-  d.path = std::filesystem::is_directory(path) ? (std::filesystem::path(path) / "tokenizer.json").string()
-                                               : path;
+  d.path = std::filesystem::is_directory(path)
+               ? (std::filesystem::path(path) / "tokenizer.json").string()
+               : path;
   const Json j = Json::parse(read_text(d.path, "HuggingFace tokenizer"), d.where("JSON"));
   if (j.kind != Json::Kind::object) throw ConfigError(d.where("not a JSON object"));
   if (const Json* n = j.find("normalizer"); n && n->kind != Json::Kind::null)
@@ -343,11 +368,13 @@ HfTokenizer::HfTokenizer(const std::string& path, const std::string& bos_token,
     if (t != "ByteLevel")
       throw ConfigError(d.where(cat("decoder '", t, "' is not supported (ByteLevel is)")));
   }
-  if (const Json* post = j.find("post_processor"); post && post->kind == Json::Kind::object &&
-                                                   str_or_empty(*post, "type") == "TemplateProcessing") {
+  if (const Json* post = j.find("post_processor");
+      post && post->kind == Json::Kind::object &&
+      str_or_empty(*post, "type") == "TemplateProcessing") {
     const Json* single = post->find("single");
     if (single && single->kind == Json::Kind::array && !single->arr.empty())
-      if (const Json* sp = single->arr[0].find("SpecialToken")) d.bos_name = str_or_empty(*sp, "id");
+      if (const Json* sp = single->arr[0].find("SpecialToken"))
+        d.bos_name = str_or_empty(*sp, "id");
   }
   d.size = static_cast<int>(d.bpe.id_to_token.size());
   for (const auto& a : d.added) d.size = std::max(d.size, a.id + 1);
@@ -368,12 +395,13 @@ std::vector<std::int32_t> HfTokenizer::encode(std::string_view text) const {
   std::lock_guard<std::mutex> lock(d.cache_mutex);
   std::size_t done = 0;  // text[0, done) is encoded
   for (std::size_t i = 0; i < text.size(); ++i) {
+    if (!d.starts_added[static_cast<unsigned char>(text[i])]) continue;
     const AddedToken* hit = nullptr;
     for (const auto& a : d.added) {  // longest first: the first that fits is the longest
       if (text.compare(i, a.content.size(), a.content) != 0) continue;
       const std::size_t e = i + a.content.size();
-      if (a.single_word && ((i > 0 && is_word_byte(text[i - 1])) ||
-                            (e < text.size() && is_word_byte(text[e]))))
+      if (a.single_word &&
+          ((i > 0 && is_word_byte(text[i - 1])) || (e < text.size() && is_word_byte(text[e]))))
         continue;
       hit = &a;
       break;
@@ -407,8 +435,8 @@ std::string HfTokenizer::decode(const std::vector<std::int32_t>& tokens) const {
       continue;
     }
     if (t < 0 || static_cast<std::size_t>(t) >= d.bpe.id_used.size() || !d.bpe.id_used[t])
-      throw ConfigError(cat("token id ", t, " at position ", i, " is not in the vocabulary of '",
-                            d.path, "'"));
+      throw ConfigError(
+          cat("token id ", t, " at position ", i, " is not in the vocabulary of '", d.path, "'"));
     out += d.bpe.symbols_to_bytes(d.bpe.id_to_token[t]);
   }
   return out;

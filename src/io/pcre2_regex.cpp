@@ -28,11 +28,13 @@ std::string with_unicode_space(const std::string& p, const std::string& what) {
     const char c = p[i];
     if (c == '\\' && i + 1 < p.size()) {
       const char n = p[++i];
-      if (n == 's') out += in_class ? "\\s\\x{85}" : "[\\s\\x{85}]";
-      else if (n == 'S' && !in_class) out += "[^\\s\\x{85}]";
+      if (n == 's')
+        out += in_class ? "\\s\\x{85}" : "[\\s\\x{85}]";
+      else if (n == 'S' && !in_class)
+        out += "[^\\s\\x{85}]";
       else if (n == 'S')
-        throw ConfigError(cat(what, ": \\S inside a character class is not supported (pattern '",
-                              p, "')"));
+        throw ConfigError(
+            cat(what, ": \\S inside a character class is not supported (pattern '", p, "')"));
       else if (n == 'Q')
         throw ConfigError(cat(what, ": \\Q...\\E quoting is not supported (pattern '", p, "')"));
       else {
@@ -75,11 +77,13 @@ std::size_t utf8_length(std::string_view s, std::size_t i) {
   if (c < 0x80) return 1;
   if (c >= 0xC2 && c <= 0xDF) return cont(i + 1) ? 2 : 0;
   if (c >= 0xE0 && c <= 0xEF) {
-    const unsigned lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;  // overlong, surrogates
+    const unsigned lo = c == 0xE0 ? 0xA0 : 0x80,
+                   hi = c == 0xED ? 0x9F : 0xBF;  // overlong, surrogates
     return cont(i + 1, lo, hi) && cont(i + 2) ? 3 : 0;
   }
   if (c >= 0xF0 && c <= 0xF4) {
-    const unsigned lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;  // overlong, > U+10FFFF
+    const unsigned lo = c == 0xF0 ? 0x90 : 0x80,
+                   hi = c == 0xF4 ? 0x8F : 0xBF;  // overlong, > U+10FFFF
     return cont(i + 1, lo, hi) && cont(i + 2) && cont(i + 3) ? 4 : 0;
   }
   return 0;
@@ -95,9 +99,9 @@ Pcre2Regex::Pcre2Regex(const std::string& pattern, const std::string& what)
   if (!code) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(err, msg, sizeof msg);
-    throw ConfigError(cat(what, ": the regex '", pattern, "' does not compile (PCRE2: ",
-                          reinterpret_cast<const char*>(msg), ", at offset ", offset,
-                          " of the rewritten pattern '", p, "')"));
+    throw ConfigError(cat(what, ": the regex '", pattern,
+                          "' does not compile (PCRE2: ", reinterpret_cast<const char*>(msg),
+                          ", at offset ", offset, " of the rewritten pattern '", p, "')"));
   }
   code_ = code;
   // The JIT is an optimisation only: without it (no JIT support in the library, or a pattern

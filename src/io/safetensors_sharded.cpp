@@ -87,7 +87,8 @@ struct ShardedSafetensorsReader::Shard {
   int fd = -1;
   explicit Shard(const std::string& p) : path(p), header(p) {
     fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw ConfigError(cat("safetensors file '", p, "' cannot be opened: ", std::strerror(errno)));
+    if (fd < 0)
+      throw ConfigError(cat("safetensors file '", p, "' cannot be opened: ", std::strerror(errno)));
   }
   ~Shard() {
     if (fd >= 0) ::close(fd);
@@ -99,7 +100,8 @@ ShardedSafetensorsReader::ShardedSafetensorsReader(const std::string& dir) : dir
   const fs::path single = fs::path(dir) / "model.safetensors";
   if (!fs::exists(index)) {
     if (!fs::exists(single))
-      throw ConfigError(cat("'", dir, "' has neither model.safetensors.index.json nor "
+      throw ConfigError(cat("'", dir,
+                            "' has neither model.safetensors.index.json nor "
                             "model.safetensors (not a HuggingFace checkpoint folder?)"));
     shards_.push_back(std::make_unique<Shard>(single.string()));
     for (const auto& [name, info] : shards_[0]->header.tensors()) where_[name] = Loc{0, &info};
@@ -152,10 +154,13 @@ std::vector<std::string> ShardedSafetensorsReader::names() const {
 
 const ShardedSafetensorsReader::Loc& ShardedSafetensorsReader::loc(const std::string& name) const {
   auto it = where_.find(name);
-  if (it == where_.end()) throw ConfigError(cat("the checkpoint '", dir_, "' has no tensor '", name, "'"));
+  if (it == where_.end())
+    throw ConfigError(cat("the checkpoint '", dir_, "' has no tensor '", name, "'"));
   return it->second;
 }
-const TensorInfo& ShardedSafetensorsReader::info(const std::string& name) const { return *loc(name).info; }
+const TensorInfo& ShardedSafetensorsReader::info(const std::string& name) const {
+  return *loc(name).info;
+}
 const std::string& ShardedSafetensorsReader::file_of(const std::string& name) const {
   return shards_[loc(name).shard]->path;
 }
@@ -187,20 +192,21 @@ void ShardedSafetensorsReader::pread_at(const Shard& s, std::uint64_t offset, st
   ++reads_;
 }
 
-void ShardedSafetensorsReader::read_rows(const std::string& name, std::int64_t r0,
-                                         std::int64_t r1, SliceType as, void* out) const {
+void ShardedSafetensorsReader::read_rows(const std::string& name, std::int64_t r0, std::int64_t r1,
+                                         SliceType as, void* out) const {
   const Loc& l = loc(name);
   const TensorInfo& t = *l.info;
   const Shard& s = *shards_[l.shard];
   const int es = element_size(t.dtype);
   if (es == 0 || t.shape.empty() || t.shape.size() > 2)
     throw ConfigError(cat(s.path, ": tensor '", name, "' (", t.dtype, ", shape ",
-                          shape_text(t.shape), ") cannot be read by rows: F32, F16 or BF16 of 1 "
+                          shape_text(t.shape),
+                          ") cannot be read by rows: F32, F16 or BF16 of 1 "
                           "or 2 dimensions"));
   const std::int64_t R = t.shape[0], C = t.shape.size() == 2 ? t.shape[1] : 1;
   if (!(0 <= r0 && r0 <= r1 && r1 <= R))
-    throw ConfigError(cat(s.path, ": rows [", r0, ", ", r1, ") of tensor '", name, "' lie outside its ",
-                          R, " rows"));
+    throw ConfigError(cat(s.path, ": rows [", r0, ", ", r1, ") of tensor '", name,
+                          "' lie outside its ", R, " rows"));
   const std::size_t total = std::size_t(r1 - r0) * C;  // elements
   const std::size_t per = std::max<std::size_t>(1, kMaxRun / es);
   std::vector<char> buf(std::min(total, per) * es);
@@ -213,15 +219,16 @@ void ShardedSafetensorsReader::read_rows(const std::string& name, std::int64_t r
   }
 }
 
-void ShardedSafetensorsReader::read_cols(const std::string& name, std::int64_t c0,
-                                         std::int64_t c1, SliceType as, void* out) const {
+void ShardedSafetensorsReader::read_cols(const std::string& name, std::int64_t c0, std::int64_t c1,
+                                         SliceType as, void* out) const {
   const Loc& l = loc(name);
   const TensorInfo& t = *l.info;
   const Shard& s = *shards_[l.shard];
   const int es = element_size(t.dtype);
   if (es == 0 || t.shape.size() != 2)
     throw ConfigError(cat(s.path, ": tensor '", name, "' (", t.dtype, ", shape ",
-                          shape_text(t.shape), ") cannot be read by columns: F32, F16 or BF16 of 2 "
+                          shape_text(t.shape),
+                          ") cannot be read by columns: F32, F16 or BF16 of 2 "
                           "dimensions"));
   const std::int64_t R = t.shape[0], C = t.shape[1];
   if (!(0 <= c0 && c0 <= c1 && c1 <= C))
@@ -240,8 +247,8 @@ void ShardedSafetensorsReader::read_cols(const std::string& name, std::int64_t c
   }
 }
 
-std::vector<float> ShardedSafetensorsReader::read_rows_f32(const std::string& name,
-                                                           std::int64_t r0, std::int64_t r1) const {
+std::vector<float> ShardedSafetensorsReader::read_rows_f32(const std::string& name, std::int64_t r0,
+                                                           std::int64_t r1) const {
   const TensorInfo& t = info(name);
   const std::int64_t C = t.shape.size() == 2 ? t.shape[1] : 1;
   std::vector<float> v(std::size_t(std::max<std::int64_t>(r1 - r0, 0)) * C);
@@ -249,10 +256,11 @@ std::vector<float> ShardedSafetensorsReader::read_rows_f32(const std::string& na
   return v;
 }
 
-std::vector<float> ShardedSafetensorsReader::read_cols_f32(const std::string& name,
-                                                           std::int64_t c0, std::int64_t c1) const {
+std::vector<float> ShardedSafetensorsReader::read_cols_f32(const std::string& name, std::int64_t c0,
+                                                           std::int64_t c1) const {
   const TensorInfo& t = info(name);
-  std::vector<float> v(t.shape.empty() ? 0 : std::size_t(t.shape[0]) * std::max<std::int64_t>(c1 - c0, 0));
+  std::vector<float> v(
+      t.shape.empty() ? 0 : std::size_t(t.shape[0]) * std::max<std::int64_t>(c1 - c0, 0));
   read_cols(name, c0, c1, SliceType::f32, v.data());
   return v;
 }
@@ -263,19 +271,22 @@ struct ShardedSafetensorsWriter::File {
   std::ofstream out;
 };
 
-ShardedSafetensorsWriter::ShardedSafetensorsWriter(const std::string& dir, std::vector<Tensor> tensors,
+ShardedSafetensorsWriter::ShardedSafetensorsWriter(const std::string& dir,
+                                                   std::vector<Tensor> tensors,
                                                    std::uint64_t max_shard_bytes)
     : dir_(dir), tensors_(std::move(tensors)) {
   MESHTRAIN_CHECK(!tensors_.empty(), "ShardedSafetensorsWriter: no tensors declared");
-  MESHTRAIN_CHECK(max_shard_bytes > 0, "ShardedSafetensorsWriter: max_shard_bytes must be positive");
+  MESHTRAIN_CHECK(max_shard_bytes > 0,
+                  "ShardedSafetensorsWriter: max_shard_bytes must be positive");
   // save_pretrained's rule: a tensor opens a new shard when it would push the current one past
   // the limit (a tensor larger than the limit fills a shard alone).
   std::uint64_t in_shard = 0;
   std::size_t shard = 0;
   std::map<std::string, int> seen;
   for (const Tensor& t : tensors_) {
-    MESHTRAIN_CHECK(element_size(t.dtype) == 4 || t.dtype == "BF16", "ShardedSafetensorsWriter: tensor '",
-                    t.name, "' has dtype '", t.dtype, "'; F32 or BF16 are written");
+    MESHTRAIN_CHECK(element_size(t.dtype) == 4 || t.dtype == "BF16",
+                    "ShardedSafetensorsWriter: tensor '", t.name, "' has dtype '", t.dtype,
+                    "'; F32 or BF16 are written");
     MESHTRAIN_CHECK(seen.emplace(t.name, 1).second, "ShardedSafetensorsWriter: tensor '", t.name,
                     "' declared twice");
     std::uint64_t bytes = element_size(t.dtype);
@@ -326,7 +337,8 @@ void ShardedSafetensorsWriter::open_shard(std::size_t s) {
   file_->tmp = file_->path + ".tmp";
   file_->out.open(file_->tmp, std::ios::binary | std::ios::trunc);
   if (!file_->out)
-    throw ConfigError(cat("safetensors file '", file_->tmp, "' cannot be created: ", std::strerror(errno)));
+    throw ConfigError(
+        cat("safetensors file '", file_->tmp, "' cannot be created: ", std::strerror(errno)));
   const std::uint64_t n = h.size();
   file_->out.write(reinterpret_cast<const char*>(&n), 8);
   file_->out.write(h.data(), static_cast<std::streamsize>(h.size()));
@@ -338,22 +350,25 @@ void ShardedSafetensorsWriter::append(const std::string& name, const float* valu
   MESHTRAIN_CHECK(!finished_ && next_ < tensors_.size(), "ShardedSafetensorsWriter: '", name,
                   "' appended after the last declared tensor");
   const Tensor& t = tensors_[next_];
-  MESHTRAIN_CHECK(name == t.name, "ShardedSafetensorsWriter: got '", name, "', the next declared tensor is '",
-                  t.name, "'");
+  MESHTRAIN_CHECK(name == t.name, "ShardedSafetensorsWriter: got '", name,
+                  "', the next declared tensor is '", t.name, "'");
   std::uint64_t numel = 1;
   for (auto d : t.shape) numel *= std::uint64_t(d);
   const std::size_t es = element_size(t.dtype);
-  MESHTRAIN_CHECK(written_ / es + count <= numel, "ShardedSafetensorsWriter: tensor '", name, "' has ",
-                  numel, " elements, ", written_ / es + count, " appended");
+  MESHTRAIN_CHECK(written_ / es + count <= numel, "ShardedSafetensorsWriter: tensor '", name,
+                  "' has ", numel, " elements, ", written_ / es + count, " appended");
   if (open_ != shard_of_[next_]) open_shard(shard_of_[next_]);
   if (t.dtype == "F32") {
-    file_->out.write(reinterpret_cast<const char*>(values), static_cast<std::streamsize>(count * 4));
+    file_->out.write(reinterpret_cast<const char*>(values),
+                     static_cast<std::streamsize>(count * 4));
   } else {
     std::vector<std::uint16_t> b(count);
     for (std::size_t i = 0; i < count; ++i) b[i] = detail::float_to_bf16(values[i]);
-    file_->out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(count * 2));
+    file_->out.write(reinterpret_cast<const char*>(b.data()),
+                     static_cast<std::streamsize>(count * 2));
   }
-  if (!file_->out) throw ConfigError(cat("safetensors file '", file_->tmp, "': write failed (disk full?)"));
+  if (!file_->out)
+    throw ConfigError(cat("safetensors file '", file_->tmp, "': write failed (disk full?)"));
   written_ += count * es;
   // A complete tensor moves on (a zero-element tensor is complete at once).
   while (next_ < tensors_.size()) {
@@ -375,7 +390,8 @@ void ShardedSafetensorsWriter::finish() {
   // Zero-element tensors at the end complete without an append.
   if (next_ < tensors_.size() && written_ == 0) append(tensors_[next_].name, nullptr, 0);
   MESHTRAIN_CHECK(next_ == tensors_.size(), "ShardedSafetensorsWriter::finish: tensor '",
-                  next_ < tensors_.size() ? tensors_[next_].name : "", "' and the ones after it "
+                  next_ < tensors_.size() ? tensors_[next_].name : "",
+                  "' and the ones after it "
                   "were not appended completely");
   if (file_) {
     file_->out.close();
@@ -386,7 +402,8 @@ void ShardedSafetensorsWriter::finish() {
   std::string map;
   std::vector<std::size_t> order(tensors_.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](auto a, auto b) { return tensors_[a].name < tensors_[b].name; });
+  std::sort(order.begin(), order.end(),
+            [&](auto a, auto b) { return tensors_[a].name < tensors_[b].name; });
   for (std::size_t i : order) {
     std::uint64_t bytes = element_size(tensors_[i].dtype);
     for (auto d : tensors_[i].shape) bytes *= std::uint64_t(d);
@@ -396,7 +413,8 @@ void ShardedSafetensorsWriter::finish() {
   }
   for (const auto& f : shard_files_)
     if (std::rename((f + ".tmp").c_str(), f.c_str()) != 0)
-      throw ConfigError(cat("safetensors file '", f, "': rename from .tmp failed: ", std::strerror(errno)));
+      throw ConfigError(
+          cat("safetensors file '", f, "': rename from .tmp failed: ", std::strerror(errno)));
   if (shard_files_.size() > 1) {
     const std::string index = (fs::path(dir_) / "model.safetensors.index.json").string();
     {

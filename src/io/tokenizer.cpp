@@ -48,8 +48,10 @@ std::vector<std::string_view> split_documents(std::string_view text, const std::
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& kind, const std::string& vocab_json,
                                           const std::string& merges_txt) {
   if (kind == "byte") return std::make_unique<ByteTokenizer>();
+  const std::string_view suffix = "tokenizer.json";
   const bool named_tokenizer_json =
-      vocab_json.size() >= 14 && vocab_json.compare(vocab_json.size() - 14, 14, "tokenizer.json") == 0;
+      vocab_json.size() >= suffix.size() &&
+      vocab_json.compare(vocab_json.size() - suffix.size(), suffix.size(), suffix) == 0;
   if (kind == "hf" || (kind == "gpt2" && named_tokenizer_json && merges_txt.empty())) {
     if (vocab_json.empty())
       throw ConfigError("tokenizer 'hf' needs a HuggingFace tokenizer.json (or a folder with one)");

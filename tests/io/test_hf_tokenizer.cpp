@@ -36,8 +36,9 @@ std::string with_pre(const std::string& pre, const std::string& extra = "") {
 
 Pieces split_with(const std::string& behavior, bool invert, const std::string& text) {
   const std::string path = io_test::temp_name("split_" + behavior, ".json");
-  io_test::write_file(path, with_pre(R"({"type": "Split", "pattern": {"String": "-"}, "behavior": ")" +
-                                     behavior + R"(", "invert": )" + (invert ? "true" : "false") + "}"));
+  io_test::write_file(
+      path, with_pre(R"({"type": "Split", "pattern": {"String": "-"}, "behavior": ")" + behavior +
+                     R"(", "invert": )" + (invert ? "true" : "false") + "}"));
   HfTokenizer t(path);
   std::remove(path.c_str());
   return t.pre_tokenize(text);
@@ -64,7 +65,10 @@ TEST_CASE("Llama 3's pre-tokenizer regex runs exactly", "[io][tokenizer][hf]") {
   CHECK(t.pre_tokenize("\xE2\x80\x9CHi\xE2\x80\x9D") == Pieces{"\xE2\x80\x9CHi", "\xE2\x80\x9D"});
   // U+0085 (NEL) is White_Space, so \s: it is not a prefix of the following letters' group
   // twice over; with PCRE2's own \s (which lacks it) this would give {"a", NEL NEL, "b"}.
-  CHECK(t.pre_tokenize("a\xC2\x85\xC2\x85" "b") == Pieces{"a", "\xC2\x85", "\xC2\x85" "b"});
+  CHECK(t.pre_tokenize("a\xC2\x85\xC2\x85"
+                       "b") == Pieces{"a", "\xC2\x85",
+                                      "\xC2\x85"
+                                      "b"});
   // Bytes that are not UTF-8 count as letters and are kept.
   CHECK(t.pre_tokenize("x\xFFy z") == Pieces{"x\xFFy", " z"});
   CHECK(t.pre_tokenize("") == Pieces{});
@@ -89,7 +93,8 @@ TEST_CASE("the PCRE2 pre-tokenizers split as Python's regex module does", "[io][
 }
 
 TEST_CASE("GPT-2's regex through PCRE2 treats U+0085 as whitespace", "[io][tokenizer][hf]") {
-  CHECK(gpt2_pretokenize("a\xC2\x85\xC2\x85" "b") == Pieces{"a", "\xC2\x85", "\xC2\x85", "b"});
+  CHECK(gpt2_pretokenize("a\xC2\x85\xC2\x85"
+                         "b") == Pieces{"a", "\xC2\x85", "\xC2\x85", "b"});
   CHECK(gpt2_pretokenize("\xD9\xA1\xD9\xA2x") == Pieces{"\xD9\xA1\xD9\xA2", "x"});  // digits
 }
 
@@ -162,8 +167,7 @@ TEST_CASE("A hand-made Llama 3 style tokenizer.json encodes as worked out by han
   CHECK(has(config_error([&] { tok->decode({5, 38}); }), "token id 38 at position 1"));
 }
 
-TEST_CASE("GPT-2's tokenizer.json encodes as its vocab.json + merges.txt",
-          "[io][tokenizer][hf]") {
+TEST_CASE("GPT-2's tokenizer.json encodes as its vocab.json + merges.txt", "[io][tokenizer][hf]") {
   const auto a = make_tokenizer("gpt2", kData + "/tiny_vocab.json", kData + "/tiny_merges.txt");
   const auto b = make_tokenizer("hf", kGpt2Json, "");
   // A tokenizer.json given as the gpt2 kind's only file is read as one.
@@ -171,11 +175,12 @@ TEST_CASE("GPT-2's tokenizer.json encodes as its vocab.json + merges.txt",
   REQUIRE(c->name() == "hf");
   REQUIRE(b->vocab_size() == a->vocab_size());
   REQUIRE(b->eot() == a->eot());
-  for (const std::string text : {"hello", "hello world", " hello", "hello, hello!", "don't 42",
-                                 "hi  \n", "hi   world", "\nhello", "h\xC3\xA9", "hello h\xC3\xA9",
-                                 "hello<|endoftext|>hello"}) {
+  for (const std::string text :
+       {"hello", "hello world", " hello", "hello, hello!", "don't 42", "hi  \n", "hi   world",
+        "\nhello", "h\xC3\xA9", "hello h\xC3\xA9", "hello<|endoftext|>hello"}) {
     INFO("text: '" << text << "'");
-    if (std::string(text).find("<|") == std::string::npos) CHECK(b->encode(text) == a->encode(text));
+    if (std::string(text).find("<|") == std::string::npos)
+      CHECK(b->encode(text) == a->encode(text));
     CHECK(b->decode(b->encode(text)) == text);
   }
   // The added token is matched in the text (the vocab.json tokenizer has no such rule).
@@ -209,14 +214,18 @@ TEST_CASE("tokenizer.json: unsupported or broken files are named with the part",
     io_test::write_file(path, text);
     return config_error([&] { HfTokenizer t(path); });
   };
-  std::string w = error_for(with_pre(R"({"type": "Split", "pattern": {"Regex": "("}, "behavior": "Isolated"})"));
+  std::string w = error_for(
+      with_pre(R"({"type": "Split", "pattern": {"Regex": "("}, "behavior": "Isolated"})"));
   INFO(w);
   CHECK(has(w, path));
   CHECK(has(w, "does not compile"));
-  CHECK(has(error_for(with_pre(R"({"type": "Whitespace"})")), "pre-tokenizer 'Whitespace' is not supported"));
-  CHECK(has(error_for(with_pre(R"({"type": "Split", "pattern": {"String": "-"}, "behavior": "Sideways"})")),
+  CHECK(has(error_for(with_pre(R"({"type": "Whitespace"})")),
+            "pre-tokenizer 'Whitespace' is not supported"));
+  CHECK(has(error_for(with_pre(
+                R"({"type": "Split", "pattern": {"String": "-"}, "behavior": "Sideways"})")),
             "behavior 'Sideways' is unknown"));
-  CHECK(has(error_for(R"({"normalizer": {"type": "NFC"}, "model": {}})"), "normalizer 'NFC' is not supported"));
+  CHECK(has(error_for(R"({"normalizer": {"type": "NFC"}, "model": {}})"),
+            "normalizer 'NFC' is not supported"));
   CHECK(has(error_for(R"({"pre_tokenizer": {"type": "ByteLevel"},
                          "model": {"type": "WordPiece", "vocab": {"a": 0}}})"),
             "model type 'WordPiece' is not supported"));
@@ -231,5 +240,6 @@ TEST_CASE("tokenizer.json: unsupported or broken files are named with the part",
   CHECK(has(error_for("{\"model\": "), "JSON error"));
   std::remove(path.c_str());
   CHECK(has(config_error([&] { HfTokenizer t("no/such/tokenizer.json"); }), "cannot be opened"));
-  CHECK(has(config_error([&] { make_tokenizer("hf", "", ""); }), "needs a HuggingFace tokenizer.json"));
+  CHECK(has(config_error([&] { make_tokenizer("hf", "", ""); }),
+            "needs a HuggingFace tokenizer.json"));
 }

@@ -107,9 +107,10 @@ TEST_CASE("prep with a tokenizer.json puts EOS after each document", "[io][prep]
   const std::string a = io_test::temp_name("prep_hf", ".txt");
   io_test::write_file(a, "hello world\n(hello)\n");
   const std::string out = io_test::temp_name("prep_hf_out", "");
-  const std::vector<std::string> base = {"--prep.input", a, "--prep.output", out, "--prep.tokenizer",
-                                         "hf", "--prep.tokenizer_json",
-                                         kData + "/tiny_llama3_tokenizer.json", "--prep.val_fraction", "0"};
+  const std::vector<std::string> base = {"--prep.input", a, "--prep.output", out,
+                                         "--prep.tokenizer", "hf", "--prep.tokenizer_json",
+                                         kData + "/tiny_llama3_tokenizer.json",
+                                         "--prep.val_fraction", "0"};
   // One document per file: the tokenizer's EOS (<|end_of_text|>, 41) after it.
   auto s = app::run_prep(parse(base));
   REQUIRE(s.documents == 1);
@@ -163,7 +164,8 @@ TEST_CASE("the books of the shipped corpus are its documents", "[io][prep]") {
   }
   REQUIRE(total == text.size());
   REQUIRE(io::split_documents("", "", "test").size() == 1);
-  REQUIRE(io::split_documents("a\nb\n", "^b", "test") == std::vector<std::string_view>{"a\n", "b\n"});
+  REQUIRE(io::split_documents("a\nb\n", "^b", "test") ==
+          std::vector<std::string_view>{"a\n", "b\n"});
 }
 
 TEST_CASE("prep options and inputs are checked", "[io][prep]") {

@@ -40,7 +40,8 @@ std::uint32_t bits(float f) {
 // tensor with 100-byte shards -> shards {w (252 B, alone)}, {b (20) + e (48)}, {last (36)}.
 struct Folder {
   std::string dir = io_test::temp_name("sharded", "");
-  std::vector<float> w = iota(63, -3.0f), b = iota(5, 1.0f), e = iota(24, -1.5f), last = iota(9, 7.0f);
+  std::vector<float> w = iota(63, -3.0f), b = iota(5, 1.0f), e = iota(24, -1.5f),
+                     last = iota(9, 7.0f);
   Folder() {
     fs::remove_all(dir);
     ShardedSafetensorsWriter out(dir,
@@ -153,7 +154,8 @@ TEST_CASE("sharded reader: row and column slices read only their bytes",
 
   REQUIRE(has(config_error([&] { r.read_rows_f32("model.w", 5, 8); }), "rows [5, 8)"));
   REQUIRE(has(config_error([&] { r.read_cols_f32("model.w", 8, 10); }), "columns [8, 10)"));
-  REQUIRE(has(config_error([&] { r.read_cols_f32("model.b", 0, 1); }), "cannot be read by columns"));
+  REQUIRE(
+      has(config_error([&] { r.read_cols_f32("model.b", 0, 1); }), "cannot be read by columns"));
   REQUIRE(has(config_error([&] { r.info("nope"); }), "has no tensor 'nope'"));
 }
 
@@ -163,8 +165,8 @@ TEST_CASE("sharded reader: F32 to bf16 rounds to nearest even; F16 sources",
   fs::remove_all(dir);
   // 1 + 2^-8 is halfway between two bf16 values and rounds to the even one (1); 1 + 3 * 2^-8
   // rounds up to 1 + 2^-6; 1 + 2^-8 + 2^-20 is above halfway and rounds up to 1 + 2^-7.
-  const std::vector<float> v = {1.0f + 1.0f / 256, 1.0f + 3.0f / 256, 1.0f + 1.0f / 256 + 1.0f / (1 << 20),
-                                -2.0f};
+  const std::vector<float> v = {1.0f + 1.0f / 256, 1.0f + 3.0f / 256,
+                                1.0f + 1.0f / 256 + 1.0f / (1 << 20), -2.0f};
   {
     ShardedSafetensorsWriter out(dir, {{"v", "F32", {4}}}, 1 << 20);
     out.append("v", v.data(), v.size());
@@ -189,7 +191,8 @@ TEST_CASE("sharded reader: F32 to bf16 rounds to nearest even; F16 sources",
   fs::remove_all(dir);
 }
 
-TEST_CASE("sharded reader: bad folders name the file and the tensor", "[io][safetensors][sharded]") {
+TEST_CASE("sharded reader: bad folders name the file and the tensor",
+          "[io][safetensors][sharded]") {
   Folder f;
   const std::string index = f.dir + "/model.safetensors.index.json";
   const std::string good_index = read_all(index);
@@ -204,14 +207,16 @@ TEST_CASE("sharded reader: bad folders name the file and the tensor", "[io][safe
                     s3 = "\"lm_head.weight\": \"model-00003-of-00003.safetensors\"";
 
   // A shard named in the index that is missing.
-  std::string w = with_index(s1 + ", " + s2 + ", \"lm_head.weight\": \"model-00004-of-00004.safetensors\"");
+  std::string w =
+      with_index(s1 + ", " + s2 + ", \"lm_head.weight\": \"model-00004-of-00004.safetensors\"");
   INFO(w);
   CHECK(has(w, index));
   CHECK(has(w, "'lm_head.weight'"));
   CHECK(has(w, "model-00004-of-00004.safetensors"));
   CHECK(has(w, "does not exist"));
   // The index puts a tensor in a shard that does not hold it.
-  w = with_index(s1 + ", " + s2 + ", " + s3 + ", \"model.extra\": \"model-00003-of-00003.safetensors\"");
+  w = with_index(s1 + ", " + s2 + ", " + s3 +
+                 ", \"model.extra\": \"model-00003-of-00003.safetensors\"");
   CHECK(has(w, "model-00003-of-00003.safetensors has no tensor 'model.extra'"));
   w = with_index(s1 + ", \"model.b\": \"model-00003-of-00003.safetensors\", " + s3);
   CHECK(has(w, "has no tensor 'model.b'"));
@@ -226,7 +231,8 @@ TEST_CASE("sharded reader: bad folders name the file and the tensor", "[io][safe
   w = config_error([&] { r.expect("model.w", {9, 7}); });
   CHECK(has(w, f.dir + "/model-00001-of-00003.safetensors: tensor 'model.w' has shape [7, 9]"));
   CHECK(has(w, "needs [9, 7]"));
-  CHECK(has(config_error([&] { r.expect("model.missing", {1}); }), "has no tensor 'model.missing'"));
+  CHECK(
+      has(config_error([&] { r.expect("model.missing", {1}); }), "has no tensor 'model.missing'"));
 
   // A truncated shard is caught by its header check.
   const std::string last = f.dir + "/model-00003-of-00003.safetensors";
@@ -244,7 +250,8 @@ TEST_CASE("sharded reader: long row ranges are read in 16 MiB runs", "[io][safet
   fs::remove_all(dir);
   const std::size_t rows = 4608, cols = 1024;  // 18 MiB of F32
   {
-    ShardedSafetensorsWriter out(dir, {{"big", "F32", {std::int64_t(rows), std::int64_t(cols)}}}, 1 << 30);
+    ShardedSafetensorsWriter out(dir, {{"big", "F32", {std::int64_t(rows), std::int64_t(cols)}}},
+                                 1 << 30);
     std::vector<float> row(cols);
     for (std::size_t r = 0; r < rows; ++r) {  // streamed a row at a time
       for (std::size_t c = 0; c < cols; ++c) row[c] = float(r) + float(c) / 1024.0f;

@@ -20,7 +20,8 @@ std::vector<double> inv_freq_double(int HS, const RopeConfig& c) {
   for (int i = 0; i < HS / 2; ++i) inv[i] = 1.0 / std::pow(c.theta, double(2 * i) / HS);
   if (!c.llama3_scaling) return inv;
   const double old_len = c.original_max_position_embeddings;
-  const double low_wavelen = old_len / c.low_freq_factor, high_wavelen = old_len / c.high_freq_factor;
+  const double low_wavelen = old_len / c.low_freq_factor;
+  const double high_wavelen = old_len / c.high_freq_factor;
   for (double& f : inv) {
     const double wavelen = 2 * M_PI / f;
     if (wavelen < high_wavelen) continue;
@@ -28,7 +29,8 @@ std::vector<double> inv_freq_double(int HS, const RopeConfig& c) {
       f /= c.factor;
       continue;
     }
-    const double s = (old_len / wavelen - c.low_freq_factor) / (c.high_freq_factor - c.low_freq_factor);
+    const double s =
+        (old_len / wavelen - c.low_freq_factor) / (c.high_freq_factor - c.low_freq_factor);
     f = (1 - s) * f / c.factor + s * f;
   }
   return inv;
