@@ -4,6 +4,7 @@
 // HF's apply_rotary_pos_emb (rotate_half), v untouched, positions restarting per sequence;
 // the backward (double) against central finite differences, and backward o forward = identity.
 #include <cmath>
+#include <cstdlib>
 
 #include "kernel_test_util.hpp"
 #include "meshtrain/io/safetensors.hpp"
@@ -103,7 +104,10 @@ TEST_CASE("rope tables equal the fixture's, which torch computed as HF does",
   // torch computes in fp32 with HF's operations, for the default rope and Llama 3 scaling
   // (factor 8, low 1, high 4, original 64). The host mirror may differ from torch's vectorised
   // pow by an ulp; the tables then by a few ulp of the angle.
-  const meshtrain::io::SafetensorsReader fx(std::string(MESHTRAIN_SOURCE_DIR) +
+  // The source tree is compiled in; MESHTRAIN_SOURCE_DIR in the environment overrides it (a
+  // bundle run on another machine), as for the GPT-2 fixture.
+  const char* env = std::getenv("MESHTRAIN_SOURCE_DIR");
+  const meshtrain::io::SafetensorsReader fx(std::string(env ? env : MESHTRAIN_SOURCE_DIR) +
                                             "/tests/fixtures/llama_tiny_v1.safetensors");
   ExecSpace exec;
   for (const bool scaled : {false, true}) {
