@@ -35,7 +35,24 @@ po::options_description prep_options() {
       ("prep.output", po::value<std::string>(),
        "output prefix: writes <prefix>_train_000000.bin ... and <prefix>_val_000000.bin")
       ("prep.tokenizer", po::value<std::string>()->default_value("byte"),
-       "byte (vocab 256) or gpt2 (needs prep.vocab_json and prep.merges_txt)")
+       "byte (vocab 256), gpt2 (needs prep.vocab_json and prep.merges_txt) or hf (needs "
+       "prep.tokenizer_json)")
+      ("prep.tokenizer_json", po::value<std::string>()->default_value(""),
+       "HuggingFace tokenizer.json, or a folder holding one (prep.tokenizer = hf)")
+      ("prep.document_start", po::value<std::string>()->default_value(""),
+       "PCRE2 regex; a line that matches it starts a new document, e.g. "
+       "'^(?:[12] )?[A-Z][a-z]+ 1$' for the books of inputs/kjv.txt. Empty: each input file "
+       "is one document")
+      ("prep.bos", po::value<bool>()->default_value(false)->implicit_value(true),
+       "hf: put the tokenizer's BOS token before each document")
+      ("prep.eos", po::value<bool>()->default_value(true)->implicit_value(true),
+       "hf: put the tokenizer's EOS token after each document")
+      ("prep.bos_token", po::value<std::string>()->default_value(""),
+       "hf: the BOS token's text (default: tokenizer_config.json's bos_token, else the first "
+       "token of the tokenizer's template)")
+      ("prep.eos_token", po::value<std::string>()->default_value(""),
+       "hf: the EOS token's text (default: tokenizer_config.json's eos_token, else the first of "
+       "<|end_of_text|>, <|endoftext|>, </s>, <eos> in the tokenizer)")
       ("prep.vocab_json", po::value<std::string>()->default_value(""),
        "HuggingFace GPT-2 vocab.json (prep.tokenizer = gpt2)")
       ("prep.merges_txt", po::value<std::string>()->default_value(""),
@@ -66,12 +83,21 @@ PrepConfig prep_config(const po::variables_map& vm) {
   c.tokenizer = vm["prep.tokenizer"].as<std::string>();
   c.vocab_json = vm["prep.vocab_json"].as<std::string>();
   c.merges_txt = vm["prep.merges_txt"].as<std::string>();
+  c.tokenizer_json = vm["prep.tokenizer_json"].as<std::string>();
+  c.document_start = vm["prep.document_start"].as<std::string>();
+  c.add_bos = vm["prep.bos"].as<bool>();
+  c.add_eos = vm["prep.eos"].as<bool>();
+  c.bos_token = vm["prep.bos_token"].as<std::string>();
+  c.eos_token = vm["prep.eos_token"].as<std::string>();
   c.val_fraction = vm["prep.val_fraction"].as<double>();
   c.shard_tokens = vm["prep.shard_tokens"].as<std::int64_t>();
-  if (c.tokenizer != "byte" && c.tokenizer != "gpt2")
-    throw ConfigError(cat("prep.tokenizer='", c.tokenizer, "' is not one of byte, gpt2"));
+  if (c.tokenizer != "byte" && c.tokenizer != "gpt2" && c.tokenizer != "hf")
+    throw ConfigError(cat("prep.tokenizer='", c.tokenizer, "' is not one of byte, gpt2, hf"));
   if (c.tokenizer == "gpt2" && (c.vocab_json.empty() || c.merges_txt.empty()))
     throw ConfigError("prep.tokenizer=gpt2 needs prep.vocab_json and prep.merges_txt");
+  if (c.tokenizer == "hf" && c.tokenizer_json.empty())
+    throw ConfigError(
+        "prep.tokenizer=hf needs prep.tokenizer_json (a tokenizer.json or its folder)");
   if (!(c.val_fraction >= 0 && c.val_fraction < 1))
     throw ConfigError(cat("prep.val_fraction=", c.val_fraction, " must be in [0, 1)"));
   if (c.shard_tokens <= 0 || c.shard_tokens > INT32_MAX)
@@ -129,12 +155,32 @@ std::vector<std::string> write_split(const std::string& prefix, const char* spli
 }  // namespace
 
 PrepSummary run_prep(const PrepConfig& c) {
-  const auto tok = io::make_tokenizer(c.tokenizer, c.vocab_json, c.merges_txt);
+  const std::unique_ptr<io::Tokenizer> tok =
+      c.tokenizer == "hf"
+          ? std::make_unique<io::HfTokenizer>(c.tokenizer_json, c.bos_token, c.eos_token)
+          : io::make_tokenizer(c.tokenizer, c.vocab_json, c.merges_txt);
+  // Separators around each document. GPT-2 (llm.c's convention): <|endoftext|> before each, so
+  // the model learns where documents begin; hf: the tokenizer's BOS before (prep.bos) and EOS
+  // after (prep.eos); the byte tokenizer has no such tokens and just concatenates.
+  int before = -1, after = -1;
+  if (c.tokenizer == "gpt2") before = tok->eot();
+  if (c.tokenizer == "hf") {
+    const std::string& file = static_cast<const io::HfTokenizer&>(*tok).path();
+    if (c.add_bos && tok->bos() < 0)
+      throw ConfigError(cat("prep.bos: the tokenizer ", file, " has no BOS token; name one with "
+                            "prep.bos_token"));
+    if (c.add_eos && tok->eot() < 0)
+      throw ConfigError(cat("prep.eos: the tokenizer ", file, " has no EOS token that meshtrain "
+                            "recognises; name one with prep.eos_token (or set prep.eos=false)"));
+    before = c.add_bos ? tok->bos() : -1;
+    after = c.add_eos ? tok->eot() : -1;
+  }
   // Shards store uint16 tokens: ids 0..65535.
   if (tok->vocab_size() > 65536)
     throw ConfigError(cat("prep.tokenizer=", c.tokenizer, ": the vocabulary has ", tok->vocab_size(),
                           " ids but token shards store uint16 (at most 65536 ids)",
-                          c.vocab_json.empty() ? "" : cat(" (", c.vocab_json, ")")));
+                          c.vocab_json.empty() ? "" : cat(" (", c.vocab_json, ")"),
+                          c.tokenizer_json.empty() ? "" : cat(" (", c.tokenizer_json, ")")));
   PrepSummary s;
   s.tokenizer = tok->name();
   s.vocab_size = tok->vocab_size();
@@ -142,10 +188,13 @@ PrepSummary run_prep(const PrepConfig& c) {
   for (const auto& path : c.inputs) {
     const std::string text = read_text(path);
     s.input_bytes += text.size();
-    // llm.c's convention: every document starts with <|endoftext|>, so the model learns where
-    // documents begin; the byte tokenizer has no such token and just concatenates.
-    if (tok->eot() >= 0) tokens.push_back(static_cast<std::uint16_t>(tok->eot()));
-    for (std::int32_t t : tok->encode(text)) tokens.push_back(static_cast<std::uint16_t>(t));
+    for (std::string_view doc :
+         io::split_documents(text, c.document_start, "prep.document_start")) {
+      ++s.documents;
+      if (before >= 0) tokens.push_back(static_cast<std::uint16_t>(before));
+      for (std::int32_t t : tok->encode(doc)) tokens.push_back(static_cast<std::uint16_t>(t));
+      if (after >= 0) tokens.push_back(static_cast<std::uint16_t>(after));
+    }
   }
   if (s.input_bytes == 0) throw ConfigError("prep.input: the input files are empty");
   const std::size_t n = tokens.size();
@@ -190,8 +239,9 @@ int cmd_prep(Runtime& rt, const std::vector<std::string>& args) {
         for (const auto& x : f) out += cat(out.empty() ? "" : ", ", x);
         return out;
       };
-      logging::info("prep: ", c.inputs.size(), " input file(s), ", s.input_bytes, " bytes; tokenizer ",
-                s.tokenizer, " (vocab ", s.vocab_size, ")");
+      logging::info("prep: ", c.inputs.size(), " input file(s), ", s.input_bytes, " bytes, ",
+                    s.documents, " document(s); tokenizer ", s.tokenizer, " (vocab ",
+                    s.vocab_size, ")");
       logging::info("prep: train ", s.train_tokens, " tokens in ", s.train_files.size(),
                 " shard(s): ", list(s.train_files));
       if (!s.val_files.empty())

@@ -16,6 +16,7 @@
 #include <limits>
 
 #include "meshtrain/core/error.hpp"
+#include "float16.hpp"
 #include "meshtrain/io/json.hpp"
 
 namespace meshtrain::io {
@@ -35,28 +36,7 @@ int dtype_size(const std::string& d) {
   return 0;
 }
 
-// IEEE 754 binary16 -> binary32, exact (every half is a float).
-float half_to_float(std::uint16_t h) {
-  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000) << 16;
-  std::uint32_t exp = (h >> 10) & 0x1F;
-  std::uint32_t mant = h & 0x3FF;
-  std::uint32_t bits;
-  if (exp == 0x1F) {
-    bits = sign | 0x7F800000u | (mant << 13);  // inf, nan
-  } else if (exp != 0) {
-    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-  } else if (mant == 0) {
-    bits = sign;
-  } else {  // subnormal half: normalise, it is a normal float
-    exp = 127 - 15 + 1;
-    while (!(mant & 0x400)) {
-      mant <<= 1;
-      --exp;
-    }
-    bits = sign | (exp << 23) | ((mant & 0x3FF) << 13);
-  }
-  return std::bit_cast<float>(bits);
-}
+using detail::half_to_float;
 
 std::string where(const std::string& path) { return cat("safetensors file '", path, "'"); }
 

@@ -1,7 +1,9 @@
-// The byte tokenizer and the tokenizer factory. The GPT-2 BPE tokenizer is in bpe_tokenizer.cpp.
+// The byte tokenizer and the tokenizer factory. The GPT-2 BPE tokenizer is in bpe_tokenizer.cpp,
+// the HuggingFace tokenizer.json one in hf_tokenizer.cpp.
 #include "meshtrain/io/tokenizer.hpp"
 
 #include "meshtrain/core/error.hpp"
+#include "pcre2_regex.hpp"
 
 namespace meshtrain::io {
 
@@ -22,15 +24,45 @@ std::string ByteTokenizer::decode(const std::vector<std::int32_t>& tokens) const
   return out;
 }
 
+std::vector<std::string_view> split_documents(std::string_view text, const std::string& line_regex,
+                                              const std::string& what) {
+  std::vector<std::string_view> docs;
+  if (line_regex.empty()) return {text};  // even an empty file is a document
+  const detail::Pcre2Regex re(line_regex, what);
+  std::size_t doc_start = 0;
+  for (std::size_t line = 0; line < text.size();) {
+    std::size_t end = text.find('\n', line);
+    if (end == std::string_view::npos) end = text.size();
+    bool hit = false;
+    re.for_each_match(text.substr(line, end - line), [&](std::size_t, std::size_t) { hit = true; });
+    if (hit && line > doc_start) {
+      docs.push_back(text.substr(doc_start, line - doc_start));
+      doc_start = line;
+    }
+    line = end + 1;
+  }
+  if (doc_start < text.size()) docs.push_back(text.substr(doc_start));
+  return docs;
+}
+
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& kind, const std::string& vocab_json,
                                           const std::string& merges_txt) {
   if (kind == "byte") return std::make_unique<ByteTokenizer>();
+  const std::string_view suffix = "tokenizer.json";
+  const bool named_tokenizer_json =
+      vocab_json.size() >= suffix.size() &&
+      vocab_json.compare(vocab_json.size() - suffix.size(), suffix.size(), suffix) == 0;
+  if (kind == "hf" || (kind == "gpt2" && named_tokenizer_json && merges_txt.empty())) {
+    if (vocab_json.empty())
+      throw ConfigError("tokenizer 'hf' needs a HuggingFace tokenizer.json (or a folder with one)");
+    return std::make_unique<HfTokenizer>(vocab_json);
+  }
   if (kind == "gpt2") {
     if (vocab_json.empty() || merges_txt.empty())
       throw ConfigError("tokenizer 'gpt2' needs both a vocab.json and a merges.txt file");
     return std::make_unique<Gpt2BpeTokenizer>(vocab_json, merges_txt);
   }
-  throw ConfigError(cat("tokenizer '", kind, "' is unknown; expected 'byte' or 'gpt2'"));
+  throw ConfigError(cat("tokenizer '", kind, "' is unknown; expected 'byte', 'gpt2' or 'hf'"));
 }
 
 }  // namespace meshtrain::io

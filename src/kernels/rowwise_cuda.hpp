@@ -1,9 +1,9 @@
 #pragma once
-// Private to src/kernels/: CUDA kernels for the row-wise ops, LayerNorm (layernorm_cuda.cpp) and
-// the fused softmax cross-entropy (cross_entropy_cuda.cpp), that layernorm_* and
-// cross_entropy_* run on a Kokkos::Cuda execution space. Same contracts as
-// meshtrain/kernels/layernorm.hpp and cross_entropy.hpp; the Kokkos kernels (*_portable) stay
-// the path for every other case and the tests' oracle.
+// Private to src/kernels/: CUDA kernels for the row-wise ops, LayerNorm (layernorm_cuda.cpp),
+// RMSNorm (rmsnorm_cuda.cpp) and the fused softmax cross-entropy (cross_entropy_cuda.cpp), that
+// layernorm_*, rmsnorm_* and cross_entropy_* run on a Kokkos::Cuda execution space. Same
+// contracts as meshtrain/kernels/layernorm.hpp, rmsnorm.hpp and cross_entropy.hpp; the Kokkos
+// kernels (*_portable) stay the path for every other case and the tests' oracle.
 #include <cstdint>
 #include <type_traits>
 
@@ -39,6 +39,14 @@ bool layernorm_backward_cuda(const ExecSpace& exec, View1<T> dinp, View1<T> dwei
                              View1<T> dbias, View1<const T> dout, View1<const T> inp,
                              View1<const T> weight, View1<const float> mean,
                              View1<const float> rstd, int N, int C);
+// rmsnorm_*_cuda: the same rules as layernorm_*_cuda (rmsnorm_cuda.cpp).
+template <class T>
+bool rmsnorm_forward_cuda(const ExecSpace& exec, View1<T> out, View1<float> rstd,
+                          View1<const T> inp, View1<const T> weight, int N, int C, float eps);
+template <class T>
+bool rmsnorm_backward_cuda(const ExecSpace& exec, View1<T> dinp, View1<T> dweight,
+                           View1<const T> dout, View1<const T> inp, View1<const T> weight,
+                           View1<const float> rstd, int N, int C);
 template <class T>
 bool cross_entropy_forward_backward_cuda(const ExecSpace& exec, View1<float> losses,
                                          View1<T> logits, View1<const std::int32_t> targets,

@@ -13,9 +13,12 @@ target_sources(meshtrain_lib PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/layernorm.cpp
   ${CMAKE_CURRENT_LIST_DIR}/linear.cpp
   ${CMAKE_CURRENT_LIST_DIR}/residual.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/rmsnorm.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/rotary.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/swiglu.cpp
   ${CMAKE_CURRENT_LIST_DIR}/workspace.cpp
 )
-# CUDA flash-attention, LayerNorm and cross-entropy kernels and the cuBLASLt GEMM path: plain
+# CUDA flash-attention, LayerNorm, RMSNorm and cross-entropy kernels and the cuBLASLt GEMM path: plain
 # .cpp compiled by nvcc_wrapper (the project enables no CUDA language); each file is empty
 # unless KOKKOS_ENABLE_CUDA.
 if(MESHTRAIN_ENABLE_CUDA)
@@ -27,6 +30,7 @@ if(MESHTRAIN_ENABLE_CUDA)
     ${CMAKE_CURRENT_LIST_DIR}/attention_cuda_f32.cpp
     ${CMAKE_CURRENT_LIST_DIR}/cross_entropy_cuda.cpp
     ${CMAKE_CURRENT_LIST_DIR}/layernorm_cuda.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/rmsnorm_cuda.cpp
   )
 endif()
 # The kernels never read errno. Without -fno-math-errno GCC must treat every exp/sqrt call as a
@@ -43,6 +47,8 @@ if(NOT MESHTRAIN_ENABLE_CUDA AND CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
     ${CMAKE_CURRENT_LIST_DIR}/gelu.cpp
     ${CMAKE_CURRENT_LIST_DIR}/gemm_ex.cpp
     ${CMAKE_CURRENT_LIST_DIR}/layernorm.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/rmsnorm.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/swiglu.cpp
     APPEND PROPERTY COMPILE_OPTIONS -fno-math-errno)
   # The host loops of GELU and cross-entropy clamp and select with comparisons; -ftrapping-math
   # (the default) forbids evaluating them speculatively, which is what vectorising them needs.

@@ -1,6 +1,8 @@
 // `meshtrain prep` as a library function: options, splits, shard sizes, tokenizers, errors.
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -99,6 +101,71 @@ TEST_CASE("prep with the GPT-2 tokenizer starts each document with <|endoftext|>
   REQUIRE(has(w, "big_vocab.json"));
   std::remove(a.c_str());
   std::remove(b.c_str());
+}
+
+TEST_CASE("prep with a tokenizer.json puts EOS after each document", "[io][prep][hf]") {
+  const std::string a = io_test::temp_name("prep_hf", ".txt");
+  io_test::write_file(a, "hello world\n(hello)\n");
+  const std::string out = io_test::temp_name("prep_hf_out", "");
+  const std::vector<std::string> base = {"--prep.input", a, "--prep.output", out,
+                                         "--prep.tokenizer", "hf", "--prep.tokenizer_json",
+                                         kData + "/tiny_llama3_tokenizer.json",
+                                         "--prep.val_fraction", "0"};
+  // One document per file: the tokenizer's EOS (<|end_of_text|>, 41) after it.
+  auto s = app::run_prep(parse(base));
+  REQUIRE(s.documents == 1);
+  REQUIRE(s.vocab_size == 42);
+  REQUIRE(read_tokens(s.train_files) == std::vector<std::uint16_t>{24, 28, 13, 19, 24, 20, 13, 41});
+  // A line starting with '(' starts a document; BOS (40) before each as well.
+  auto args = base;
+  args.insert(args.end(), {"--prep.document_start", "^\\(", "--prep.bos"});
+  s = app::run_prep(parse(args));
+  REQUIRE(s.documents == 2);
+  REQUIRE(read_tokens(s.train_files) ==
+          std::vector<std::uint16_t>{40, 24, 28, 13, 41, 40, 19, 24, 20, 13, 41});
+  // Other separator tokens by name; none at all.
+  args = base;
+  args.insert(args.end(), {"--prep.eos_token", "<mask>"});
+  s = app::run_prep(parse(args));
+  REQUIRE(read_tokens(s.train_files).back() == 39);
+  args = base;
+  args.insert(args.end(), {"--prep.eos", "false"});
+  s = app::run_prep(parse(args));
+  REQUIRE(read_tokens(s.train_files) == std::vector<std::uint16_t>{24, 28, 13, 19, 24, 20, 13});
+  args = base;
+  args.insert(args.end(), {"--prep.eos_token", "<none>"});
+  REQUIRE(has(config_error([&] { app::run_prep(parse(args)); }), "the EOS token '<none>'"));
+  args = base;
+  args.insert(args.end(), {"--prep.document_start", "(("});
+  REQUIRE(has(config_error([&] { app::run_prep(parse(args)); }), "prep.document_start"));
+  REQUIRE(has(config_error([&] { parse({"--prep.input", a, "--prep.output", out,
+                                        "--prep.tokenizer", "hf"}); }),
+              "needs prep.tokenizer_json"));
+  for (const auto& f : s.train_files) std::remove(f.c_str());
+  std::remove(a.c_str());
+}
+
+TEST_CASE("the books of the shipped corpus are its documents", "[io][prep]") {
+  // inputs/README.md: kjv.txt holds ten books, each opening with its chapter-1 heading
+  // ("Genesis 1", ..., "1 Samuel 1"); prep.document_start as given in prep's --help.
+  std::ifstream in(kData + "/../../../inputs/kjv.txt", std::ios::binary);
+  REQUIRE(in);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto docs = io::split_documents(text, "^(?:[12] )?[A-Z][a-z]+ 1$", "test");
+  REQUIRE(docs.size() == 10);
+  const char* heads[] = {"Genesis 1\n", "Exodus 1\n", "Leviticus 1\n", "Numbers 1\n",
+                         "Deuteronomy 1\n", "Joshua 1\n", "Judges 1\n", "Ruth 1\n",
+                         "1 Samuel 1\n", "2 Samuel 1\n"};
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < docs.size(); ++i) {
+    INFO("document " << i);
+    CHECK(docs[i].substr(0, std::string(heads[i]).size()) == heads[i]);
+    total += docs[i].size();
+  }
+  REQUIRE(total == text.size());
+  REQUIRE(io::split_documents("", "", "test").size() == 1);
+  REQUIRE(io::split_documents("a\nb\n", "^b", "test") ==
+          std::vector<std::string_view>{"a\n", "b\n"});
 }
 
 TEST_CASE("prep options and inputs are checked", "[io][prep]") {

@@ -4,9 +4,12 @@ meshtrain_add_test(NAME test_io_json SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_json
 meshtrain_add_test(NAME test_io_token_shard SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_token_shard.cpp)
 meshtrain_add_test(NAME test_io_dataset SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_dataset.cpp)
 meshtrain_add_test(NAME test_io_tokenizer SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tokenizer.cpp)
+meshtrain_add_test(NAME test_io_hf_tokenizer SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_hf_tokenizer.cpp)
 meshtrain_add_test(NAME test_io_safetensors SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_safetensors.cpp)
+meshtrain_add_test(NAME test_io_safetensors_sharded
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_safetensors_sharded.cpp)
 meshtrain_add_test(NAME test_io_prep SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_prep.cpp)
-foreach(t test_io_tokenizer test_io_prep)
+foreach(t test_io_tokenizer test_io_hf_tokenizer test_io_prep)
   target_compile_definitions(${t} PRIVATE MESHTRAIN_IO_TEST_DATA="${MESHTRAIN_IO_TEST_DATA}")
 endforeach()
 meshtrain_add_test(NAME test_io_checkpoint_layout

@@ -7,3 +7,8 @@ meshtrain_add_test(NAME test_kernels_attention SOURCES ${CMAKE_CURRENT_LIST_DIR}
 meshtrain_add_test(NAME test_kernels_cross_entropy SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cross_entropy.cpp)
 meshtrain_add_test(NAME test_kernels_adamw SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_adamw.cpp)
 meshtrain_add_test(NAME test_kernels_gemm_epilogue SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gemm_epilogue.cpp)
+meshtrain_add_test(NAME test_kernels_rmsnorm SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_rmsnorm.cpp)
+meshtrain_add_test(NAME test_kernels_rotary SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_rotary.cpp)
+meshtrain_add_test(NAME test_kernels_swiglu SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_swiglu.cpp)
+# The rotary table against the fp32 frequencies and angles of tests/fixtures/llama_tiny_v1.
+target_compile_definitions(test_kernels_rotary PRIVATE MESHTRAIN_SOURCE_DIR="${PROJECT_SOURCE_DIR}")

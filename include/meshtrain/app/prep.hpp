@@ -15,8 +15,14 @@ boost::program_options::options_description prep_options();
 struct PrepConfig {
   std::vector<std::string> inputs;  // text files, in order
   std::string output;               // prefix, e.g. inputs/data/kjv
-  std::string tokenizer = "byte";   // byte | gpt2
+  std::string tokenizer = "byte";   // byte | gpt2 | hf
   std::string vocab_json, merges_txt;
+  std::string tokenizer_json;       // hf: tokenizer.json or a folder with one
+  // A line matching this PCRE2 regex starts a document; empty: each input file is one.
+  std::string document_start;
+  // hf: BOS before / EOS after each document, and the tokens' texts ("" = the tokenizer's).
+  bool add_bos = false, add_eos = true;
+  std::string bos_token, eos_token;
   double val_fraction = 0.05;  // the last fraction of the tokens goes to validation
   std::int64_t shard_tokens = 100'000'000;
 };
@@ -24,7 +30,7 @@ struct PrepConfig {
 struct PrepSummary {
   std::string tokenizer;
   int vocab_size = 0;
-  std::uint64_t input_bytes = 0, train_tokens = 0, val_tokens = 0;
+  std::uint64_t input_bytes = 0, documents = 0, train_tokens = 0, val_tokens = 0;
   std::vector<std::string> train_files, val_files;
 };
 

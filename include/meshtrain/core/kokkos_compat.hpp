@@ -54,6 +54,7 @@ using Kokkos::sqrt;
 using Kokkos::tanh;
 using Kokkos::cosh;
 using Kokkos::cos;
+using Kokkos::sin;
 #else
 using Kokkos::Experimental::exp;
 using Kokkos::Experimental::expm1;
@@ -68,6 +69,7 @@ using Kokkos::Experimental::sqrt;
 using Kokkos::Experimental::tanh;
 using Kokkos::Experimental::cosh;
 using Kokkos::Experimental::cos;
+using Kokkos::Experimental::sin;
 #endif
 
 // Initialise Kokkos on a chosen device (-1: let Kokkos choose). Kokkos 4 replaced

@@ -24,6 +24,8 @@ class SafetensorsReader {
   const std::map<std::string, TensorInfo>& tensors() const { return tensors_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   bool has(const std::string& name) const { return tensors_.count(name) > 0; }
+  // File offset of the data section (tensor offsets are relative to it).
+  std::uint64_t data_start() const { return data_start_; }
   const TensorInfo& info(const std::string& name) const;  // ConfigError naming the tensor
   // Converted to float (F32, F16, BF16, F64 accepted) / int32 (I32, I64 accepted).
   std::vector<float> read_f32(const std::string& name) const;

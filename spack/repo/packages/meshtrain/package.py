@@ -33,6 +33,7 @@ class Meshtrain(CMakePackage, CudaPackage):
     depends_on("hdf5@1.10: +mpi")  # checkpoints are written collectively through MPI-IO
     depends_on("boost@1.70: +program_options")
     depends_on("blas")
+    depends_on("pcre2")
     depends_on("catch2@2.13:", type="test")
 
     depends_on("kokkos@4: +serial")

@@ -1,0 +1,106 @@
+// SwiGLU, element-wise over the I columns of each row of the packed [gate | up] buffer.
+//   s = sigmoid(g) = 1 / (1 + exp(-g)),  silu(g) = g s,  silu'(g) = s + g s (1 - s)
+// exp(-g) overflows to inf for g < ~-88: s is then 0 and so are silu and silu', as they should
+// be (no inf * 0). Host fp32 runs a plain loop with the vectorisable exp of host_exp.hpp (as
+// GELU's host path); everything else a flat Kokkos range, one thread per (row, column) pair,
+// consecutive threads on consecutive columns of gate and of up.
+#include "meshtrain/kernels/swiglu.hpp"
+
+#include <type_traits>
+
+#include "common.hpp"
+#include "host_exp.hpp"
+
+namespace meshtrain::kernels {
+
+namespace {
+void check_shape(const char* fn, int N, int I) {
+  MESHTRAIN_CHECK(N >= 0 && I > 0, fn, ": bad shape N=", N, ", I=", I);
+}
+}  // namespace
+
+template <class T>
+void swiglu_forward(const ExecSpace& exec, View1<T> out, View1<const T> gate_up, int N, int I) {
+  using Acc = detail::acc_t<T>;
+  using detail::acc;
+  using detail::Index;
+  check_shape("swiglu_forward", N, I);
+  detail::check_extent(out, std::size_t(N) * I, "swiglu_forward", "out");
+  detail::check_extent(gate_up, 2 * std::size_t(N) * I, "swiglu_forward", "gate_up");
+  if constexpr (kDeviceIsHost && std::is_same_v<T, float>) {
+    kc::fence(exec, "meshtrain::swiglu_forward: host loop");
+    Kokkos::Profiling::pushRegion("meshtrain::swiglu_forward");
+    for (Index n = 0; n < N; ++n) {
+      const float* __restrict g = gate_up.data() + 2 * n * I;
+      const float* __restrict u = g + I;
+      float* __restrict o = out.data() + n * I;
+      for (int j = 0; j < I; ++j) o[j] = g[j] / (1.0f + detail::host_exp(-g[j])) * u[j];
+    }
+    Kokkos::Profiling::popRegion();
+    return;
+  }
+  Kokkos::parallel_for(
+      "meshtrain::swiglu_forward", detail::Range(exec, 0, Index(N) * I),
+      KOKKOS_LAMBDA(Index k) {
+        const Index n = k / I, j = k % I;
+        const Acc g = acc(gate_up(2 * n * I + j)), u = acc(gate_up(2 * n * I + I + j));
+        // HF's order: silu(gate) is a tensor of T before the product.
+        const Acc silu = acc(static_cast<T>(g / (Acc(1) + kc::exp(-g))));
+        out(k) = static_cast<T>(silu * u);
+      });
+}
+
+template <class T>
+void swiglu_backward(const ExecSpace& exec, View1<T> dgate_up, View1<const T> gate_up,
+                     View1<const T> dout, int N, int I) {
+  using Acc = detail::acc_t<T>;
+  using detail::acc;
+  using detail::Index;
+  check_shape("swiglu_backward", N, I);
+  detail::check_extent(dgate_up, 2 * std::size_t(N) * I, "swiglu_backward", "dgate_up");
+  detail::check_extent(gate_up, 2 * std::size_t(N) * I, "swiglu_backward", "gate_up");
+  detail::check_extent(dout, std::size_t(N) * I, "swiglu_backward", "dout");
+  if constexpr (kDeviceIsHost && std::is_same_v<T, float>) {
+    kc::fence(exec, "meshtrain::swiglu_backward: host loop");
+    Kokkos::Profiling::pushRegion("meshtrain::swiglu_backward");
+    for (Index n = 0; n < N; ++n) {
+      const float* g = gate_up.data() + 2 * n * I;  // may alias dg (in place)
+      const float* u = g + I;
+      const float* __restrict d = dout.data() + n * I;
+      float* dg = dgate_up.data() + 2 * n * I;
+      float* du = dg + I;
+      for (int j = 0; j < I; ++j) {
+        const float gj = g[j], uj = u[j];
+        const float s = 1.0f / (1.0f + detail::host_exp(-gj));
+        dg[j] = d[j] * uj * (s * (1.0f + gj * (1.0f - s)));
+        du[j] = d[j] * gj * s;
+      }
+    }
+    Kokkos::Profiling::popRegion();
+    return;
+  }
+  Kokkos::parallel_for(
+      "meshtrain::swiglu_backward", detail::Range(exec, 0, Index(N) * I),
+      KOKKOS_LAMBDA(Index k) {
+        const Index n = k / I, j = k % I;
+        const Index ig = 2 * n * I + j, iu = ig + I;
+        const Acc g = acc(gate_up(ig)), u = acc(gate_up(iu)), d = acc(dout(k));
+        const Acc s = Acc(1) / (Acc(1) + kc::exp(-g));
+        dgate_up(ig) = static_cast<T>(d * u * (s * (Acc(1) + g * (Acc(1) - s))));
+        dgate_up(iu) = static_cast<T>(d * g * s);
+      });
+}
+
+#define MESHTRAIN_INSTANTIATE_SWIGLU(T)                                                        \
+  template void swiglu_forward<T>(const ExecSpace&, View1<T>, View1<const T>, int, int);       \
+  template void swiglu_backward<T>(const ExecSpace&, View1<T>, View1<const T>, View1<const T>, \
+                                   int, int);
+MESHTRAIN_INSTANTIATE_SWIGLU(float)
+MESHTRAIN_INSTANTIATE_SWIGLU(double)
+#if MESHTRAIN_HAVE_BF16
+MESHTRAIN_INSTANTIATE_SWIGLU(bf16)
+MESHTRAIN_INSTANTIATE_SWIGLU(fp16)
+#endif
+#undef MESHTRAIN_INSTANTIATE_SWIGLU
+
+}  // namespace meshtrain::kernels
