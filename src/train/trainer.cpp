@@ -2,11 +2,13 @@
 
 #include <cmath>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
 #include "meshtrain/core/log.hpp"
 #include "meshtrain/core/memory.hpp"
 #include "meshtrain/core/signals.hpp"
 #include "meshtrain/core/timer.hpp"
+#include "meshtrain/comm/flight_recorder.hpp"
 #include "meshtrain/parallel/context.hpp"
 #include "meshtrain/parallel/grad_sync.hpp"
 #include "meshtrain/parallel/pipeline_runner.hpp"
@@ -32,7 +34,8 @@ TrainerT<T>::TrainerT(model::GptT<T>& model, const TrainConfig& cfg, const io::T
       train_(train),
       val_(val),
       par_(par),
-      scaler_(cfg.loss_scale_init, cfg.loss_scale_window) {
+      scaler_(cfg.loss_scale_init, cfg.loss_scale_window),
+      guard_(cfg.divergence, cfg.loss_scaling) {
   MESHTRAIN_CONFIG_CHECK(cfg_.micro_batch == model.micro_batch(), "train.micro_batch mismatch");
   MESHTRAIN_CONFIG_CHECK(cfg_.seq_len == model.seq_len(), "train.seq_len mismatch");
   MESHTRAIN_CONFIG_CHECK(cfg_.grad_accum > 0, "train.grad_accum=", cfg_.grad_accum,
@@ -68,14 +71,9 @@ TrainerT<T>::TrainerT(model::GptT<T>& model, const TrainConfig& cfg, const io::T
     }
     if (par_->config().dp.zero_stage < 3) parameters_ready();
   }
-  // Opened for appending here (to fail early); run() truncates it unless it continues a restored
-  // run, whose earlier records the file keeps.
-  if (!cfg_.metrics_file.empty() && (!par_ || par_->world().rank() == 0)) {
-    metrics_.open(cfg_.metrics_file, std::ios::app);
-    if (!metrics_)
-      throw ConfigError(cat("cannot write the metrics file '", cfg_.metrics_file,
-                            "' (train.metrics): check the folder exists and is writable"));
-  }
+  // Opened for appending here (to fail early), on world rank 0 only; run() truncates it unless
+  // it continues a restored run, whose earlier records the file keeps.
+  metrics_.open(cfg_.metrics_file, !par_ || par_->world().rank() == 0, true);
 }
 
 template <class T>
@@ -116,7 +114,8 @@ void TrainerT<T>::fill_micro_batch(std::int64_t s, int micro, View1<std::int32_t
   const int dp = par_ ? par_->dp_size() : 1, dp_rank = par_ ? par_->dp_rank() : 0;
   const int global_batch = cfg_.micro_batch * cfg_.grad_accum * dp;
   const int first = (dp_rank * cfg_.grad_accum + micro) * cfg_.micro_batch;
-  train_.fill(cfg_.seed, s, global_batch, first, cfg_.micro_batch, hin.data(), htg.data());
+  train_.fill(cfg_.seed, batch_of_step(s, skipped_batches_), global_batch, first, cfg_.micro_batch,
+              hin.data(), htg.data());
   // The host fills the next batch while the device may still run the previous micro-batch;
   // deep_copy into the device buffer orders itself after it.
   Kokkos::deep_copy(model_.exec(), in, hin);
@@ -170,8 +169,8 @@ float TrainerT<T>::global_loss_sum() const {
   Kokkos::deep_copy(loss_sum, model_.loss_sum());
   if (!par_) return loss_sum;
   // The last stage's tp rank 0 of every dp rank holds a share of the global batch's loss.
-  double mine = par_->last_stage() && par_->tp_rank() == 0 ? loss_sum : 0.0, total = 0;
-  MPI_Allreduce(&mine, &total, 1, MPI_DOUBLE, MPI_SUM, par_->mesh().world().get());
+  double total = par_->last_stage() && par_->tp_rank() == 0 ? loss_sum : 0.0;
+  world_all_reduce(&total, 1, MPI_DOUBLE, MPI_SUM);
   return static_cast<float>(total);
 }
 
@@ -181,15 +180,18 @@ StepMetrics TrainerT<T>::step(std::int64_t s, bool read_back) {
   StepMetrics m;
   // Every target of a full window counts, so the global count is known without communication.
   const float loss_scale = cfg_.loss_scaling ? scaler_.scale() : 1.0f;
-  const float grad_scale = 1.0f / static_cast<float>(tokens_per_step());
+  float grad_scale = 1.0f / static_cast<float>(tokens_per_step());
+  if (cfg_.test.nan_batch >= 0 && batch_of_step(s, skipped_batches_) == cfg_.test.nan_batch)
+    grad_scale = NAN;  // test hook: a batch whose gradients are not finite
   model_.reset_loss_sum();
   bool applied = true;
   if (!par_) {
     single_rank_micro_batches(s, grad_scale * loss_scale);
-    applied = opt_->step(model_.params(), model_.grads(), s, loss_scale, cfg_.loss_scaling);
+    // The finite check runs for every precision: a non-finite update is never applied.
+    applied = opt_->step(model_.params(), model_.grads(), s, loss_scale, true);
   } else {
     parallel_micro_batches(s, grad_scale * loss_scale, m);
-    applied = zopt_->step(s, loss_scale, cfg_.loss_scaling);
+    applied = zopt_->step(s, loss_scale, true);
     const auto gs = sync_->grad_stats();
     m.dp_comm_ms = gs.total_seconds * 1e3;
     m.dp_hidden = gs.hidden_fraction();
@@ -251,9 +253,8 @@ float TrainerT<T>::evaluate() {
     Kokkos::deep_copy(sum, model_.loss_sum());
   } else {  // every dp rank evaluated the same batches: take dp rank 0's
     Kokkos::deep_copy(sum, model_.loss_sum());
-    double mine = par_->last_stage() && par_->tp_rank() == 0 && par_->dp_rank() == 0 ? sum : 0.0;
-    double total = 0;
-    MPI_Allreduce(&mine, &total, 1, MPI_DOUBLE, MPI_SUM, par_->mesh().world().get());
+    double total = par_->last_stage() && par_->tp_rank() == 0 && par_->dp_rank() == 0 ? sum : 0.0;
+    world_all_reduce(&total, 1, MPI_DOUBLE, MPI_SUM);
     sum = static_cast<float>(total);
   }
   return sum / static_cast<float>(per_batch * cfg_.eval_batches);
@@ -279,21 +280,7 @@ void TrainerT<T>::log_step(const StepMetrics& m, double eta) {
     if (runner_) text += cat(" | bubble ", static_cast<int>(100 * m.bubble + 0.5), "%");
   }
   logging::info(text);
-  if (metrics_) {
-    metrics_ << "{\"step\": " << m.step + 1 << ", \"loss\": " << m.loss << ", \"lr\": " << m.lr
-             << ", \"grad_norm\": " << m.grad_norm << ", \"step_ms\": " << m.step_seconds * 1e3
-             << ", \"tokens_per_s\": " << m.tokens_per_second << ", \"tflops\": " << m.tflops
-             << ", \"mfu\": " << m.mfu << ", \"memory_bytes\": " << m.memory_bytes
-             << ", \"loss_scale\": " << m.loss_scale << ", \"skipped\": " << (m.skipped ? 1 : 0)
-             << ", \"bubble\": " << m.bubble << ", \"comm_ms\": " << m.dp_comm_ms
-             << ", \"comm_hidden\": " << m.dp_hidden << ", \"tp_comm_ms\": " << m.tp_comm_ms
-             << ", \"ranks\": " << (par_ ? par_->mesh().size() : 1)
-             << ", \"tokens\": " << (m.step + 1) * tokens_per_step();
-    // A step that saved a checkpoint says so: the scaling driver leaves its time out.
-    if (m.ckpt_ms > 0) metrics_ << ", \"checkpoint\": 1, \"ckpt_ms\": " << m.ckpt_ms;
-    metrics_ << "}\n";
-    metrics_.flush();
-  }
+  metrics_.write(step_record(m, par_ ? par_->mesh().size() : 1, tokens_per_step()));
 }
 
 template <class T>
@@ -303,10 +290,8 @@ StepMetrics TrainerT<T>::run() {
                 par_ ? cat(" x ", par_->dp_size(), " dp ranks") : std::string(), " x seq ",
                 cfg_.seq_len, "), ", train_.num_windows(), " training windows",
                 start_step_ > 0 ? cat("; continuing after step ", start_step_) : std::string());
-  if (metrics_ && start_step_ == 0) {  // a fresh run starts a fresh file
-    metrics_.close();
-    metrics_.open(cfg_.metrics_file, std::ios::trunc);
-  }
+  if (metrics_ && start_step_ == 0)  // a fresh run starts a fresh file
+    metrics_.open(cfg_.metrics_file, true, false);
   const CheckpointConfig& ck = cfg_.ckpt;
   StepMetrics last;
   double elapsed = 0;
@@ -320,10 +305,27 @@ StepMetrics TrainerT<T>::run() {
       elapsed += last.step_seconds;
       ++timed;
     }
-    // Every rank takes the same decision: the stop flag is agreed over the world.
-    const bool stop = stop_requested_here(done);
-    const bool save = !ck.dir.empty() && (stop || (ck.every > 0 && done % ck.every == 0) ||
-                                          (ck.final && done == cfg_.steps));
+    // Every rank takes the same decisions: the stop flag and the step's health are agreed
+    // over the world. Nothing is saved from a step that was not finite.
+    const Boundary b = agree_at_boundary(done, last);
+    const DivergenceAction act = guard_.on_step(s, b.health);
+    if (act == DivergenceAction::stop) {  // show the step, then end the run on every rank
+      if (!logged) read_back(last);
+      log_step(last, 0);
+      diverged(last);
+    }
+    if (act == DivergenceAction::rollback && !b.stop) {
+      s = roll_back(s) - 1;
+      continue;
+    }
+    if (act == DivergenceAction::skip && !(cfg_.loss_scaling && b.health.loss_finite))
+      logging::warn(guard_.reason());  // loss scaling's own skips show in the progress line
+    const bool stop = b.stop;
+    // (A skipped step left the state as the previous step did; a rollback that a stop signal
+    // pre-empted saves nothing: `latest` already holds the state to continue from.)
+    const bool save = act != DivergenceAction::rollback && !ck.dir.empty() &&
+                      (stop || (ck.every > 0 && done % ck.every == 0) ||
+                       (ck.final && done == cfg_.steps));
     std::string saved;
     if (save) {
       if (!logged && cfg_.log_every > 0) {  // a checkpoint step is always logged
@@ -348,13 +350,13 @@ StepMetrics TrainerT<T>::run() {
     if (val_ && cfg_.eval_every > 0 && done % cfg_.eval_every == 0 && done != cfg_.steps) {
       const float vl = evaluate();
       logging::info("step ", done, " | val loss ", vl);
-      if (metrics_) metrics_ << "{\"step\": " << done << ", \"val_loss\": " << vl << "}\n";
+      metrics_.write({{"step", done}, {"val_loss", vl}});
     }
   }
   if (val_) {
     const float vl = evaluate();
     logging::info("final val loss ", vl, " (", cfg_.eval_batches, " batches)");
-    if (metrics_) metrics_ << "{\"step\": " << cfg_.steps << ", \"val_loss\": " << vl << "}\n";
+    metrics_.write({{"step", cfg_.steps}, {"val_loss", vl}});
   }
   return last;
 }

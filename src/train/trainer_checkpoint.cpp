@@ -167,6 +167,7 @@ std::string TrainerT<T>::save_checkpoint(std::int64_t steps_done) {
   }
   a.extra["train.precision"] = std::is_same_v<T, float> ? "fp32" : "16-bit";
   a.extra["train.tokens_per_step"] = std::to_string(tokens_per_step());
+  if (!skipped_batches_.empty()) a.extra["train.skipped_batches"] = format_batches(skipped_batches_);
 
   io::CheckpointWriter writer(world_comm(), cfg_.ckpt.dir, steps_done);
   writer.write(a, groups, cfg_.ckpt.transfer);
@@ -175,7 +176,8 @@ std::string TrainerT<T>::save_checkpoint(std::int64_t steps_done) {
     logging::each("test hook: rank 0 kills itself after writing ", writer.tmp_path());
     std::raise(SIGKILL);
   }
-  return writer.commit(cfg_.ckpt.keep);
+  last_checkpoint_ = writer.commit(cfg_.ckpt.keep);
+  return last_checkpoint_;
 }
 
 template <class T>
@@ -233,6 +235,10 @@ io::CheckpointAttributes TrainerT<T>::restore(const std::string& spec) {
   scaler_.set_state(static_cast<float>(a.loss_scale), static_cast<int>(a.loss_scale_good_steps),
                     a.loss_scale_skipped);
   start_step_ = a.step;
+  last_checkpoint_ = a.path;
+  const auto skipped = a.extra.find("train.skipped_batches");
+  skipped_batches_ = skipped == a.extra.end() ? std::vector<std::int64_t>{}
+                                              : parse_batches(skipped->second);
 
   const auto& L = a.layout;
   logging::info("resumed from ", a.path, " after step ", a.step, " (", a.tokens_seen,
@@ -251,7 +257,7 @@ io::CheckpointAttributes TrainerT<T>::restore(const std::string& spec) {
 }
 
 template <class T>
-bool TrainerT<T>::stop_requested_here(std::int64_t steps_done) {
+void TrainerT<T>::signal_test_hooks(std::int64_t steps_done) {
   const auto& h = cfg_.test;
   const int rank = par_ ? par_->world().rank() : 0;
   const int size = par_ ? par_->world().size() : 1;
@@ -264,14 +270,13 @@ bool TrainerT<T>::stop_requested_here(std::int64_t steps_done) {
     const Timer t;
     while (!signals::stop_requested() && t.seconds() < 120) usleep(10000);
   }
-  return signals::stop_requested_anywhere(world_comm());
 }
 
 #define MESHTRAIN_TRAINER_CKPT(T)                                                    \
   template MPI_Comm TrainerT<T>::world_comm() const;                                 \
   template std::string TrainerT<T>::save_checkpoint(std::int64_t);                   \
   template io::CheckpointAttributes TrainerT<T>::restore(const std::string&);       \
-  template bool TrainerT<T>::stop_requested_here(std::int64_t);
+  template void TrainerT<T>::signal_test_hooks(std::int64_t);
 MESHTRAIN_TRAINER_CKPT(float)
 #if MESHTRAIN_HAVE_BF16
 MESHTRAIN_TRAINER_CKPT(bf16)

@@ -18,6 +18,12 @@
 #include "meshtrain/model/gpt.hpp"
 #include "meshtrain/optim/adamw.hpp"
 #include "meshtrain/optim/loss_scaler.hpp"
+#include "meshtrain/train/divergence.hpp"
+#include "meshtrain/train/metrics_writer.hpp"
+
+namespace meshtrain::comm {
+class FlightRecorder;
+}
 
 namespace meshtrain::parallel {
 class ParallelContext;
@@ -46,6 +52,10 @@ struct TestHooks {
   int signal_rank = -1;                   // step (-1: the last rank)
   std::int64_t wait_signal_at_step = -1;  // world rank 0 waits (up to 120 s) at that step's
                                           // boundary until a stop signal arrives from outside
+  std::int64_t nan_batch = -1;            // the gradients of data batch N are NaN on every
+                                          // rank (a bad batch), wherever it is trained
+  std::int64_t throw_at_step = -1;        // world rank throw_rank (-1: the last) throws an
+  int throw_rank = -1;                    // Error of its own after that step (not agreed)
 };
 
 struct TrainConfig {
@@ -65,6 +75,7 @@ struct TrainConfig {
   float loss_scale_init = 65536.0f;
   int loss_scale_window = 1000;
   std::string config_text;    // the resolved configuration (INI), stored in checkpoints
+  DivergenceConfig divergence;  // non-finite steps (train.on_nonfinite, ...)
   CheckpointConfig ckpt;
   TestHooks test;
 };
@@ -122,9 +133,20 @@ class TrainerT {
 
  private:
   void log_step(const StepMetrics& m, double eta_seconds);
+  // trainer_guard.cpp: the step boundary's agreement (stop flag and step health, one
+  // all-reduce over the world), the rollback, and the end of a diverged run.
+  struct Boundary {
+    bool stop = false;
+    StepHealth health;
+  };
+  Boundary agree_at_boundary(std::int64_t steps_done, const StepMetrics& m);
+  std::int64_t roll_back(std::int64_t step);  // returns the step to continue from
+  // In-place MPI_Allreduce over the world, recorded for the watchdog ("world.host").
+  void world_all_reduce(void* buf, int count, MPI_Datatype type, MPI_Op op) const;
+  [[noreturn]] void diverged(const StepMetrics& m);
   void read_back(StepMetrics& m);  // loss and gradient norm of the step just run (collective)
   MPI_Comm world_comm() const;      // the job's ranks (MPI_COMM_SELF without a context)
-  bool stop_requested_here(std::int64_t steps_done);  // the test hooks, then the agreed flag
+  void signal_test_hooks(std::int64_t steps_done);
   void single_rank_micro_batches(std::int64_t s, float grad_scale);
   void parallel_micro_batches(std::int64_t s, float grad_scale, StepMetrics& m);
   void fill_micro_batch(std::int64_t s, int micro, View1<std::int32_t> in, View1<std::int32_t> tg,
@@ -144,9 +166,13 @@ class TrainerT {
   std::vector<View1<std::int32_t>> mb_inputs_, mb_targets_;  // per micro-batch (pipeline)
   View1<std::int32_t> inputs_, targets_;
   HostView1<std::int32_t> h_inputs_, h_targets_;
-  std::ofstream metrics_;
+  MetricsWriter metrics_;
   std::int64_t start_step_ = 0;
   bool stopped_ = false;
+  DivergenceGuard guard_;
+  std::vector<std::int64_t> skipped_batches_;  // data batches left out by rollbacks (sorted)
+  std::string last_checkpoint_;                // saved or restored by this run, for messages
+  mutable std::unique_ptr<comm::FlightRecorder> host_recorder_;  // world_all_reduce's
 };
 
 using Trainer = TrainerT<float>;
