@@ -22,8 +22,6 @@
 #                         <ckpt.dir>/latest exists
 #   MESHTRAIN_MAX_REQUEUES stop requeueing after this many restarts (default 50)
 #   MESHTRAIN_SITE_ENV    file with the site's NCCL/MPI settings (default jobs/lib/site_env.sh)
-#   MESHTRAIN_KILL_TIMEOUT seconds mpirun waits after passing on a SIGTERM before it kills the
-#                         ranks (default 120: time for the checkpoint)
 #   SRUN_FLAGS, MPIRUN_FLAGS extra launcher flags (word-split)
 #
 # Exit codes of meshtrain the scripts act on (README "Exit codes"; issue 8):
@@ -223,11 +221,10 @@ mt_launch_cmd() {
       ;;
     mpirun)
       # Open MPI 4/5 inside the allocation: ranks per node with PE cores each, bound to cores.
-      # When mpirun itself is sent SIGTERM (scancel, the time limit: Slurm signals every
-      # process of the job) it passes SIGTERM to the ranks and kills them after
-      # odls_base_sigkill_timeout seconds (default 1): long enough for the save here.
+      # (A longer odls_base_sigkill_timeout would let ranks save after a SIGTERM of mpirun's
+      # own, but Open MPI 4.1 then waits twice that long after any non-zero exit, the requeue
+      # code 3 included: signals reach the ranks as SIGUSR1 instead, see mt_run.)
       MT_CMD=(mpirun -np "$MT_RANKS" --map-by "ppr:$MT_RPN:node:PE=$MT_CPT" --bind-to core
-        --mca odls_base_sigkill_timeout "${MESHTRAIN_KILL_TIMEOUT:-120}"
         -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS)
       read -r -a flags <<< "${MPIRUN_FLAGS:-}"
       ;;

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "meshtrain/core/agree.hpp"
+#include "meshtrain/io/checkpoint.hpp"
 
 namespace meshtrain::app {
 
@@ -61,6 +62,17 @@ int settle_among_failed(MPI_Comm comm, int rank, const std::string& prefix, cons
   return root_code;
 }
 
+// A rank that gave up an open parallel HDF5 file (a failed checkpoint write) cannot finalise
+// HDF5 and MPI: the library would flush that file collectively at exit. Once the message is
+// out, the job ends through MPI_Abort with the same code.
+int finish(int code) {
+  if (!io::abandoned_hdf5_files()) return code;
+  print(cat("meshtrain: an HDF5 file was left open by the failure: ending the job with MPI_Abort (",
+            code, ")"));
+  MPI_Abort(MPI_COMM_WORLD, code);
+  return code;
+}
+
 }  // namespace
 
 int fail_job(const Runtime& rt, const std::string& subcommand, const std::exception& e) {
@@ -69,10 +81,10 @@ int fail_job(const Runtime& rt, const std::string& subcommand, const std::except
   const std::string prefix = "meshtrain " + subcommand;
   if (is_agreed(e)) {
     if (rt.rank() == 0) print(cat(prefix, ": error: ", e.what()));
-    return code;
+    return finish(code);
   }
   if (all_ranks_arrive(rt.error_comm(), kGraceSeconds))
-    return settle_among_failed(rt.error_comm(), rt.rank(), prefix, e.what(), code);
+    return finish(settle_among_failed(rt.error_comm(), rt.rank(), prefix, e.what(), code));
   print(cat(prefix, ": error on rank ", rt.rank(), ": ", e.what()));
   print(cat(prefix, ": rank ", rt.rank(), " failed alone (the other ranks did not reach the error "
             "handler within ", kGraceSeconds, " s): aborting the job with exit code ", code));

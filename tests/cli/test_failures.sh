@@ -56,9 +56,8 @@ fail() { echo "FAIL ($case_name): $*" >&2; exit 1; }
 log() { echo "--- $*"; }
 
 base=(--model.n_layer 1 --model.n_embd 32 --model.n_head 2 --train.seq_len 32
-      --train.micro_batch 2 --train.warmup 1 --train.eval_every 0 --data.val ""
-      --train.sample_tokens 0 --train.save false)
-model=("${base[@]}" --data.train "$data")
+      --train.micro_batch 2 --train.warmup 1 --train.sample_tokens 0 --train.save false)
+model=("${base[@]}" --data.train "$data" --train.eval_every 0 --data.val "")
 
 # The launch lines (into `cmd`): N ranks of one command line, or one line per rank (MPMD,
 # `:`-separated in mpiexec's syntax, `:::` here).
@@ -119,7 +118,8 @@ case $case_name in
       > short.bin
     run mpmd 2 "token shard '.*short\.bin' is [0-9]+ bytes, shorter than .* \(rank 1 of 2\)" -- \
       launch_mpmd train "${model[@]}" --train.out_dir "$work/a" ::: \
-      train "${base[@]}" --data.train "$work/short.bin" --train.out_dir "$work/a"
+      train "${base[@]}" --data.train "$work/short.bin" --train.eval_every 0 --data.val "" \
+      --train.out_dir "$work/a"
     ;;
   metrics_no_folder)
     run run 2 "train.metrics: the folder of '.*nope/metrics.jsonl'.* does not exist" -- \
@@ -196,8 +196,9 @@ assert e[\"op\"] == \"all_reduce\" and e[\"state\"] == \"outstanding\", e
     check '[ -e a/flight_0.json ]' "rank 0 wrote no flight dump"
     ;;
   metrics_4_ranks)
-    run run 0 "step +3/3" -- launch 4 train "${model[@]}" --train.out_dir "$work/a" --train.steps 3 \
-      --mesh.tp 2 --train.eval_every 1 --data.val "$data" --train.eval_batches 1
+    run run 0 "step +3/3" -- launch 4 train "${base[@]}" --data.train "$data" --train.out_dir \
+      "$work/a" --train.steps 3 --mesh.tp 2 --train.eval_every 1 --data.val "$data" \
+      --train.eval_batches 1
     check 'python3 - a/metrics.jsonl <<< "
 import json, sys
 lines = open(sys.argv[1]).read().splitlines()
@@ -211,7 +212,7 @@ assert sum(1 for r in recs if \"val_loss\" in r) == 3, recs
   metrics_full_disk)
     run run 0 "warning: cannot write the metrics file '/dev/full': No space left on device" -- \
       launch 2 train "${model[@]}" --train.out_dir "$work/a" --train.steps 3 --train.metrics /dev/full
-    check 'grep -q "step +3/3" run.log' "training did not go on"
+    check 'grep -Eq "step +3/3" run.log' "training did not go on"
     ;;
   ckpt_full_disk)
     mkdir -p a/checkpoints
@@ -232,9 +233,13 @@ assert sum(1 for r in recs if \"val_loss\" in r) == 3, recs
     ;;
   local_sigterm | local_sigint_twice)
     rc=0
+    # Job control on: a background job of a script would otherwise start with SIGINT ignored,
+    # which its traps cannot undo (a terminal's foreground job does not).
+    set -m
     MESHTRAIN_EXE=$exe MESHTRAIN_TEST_WAIT_SIGNAL_AT_STEP=2 "$src/jobs/local.sh" -n 2 train \
       "${model[@]}" --train.out_dir "$work/a" --train.steps 6 > run.log 2>&1 &
     pid=$!
+    set +m
     for _ in $(seq 600); do grep -q "waiting for a stop signal" run.log && break; sleep 0.1; done
     grep -q "waiting for a stop signal" run.log || { kill "$pid"; cat run.log; fail "never waited"; }
     t0=$(date +%s.%N)
