@@ -91,7 +91,8 @@ run() {
   if [ $measure = 1 ]; then
     local msg
     msg=$(grep -E "error|warning: (cannot|non-finite)|watchdog|diverged|exiting with" "$name.log" |
-          grep -v "^\[rank" | head -n 2 | tr '\n' ' ' | cut -c1-300)
+          grep -v "^\[rank" | head -n 2 | tr '\n' ' ' | cut -c1-300 || true)
+    [ -n "$msg" ] || msg=$(grep -E "^step " "$name.log" | tail -n 1 | cut -d'|' -f1-2 || true)
     [ $rc != 137 ] || msg="(killed after ${bound} s: hung) $msg"
     [ -z "$left" ] || msg="$msg (ranks left behind)"
     echo "RESULT | $case_name/$name | $rc | $secs | $msg"

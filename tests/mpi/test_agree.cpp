@@ -5,6 +5,7 @@
 #include "meshtrain/comm/flight_recorder.hpp"
 #include "meshtrain/comm/mpi_communicator.hpp"
 #include "meshtrain/core/agree.hpp"
+#include "meshtrain/core/view.hpp"
 
 using namespace meshtrain;
 
