@@ -247,8 +247,10 @@ assert sum(1 for r in recs if \"val_loss\" in r) == 3, recs
     if [ "$case_name" = local_sigterm ]; then
       kill -TERM "$pid"
     else
+      # The second one while the ranks still save: 50 ms apart, so that neither the script
+      # nor a rank sees the two as one pending signal.
       kill -INT "$pid"
-      sleep 0.3
+      sleep 0.05
       kill -INT "$pid"
     fi
     ( sleep "$bound"; kill -KILL "$pid" 2> /dev/null ) &
