@@ -2,6 +2,11 @@
 # Run meshtrain on this machine under mpirun: jobs/local.sh [-n RANKS] <subcommand> [options...]
 # Oversubscribes (more ranks than cores is fine for tests and demos) and, when run as root
 # (containers, CI), sets the two variables Open MPI requires to allow it.
+#
+# Signals: Ctrl-C (SIGINT), SIGTERM and SIGUSR1 go to the ranks themselves, not through mpirun:
+# Open MPI's mpirun answers a SIGINT or SIGTERM of its own by killing the ranks about a second
+# later, before `train` has saved, and then exits 1. The ranks save at the next step boundary
+# and exit 3 (requeue), which this script returns; a second Ctrl-C stops them at once.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 ranks=1
@@ -15,4 +20,22 @@ if [ "$(id -u)" -eq 0 ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
 read -r -a flags <<< "${MPIRUN_FLAGS:-}"   # extra mpirun flags, word-split
-exec mpirun -np "$ranks" --oversubscribe "${flags[@]}" "$exe" "$@"
+# A session of its own: the terminal's Ctrl-C reaches this script, not mpirun.
+setsid mpirun -np "$ranks" --oversubscribe "${flags[@]}" "$exe" "$@" < /dev/null &
+pid=$!
+# shellcheck disable=SC2317  # called from the traps
+forward() {  # SIGNAL: to every rank (mpirun's children on this machine)
+  local children
+  children=$(pgrep -P "$pid" || true)
+  # shellcheck disable=SC2086  # one pid per word
+  [ -z "$children" ] || kill -s "$1" $children 2> /dev/null || true
+}
+trap 'forward INT' INT
+trap 'forward TERM' TERM
+trap 'forward USR1' USR1
+# wait returns early (status > 128) when a trapped signal arrives: wait until mpirun is gone,
+# then once more for its status.
+while kill -0 "$pid" 2> /dev/null; do wait "$pid" || true; done
+rc=0
+wait "$pid" || rc=$?
+exit "$rc"

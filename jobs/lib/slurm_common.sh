@@ -221,6 +221,9 @@ mt_launch_cmd() {
       ;;
     mpirun)
       # Open MPI 4/5 inside the allocation: ranks per node with PE cores each, bound to cores.
+      # (A longer odls_base_sigkill_timeout would let ranks save after a SIGTERM of mpirun's
+      # own, but Open MPI 4.1 then waits twice that long after any non-zero exit, the requeue
+      # code 3 included: signals reach the ranks as SIGUSR1 instead, see mt_run.)
       MT_CMD=(mpirun -np "$MT_RANKS" --map-by "ppr:$MT_RPN:node:PE=$MT_CPT" --bind-to core
         -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS)
       read -r -a flags <<< "${MPIRUN_FLAGS:-}"
@@ -230,15 +233,33 @@ mt_launch_cmd() {
   MT_CMD+=("${flags[@]}" "$MT_EXE" "$MT_SUB" "${MT_MESH[@]}" "${MT_TRAIN[@]}" "${MT_ARGS[@]}")
 }
 
+# SIGUSR1 to mpirun, which forwards it to every rank on every node, and to this node's ranks
+# directly (mpirun's children), in case a build does not forward it: twice is harmless.
+# shellcheck disable=SC2317  # called from the traps
+mt_usr1_mpirun() {
+  local children
+  kill -USR1 "$MT_PID" 2>/dev/null || true
+  children=$(pgrep -P "$MT_PID" 2>/dev/null || true)
+  # shellcheck disable=SC2086  # one pid per word
+  [ -z "$children" ] || kill -USR1 $children 2>/dev/null || true
+}
+
 # Run MT_CMD in the background and forward SIGUSR1/SIGTERM to it: with `--signal=B:USR1@<s>`
-# Slurm signals this shell, srun passes the signal to every task and mpirun to every rank.
+# Slurm signals this shell, srun passes the signal to every task. Open MPI's mpirun would kill
+# the ranks about a second after a SIGTERM of its own, before their save, and exit 1 instead of
+# the ranks' 3: under mpirun both signals go on as SIGUSR1, the same graceful stop.
 # Sets MT_RC to the launcher's exit code.
 mt_run() {
   mt_log "$(printf '%q ' "${MT_CMD[@]}")"
   "${MT_CMD[@]}" &
   MT_PID=$!
-  trap 'mt_log "SIGUSR1 forwarded: checkpoint asked"; kill -USR1 "$MT_PID" 2>/dev/null || true' USR1
-  trap 'mt_log "SIGTERM forwarded: checkpoint asked"; kill -TERM "$MT_PID" 2>/dev/null || true' TERM
+  if [ "${MESHTRAIN_LAUNCHER:-srun}" = mpirun ]; then
+    trap 'mt_log "SIGUSR1 forwarded: checkpoint asked"; mt_usr1_mpirun' USR1
+    trap 'mt_log "SIGTERM forwarded as SIGUSR1 (mpirun): checkpoint asked"; mt_usr1_mpirun' TERM
+  else
+    trap 'mt_log "SIGUSR1 forwarded: checkpoint asked"; kill -USR1 "$MT_PID" 2>/dev/null || true' USR1
+    trap 'mt_log "SIGTERM forwarded: checkpoint asked"; kill -TERM "$MT_PID" 2>/dev/null || true' TERM
+  fi
   # wait returns early (status > 128) when a trapped signal arrives: wait again until the
   # launcher is gone, then once more for its status (bash keeps it).
   while kill -0 "$MT_PID" 2>/dev/null; do wait "$MT_PID" || true; done

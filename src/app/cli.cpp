@@ -1,8 +1,7 @@
-// Subcommand dispatch and the error policy of the whole job:
-//   ConfigError (bad option, file or input; every rank sees the same) -> rank 0 prints one line,
-//     every rank exits with kExitConfig.
-//   any other error -> the failing rank prints it with its rank, MPI_Abort ends the job with
-//     kExitFailure so no rank hangs in a collective.
+// Subcommand dispatch. The error policy of the whole job is app/job_failure.cpp: an error every
+// rank agrees on (ConfigError: exit 2; any other: exit 1) is printed once by rank 0; one that a
+// rank meets alone is printed with its rank and ends the job with MPI_Abort, so no rank hangs in
+// a collective.
 #include <algorithm>
 #include <cstdio>
 #include <functional>
@@ -10,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "meshtrain/app/job_failure.hpp"
 #include "meshtrain/app/subcommands.hpp"
 #include "meshtrain/app/subcommand_table.hpp"
 #include "meshtrain/core/error.hpp"
@@ -66,19 +66,16 @@ int run_main(int argc, char** argv) {
     return kExitOk;
   }
 
+  // `train` saves and exits 3 on SIGTERM/SIGINT/SIGUSR1: the handlers go in before MPI and
+  // Kokkos start (seconds on a GPU node), so a signal during start-up is not a plain kill.
+  if (sub->name == "train") signals::install_stop_handlers();
   int rc = kExitOk;
   try {
     Runtime rt(argc, argv);
     try {
       rc = sub->run(rt, args);
-    } catch (const ConfigError& e) {
-      if (rt.rank() == 0) std::cerr << "meshtrain " << sub->name << ": error: " << e.what() << "\n";
-      rc = kExitConfig;
     } catch (const std::exception& e) {
-      std::cerr << "meshtrain " << sub->name << ": error on rank " << rt.rank() << ": " << e.what()
-                << "\n";
-      std::cerr.flush();
-      MPI_Abort(MPI_COMM_WORLD, kExitFailure);
+      rc = fail_job(rt, sub->name, e);
     }
   } catch (const std::exception& e) {  // start-up failed (MPI or Kokkos)
     std::cerr << "meshtrain: error during start-up: " << e.what() << "\n";

@@ -55,6 +55,16 @@ po::options_description comm_options() {
   return d;
 }
 
+po::options_description watchdog_options() {
+  po::options_description d("Collective watchdog [comm]");
+  d.add_options()
+      ("comm.timeout", po::value<double>()->default_value(300.0),
+       "seconds an operation of a communicator may stay outstanding before the watchdog dumps "
+       "the flight recorders to <train.out_dir>/flight_<rank>.json, names the ranks that did not "
+       "arrive and aborts the job; 0 = no watchdog");
+  return d;
+}
+
 mesh::Shape mesh_shape(const po::variables_map& vm, int world_size) {
   mesh::Shape s;
   s.pp = vm["mesh.pp"].as<int>();

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "meshtrain/app/bench_cmd.hpp"
+#include "meshtrain/app/option_checks.hpp"
 #include "meshtrain/app/options.hpp"
 #include "meshtrain/app/train_cmd.hpp"
 #include "meshtrain/core/log.hpp"
@@ -84,6 +85,7 @@ int cmd_plan(Runtime& rt, const std::vector<std::string>& args) {
   const config::Parsed p = config::parse(args, desc);
   logging::set_context(log_context(p.vm, rt.rank()));
   const auto& vm = p.vm;
+  check_plan_options(vm);
   const model::GptConfig cfg = model_config(vm);
   int seq = vm["plan.seq_len"].as<int>();
   if (seq == 0) seq = cfg.block_size;

@@ -6,6 +6,7 @@
 #include <glob.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -123,21 +124,20 @@ std::string shard_name(const std::string& prefix, const char* split, std::size_t
   return cat(prefix, "_", split, "_", num, ".bin");
 }
 
-// A re-run with a larger prep.shard_tokens writes fewer files; stale higher-numbered shards of an
-// earlier run would otherwise be picked up by the training glob.
-void remove_old_shards(const std::string& prefix, const char* split) {
+// The shards of a split that exist now (an earlier run's).
+std::vector<std::string> existing_shards(const std::string& prefix, const char* split) {
+  std::vector<std::string> out;
   glob_t g{};
-  const std::string pat =
-      cat(prefix, "_", split, "_[0-9][0-9][0-9][0-9][0-9][0-9].bin");
-  if (::glob(pat.c_str(), 0, nullptr, &g) == 0) {
-    for (std::size_t i = 0; i < g.gl_pathc; ++i) {
-      logging::info("prep: removing the earlier shard ", g.gl_pathv[i]);
-      std::remove(g.gl_pathv[i]);
-    }
-  }
+  const std::string pat = cat(prefix, "_", split, "_[0-9][0-9][0-9][0-9][0-9][0-9].bin");
+  if (::glob(pat.c_str(), 0, nullptr, &g) == 0)
+    for (std::size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
   ::globfree(&g);
+  return out;
 }
 
+constexpr const char* kNewSuffix = ".new";
+
+// Writes a split's shards as <name>.new files; returns the final names.
 std::vector<std::string> write_split(const std::string& prefix, const char* split,
                                      const std::uint16_t* tokens, std::size_t n,
                                      std::size_t per_shard) {
@@ -146,11 +146,35 @@ std::vector<std::string> write_split(const std::string& prefix, const char* spli
   do {  // at least one file, even for an empty split, so the name in the config always exists
     const std::size_t m = std::min(per_shard, n - i);
     files.push_back(shard_name(prefix, split, files.size()));
-    io::write_shard(files.back(), std::vector<std::uint16_t>(tokens + i, tokens + i + m));
+    io::write_shard(files.back() + kNewSuffix,
+                    std::vector<std::uint16_t>(tokens + i, tokens + i + m));
     i += m;
   } while (i < n);
   return files;
 }
+
+// The earlier shards stay untouched until every new one is on disk: then the new ones replace
+// them (a rename each), and earlier shards beyond the new count (a re-run with a larger
+// prep.shard_tokens writes fewer files) are removed, or the training glob would pick them up.
+// A failure before that removes the new files and leaves the earlier data as it was.
+void commit_shards(const std::vector<std::pair<std::string, std::vector<std::string>>>& splits,
+                   const std::string& prefix) {
+  for (const auto& [split, files] : splits) {
+    for (const auto& f : files) {
+      std::error_code ec;
+      fs::rename(f + kNewSuffix, f, ec);
+      if (ec)
+        throw ConfigError(cat("prep.output: cannot rename '", f, kNewSuffix, "' to '", f, "': ",
+                              ec.message()));
+    }
+    for (const auto& old : existing_shards(prefix, split.c_str()))
+      if (std::find(files.begin(), files.end(), old) == files.end()) {
+        logging::info("prep: removing the earlier shard ", old);
+        std::remove(old.c_str());
+      }
+  }
+}
+
 
 }  // namespace
 
@@ -212,14 +236,24 @@ PrepSummary run_prep(const PrepConfig& c) {
                             ec.message()));
   }
   const auto per_shard = static_cast<std::size_t>(c.shard_tokens);
-  remove_old_shards(c.output, "train");
-  remove_old_shards(c.output, "val");
-  s.train_files = write_split(c.output, "train", tokens.data(), n_train, per_shard);
-  s.train_tokens = n_train;
-  if (c.val_fraction > 0) {
-    s.val_files = write_split(c.output, "val", tokens.data() + n_train, n_val, per_shard);
-    s.val_tokens = n_val;
+  try {
+    s.train_files = write_split(c.output, "train", tokens.data(), n_train, per_shard);
+    s.train_tokens = n_train;
+    if (c.val_fraction > 0) {
+      s.val_files = write_split(c.output, "val", tokens.data() + n_train, n_val, per_shard);
+      s.val_tokens = n_val;
+    }
+  } catch (...) {
+    // Nothing of this run stays behind; the earlier shards were not touched.
+    for (const char* split : {"train", "val"})
+      for (std::size_t i = 0;; ++i) {
+        const std::string f = shard_name(c.output, split, i) + kNewSuffix;
+        if (!fs::exists(f)) break;
+        std::remove(f.c_str());
+      }
+    throw;
   }
+  commit_shards({{"train", s.train_files}, {"val", s.val_files}}, c.output);
   return s;
 }
 

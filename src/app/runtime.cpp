@@ -13,6 +13,8 @@ Runtime::Runtime(int& argc, char**& argv) {
   MESHTRAIN_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   MESHTRAIN_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
   MESHTRAIN_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
+  MESHTRAIN_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &error_comm_));
+  MESHTRAIN_MPI_CHECK(MPI_Comm_set_errhandler(error_comm_, MPI_ERRORS_RETURN));
   set_error_rank(rank_);
   logging::Context ctx;
   ctx.world_rank = rank_;
@@ -28,7 +30,10 @@ Runtime::~Runtime() {
   if (Kokkos::is_initialized()) Kokkos::finalize();
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (!finalized) {
+    if (error_comm_ != MPI_COMM_NULL) MPI_Comm_free(&error_comm_);
+    MPI_Finalize();
+  }
 }
 
 }  // namespace meshtrain::app

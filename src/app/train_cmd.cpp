@@ -6,7 +6,9 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "meshtrain/app/option_checks.hpp"
 #include "meshtrain/app/options.hpp"
+#include "meshtrain/app/preflight.hpp"
 #include "meshtrain/comm/factory.hpp"
 #include "meshtrain/core/log.hpp"
 #include "meshtrain/core/signals.hpp"
@@ -79,6 +81,14 @@ po::options_description train_options() {
        "initial loss scale (a power of two)")
       ("train.loss_scale_window", po::value<int>()->default_value(1000),
        "double the loss scale after this many steps without inf/nan")
+      ("train.on_nonfinite", po::value<std::string>()->default_value("stop"),
+       "a step with a non-finite loss or gradients: stop (exit 1, nothing saved from it), skip "
+       "(its update), or rollback (to the last checkpoint, leaving its batch out)")
+      ("train.max_rollbacks", po::value<int>()->default_value(3),
+       "train.on_nonfinite=rollback: at most this many rollbacks, then stop")
+      ("train.max_skipped_steps", po::value<int>()->default_value(50),
+       "stop after this many consecutive steps without an update (inf/nan gradients under loss "
+       "scaling, or train.on_nonfinite=skip)")
       ("train.recompute", po::value<bool>()->default_value(false)->implicit_value(true),
        "activation checkpointing: recompute each block's forward in backward")
       ("train.peak_tflops", po::value<double>()->default_value(kDeviceIsHost ? 0.0 : 989.0),
@@ -116,7 +126,7 @@ po::options_description train_options() {
       ("ckpt.verify", po::value<bool>()->default_value(true)->implicit_value(true),
        "verify the per-tensor checksums when restoring");
   d.add(data).add(t).add(c).add(mesh_options()).add(parallel_options()).add(comm_options())
-      .add(log_options());
+      .add(watchdog_options()).add(log_options());
   return d;
 }
 
@@ -166,6 +176,10 @@ void set_fault_hooks() {
   h.signal_at_step = env_step("MESHTRAIN_TEST_SIGNAL_AT_STEP");
   if (const char* r = std::getenv("MESHTRAIN_TEST_SIGNAL_RANK")) h.signal_rank = std::atoi(r);
   h.wait_signal_at_step = env_step("MESHTRAIN_TEST_WAIT_SIGNAL_AT_STEP");
+  h.nan_batch = nan_batch_from_env();
+  h.throw_at_step = env_step("MESHTRAIN_TEST_THROW_AT_STEP");
+  if (const char* r = std::getenv("MESHTRAIN_TEST_THROW_RANK")) h.throw_rank = std::atoi(r);
+  collective_fault_from_env();
 }
 
 io::Transfer parse_transfer(const std::string& s) {
@@ -250,6 +264,7 @@ int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
   const auto desc = train_options();
   const config::Parsed p = config::parse(args, desc);
   logging::set_context(log_context(p.vm, rt.rank()));
+  check_train_options(p.vm);
   const mesh::Shape shape = mesh_shape(p.vm, rt.size());
   const parallel::ParallelConfig pc = parallel_config(p.vm, shape);
   const model::GptConfig mc = model_config(p.vm);
@@ -291,7 +306,6 @@ int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
   a.eps = static_cast<float>(p.vm["train.eps"].as<double>());
   a.grad_clip = static_cast<float>(p.vm["train.grad_clip"].as<double>());
   const std::string out_dir = p.vm["train.out_dir"].as<std::string>();
-  std::filesystem::create_directories(out_dir);
   tc.metrics_file = p.vm["train.metrics"].as<std::string>();
   if (tc.metrics_file.empty()) tc.metrics_file = out_dir + "/metrics.jsonl";
   tc.ckpt.dir = p.vm["ckpt.dir"].as<std::string>();
@@ -305,6 +319,9 @@ int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
                          " must be 0 (keep all) or positive");
   tc.ckpt.transfer = parse_transfer(p.vm["ckpt.io"].as<std::string>());
   tc.ckpt.verify = p.vm["ckpt.verify"].as<bool>();
+  tc.divergence.on_nonfinite = train::parse_on_nonfinite(p.vm["train.on_nonfinite"].as<std::string>());
+  tc.divergence.max_rollbacks = p.vm["train.max_rollbacks"].as<int>();
+  tc.divergence.max_skipped_steps = p.vm["train.max_skipped_steps"].as<int>();
   tc.config_text = config::resolved_ini(p.vm, desc);
   set_fault_hooks();
 
@@ -313,13 +330,14 @@ int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
   logging::info(kc::configuration_summary());
 
   const std::string tok_kind = p.vm["data.tokenizer"].as<std::string>();
-  const io::TokenDataset train_data(p.vm["data.train"].as<std::string>(), tc.seq_len);
-  train_data.check_vocab(mc.vocab_size);
-  std::unique_ptr<io::TokenDataset> val_data;
-  if (!p.vm["data.val"].as<std::string>().empty()) {
-    val_data = std::make_unique<io::TokenDataset>(p.vm["data.val"].as<std::string>(), tc.seq_len);
-    val_data->check_vocab(mc.vocab_size);
-  }
+  // Before step 1, agreed over the ranks: every rank's data and every place it writes.
+  preflight_outputs(rt.world(), {out_dir, tc.metrics_file, tc.ckpt.dir});
+  const TrainData data = load_data(rt.world(), p.vm["data.train"].as<std::string>(),
+                                   p.vm["data.val"].as<std::string>(), tc.seq_len, mc.vocab_size);
+  const io::TokenDataset& train_data = *data.train;
+  const io::TokenDataset* val_data = data.val.get();
+  // Watches every communicator from here on (comm.timeout).
+  const comm::Watchdog watchdog(watchdog_config(p.vm, out_dir, rt.rank()));
 
   // SIGUSR1 / SIGTERM (Slurm's warning before the time limit, scancel, pre-emption) set a flag
   // that the trainer agrees on at the next step boundary: save, then exit with kExitRequeue.
@@ -328,14 +346,14 @@ int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
       train::engine_options(tc, pc, p.vm["train.recompute"].as<bool>());
   bool finished = true;
   if (precision == "fp32")
-    finished = train_and_sample<float>(p.vm, mc, tc, train_data, val_data.get(), out_dir, tok_kind,
+    finished = train_and_sample<float>(p.vm, mc, tc, train_data, val_data, out_dir, tok_kind,
                                        rt.world(), eo);
 #if MESHTRAIN_HAVE_BF16
   else if (precision == "bf16")
-    finished = train_and_sample<bf16>(p.vm, mc, tc, train_data, val_data.get(), out_dir, tok_kind,
+    finished = train_and_sample<bf16>(p.vm, mc, tc, train_data, val_data, out_dir, tok_kind,
                                       rt.world(), eo);
   else
-    finished = train_and_sample<fp16>(p.vm, mc, tc, train_data, val_data.get(), out_dir, tok_kind,
+    finished = train_and_sample<fp16>(p.vm, mc, tc, train_data, val_data, out_dir, tok_kind,
                                       rt.world(), eo);
 #endif
   if (!finished) {

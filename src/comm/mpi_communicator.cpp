@@ -31,21 +31,27 @@ MPI_Op mpi_op(ReduceOp op) {
 
 namespace {
 
+// Completion is seen here, on the issuing thread, and reported to the flight recorder.
 class MpiRequest final : public RequestImpl {
  public:
-  explicit MpiRequest(MPI_Request r) : req_(r) {}
-  void wait() override { MESHTRAIN_MPI_CHECK(MPI_Wait(&req_, MPI_STATUS_IGNORE)); }
+  MpiRequest(MPI_Request r, FlightRecorder* rec, std::uint64_t seq)
+      : req_(r), rec_(rec), seq_(seq) {}
+  void wait() override {
+    MESHTRAIN_MPI_CHECK(MPI_Wait(&req_, MPI_STATUS_IGNORE));
+    rec_->complete(seq_);
+  }
   bool test() override {
     int flag = 0;
     MESHTRAIN_MPI_CHECK(MPI_Test(&req_, &flag, MPI_STATUS_IGNORE));
+    if (flag) rec_->complete(seq_);
     return flag != 0;
   }
 
  private:
   MPI_Request req_;
+  FlightRecorder* rec_;
+  std::uint64_t seq_;
 };
-
-Request wrap(MPI_Request r) { return Request(std::make_unique<MpiRequest>(r)); }
 
 int as_count(std::size_t n) {
   MESHTRAIN_CHECK(n <= static_cast<std::size_t>(INT_MAX), "MPI count ", n,
@@ -55,10 +61,19 @@ int as_count(std::size_t n) {
 
 }  // namespace
 
-MpiCommunicator::MpiCommunicator(MPI_Comm comm, ExecSpace exec) : comm_(comm), exec_(exec) {
-  MESHTRAIN_CHECK(comm != MPI_COMM_NULL, "MpiCommunicator needs a communicator this rank is in");
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, ExecSpace exec)
+    : comm_(comm), exec_(exec), recorder_(checked(comm)) {
   MESHTRAIN_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   MESHTRAIN_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+}
+
+MPI_Comm MpiCommunicator::checked(MPI_Comm comm) {
+  MESHTRAIN_CHECK(comm != MPI_COMM_NULL, "MpiCommunicator needs a communicator this rank is in");
+  return comm;
+}
+
+Request MpiCommunicator::wrap(MPI_Request r, std::uint64_t seq) {
+  return Request(std::make_unique<MpiRequest>(r, &recorder_, seq));
 }
 
 // MPI reads host memory directly: whatever the instance still has queued may be writing it.
@@ -66,57 +81,81 @@ void MpiCommunicator::order_after_compute() { kc::fence(exec_, "meshtrain::comm:
 
 Request MpiCommunicator::iall_reduce_raw(const void* send, void* recv, std::size_t count,
                                          DType t, ReduceOp op) {
+  bool skip = false;
+  const std::uint64_t seq = recorder_.begin(OpKind::all_reduce, count * dtype_size(t), -1, &skip);
+  if (skip) return Request();  // test fault: this rank leaves the operation out
   order_after_compute();
   MPI_Request r;
   const void* s = send == recv ? MPI_IN_PLACE : send;
   MESHTRAIN_MPI_CHECK(
       MPI_Iallreduce(s, recv, as_count(count), mpi_type(t), mpi_op(op), comm_, &r));
-  return wrap(r);
+  return wrap(r, seq);
 }
 
 Request MpiCommunicator::ireduce_scatter_raw(const void* send, void* recv,
                                              std::size_t recv_count, DType t, ReduceOp op) {
+  bool skip = false;
+  const std::uint64_t seq = recorder_.begin(
+      OpKind::reduce_scatter, recv_count * static_cast<std::size_t>(size_) * dtype_size(t), -1, &skip);
+  if (skip) return Request();  // test fault: this rank leaves the operation out
   order_after_compute();
   MPI_Request r;
   MESHTRAIN_MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, as_count(recv_count), mpi_type(t),
                                                 mpi_op(op), comm_, &r));
-  return wrap(r);
+  return wrap(r, seq);
 }
 
 Request MpiCommunicator::iall_gather_raw(const void* send, void* recv, std::size_t send_count,
                                          DType t) {
+  bool skip = false;
+  const std::uint64_t seq = recorder_.begin(
+      OpKind::all_gather, send_count * static_cast<std::size_t>(size_) * dtype_size(t), -1, &skip);
+  if (skip) return Request();  // test fault: this rank leaves the operation out
   order_after_compute();
   MPI_Request r;
   const int n = as_count(send_count);
   MESHTRAIN_MPI_CHECK(MPI_Iallgather(send, n, mpi_type(t), recv, n, mpi_type(t), comm_, &r));
-  return wrap(r);
+  return wrap(r, seq);
 }
 
 Request MpiCommunicator::ibroadcast_raw(void* buf, std::size_t count, DType t, int root) {
+  bool skip = false;
+  const std::uint64_t seq = recorder_.begin(OpKind::broadcast, count * dtype_size(t), root, &skip);
+  if (skip) return Request();  // test fault: this rank leaves the operation out
   order_after_compute();
   MPI_Request r;
   MESHTRAIN_MPI_CHECK(MPI_Ibcast(buf, as_count(count), mpi_type(t), root, comm_, &r));
-  return wrap(r);
+  return wrap(r, seq);
 }
 
 Request MpiCommunicator::isend_raw(const void* buf, std::size_t count, DType t, int peer,
                                    int tag) {
+  bool skip = false;
+  const std::uint64_t seq = recorder_.begin(OpKind::send, count * dtype_size(t), peer, &skip);
+  if (skip) return Request();  // test fault: this rank leaves the operation out
   order_after_compute();
   MPI_Request r;
   MESHTRAIN_MPI_CHECK(MPI_Isend(buf, as_count(count), mpi_type(t), peer, tag, comm_, &r));
-  return wrap(r);
+  return wrap(r, seq);
 }
 
 Request MpiCommunicator::irecv_raw(void* buf, std::size_t count, DType t, int peer, int tag) {
+  bool skip = false;
+  const std::uint64_t seq = recorder_.begin(OpKind::recv, count * dtype_size(t), peer, &skip);
+  if (skip) return Request();  // test fault: this rank leaves the operation out
   order_after_compute();
   MPI_Request r;
   MESHTRAIN_MPI_CHECK(MPI_Irecv(buf, as_count(count), mpi_type(t), peer, tag, comm_, &r));
-  return wrap(r);
+  return wrap(r, seq);
 }
 
 void MpiCommunicator::barrier() {
+  bool skip = false;
+  const std::uint64_t seq = recorder_.begin(OpKind::barrier, 0, -1, &skip);
+  if (skip) return;
   order_after_compute();
   MESHTRAIN_MPI_CHECK(MPI_Barrier(comm_));
+  recorder_.complete(seq);
 }
 
 }  // namespace meshtrain::comm

@@ -56,7 +56,7 @@ class NcclRequest final : public RequestImpl {
 }  // namespace
 
 NcclCommunicator::NcclCommunicator(MPI_Comm comm, ExecSpace exec)
-    : mpi_comm_(comm), exec_(exec) {
+    : mpi_comm_(comm), exec_(exec), recorder_(comm) {
   MESHTRAIN_CHECK(comm != MPI_COMM_NULL, "NcclCommunicator needs a communicator this rank is in");
   MESHTRAIN_MPI_CHECK(MPI_Comm_rank(comm, &rank_));
   MESHTRAIN_MPI_CHECK(MPI_Comm_size(comm, &size_));
@@ -67,10 +67,42 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, ExecSpace exec)
   if (rank_ == 0) MESHTRAIN_NCCL_CHECK(ncclGetUniqueId(&id));
   MESHTRAIN_MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm));
   MESHTRAIN_NCCL_CHECK(ncclCommInitRank(&comm_, size_, id, rank_));
+  done_events_.resize(FlightRecorder::kDefaultCapacity, nullptr);
+  done_seq_.assign(done_events_.size(), 0);
+  for (auto& ev : done_events_)
+    MESHTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  recorder_.set_completion_poll([this](std::uint64_t seq) { return op_done(seq); });
+  // ncclCommAbort is the one NCCL call that may be made while another thread is blocked in
+  // NCCL: it makes the kernels waiting for absent peers return, so the process can exit.
+  recorder_.set_abort([this] {
+    if (!aborted_.exchange(true)) ncclCommAbort(comm_);
+  });
+  recorder_.set_async_error([this]() -> std::string {
+    if (aborted_) return {};
+    ncclResult_t async = ncclSuccess;
+    if (ncclCommGetAsyncError(comm_, &async) != ncclSuccess || async == ncclSuccess) return {};
+    return cat(ncclGetErrorString(async), " (ncclCommGetAsyncError)");
+  });
+}
+
+// Watchdog thread: whether operation `seq` has finished on the NCCL stream. Its slot's event
+// may since have been recorded for a later operation (more than the ring's capacity in
+// flight); that one finishing implies `seq` has (one stream, in order), and it running only
+// makes the watchdog see `seq` as older than it is.
+bool NcclCommunicator::op_done(std::uint64_t seq) {
+  std::lock_guard<std::mutex> lock(done_mu_);
+  const std::size_t slot = seq % done_events_.size();
+  if (done_seq_[slot] < seq) return false;  // not recorded yet
+  return cudaEventQuery(done_events_[slot]) == cudaSuccess;
 }
 
 NcclCommunicator::~NcclCommunicator() {
-  if (comm_) ncclCommDestroy(comm_);
+  recorder_.set_completion_poll({});
+  recorder_.set_abort({});
+  recorder_.set_async_error({});
+  for (auto ev : done_events_)
+    if (ev) cudaEventDestroy(ev);
+  if (comm_ && !aborted_) ncclCommDestroy(comm_);
   if (ready_) cudaEventDestroy(ready_);
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -81,7 +113,13 @@ void NcclCommunicator::order_after_compute() {
   MESHTRAIN_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready_, 0));
 }
 
-Request NcclCommunicator::make_request() {
+Request NcclCommunicator::make_request(std::uint64_t seq) {
+  if (seq != 0) {
+    std::lock_guard<std::mutex> lock(done_mu_);
+    const std::size_t slot = seq % done_events_.size();
+    MESHTRAIN_CUDA_CHECK(cudaEventRecord(done_events_[slot], stream_));
+    done_seq_[slot] = seq;
+  }
   cudaEvent_t ev;
   MESHTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
   MESHTRAIN_CUDA_CHECK(cudaEventRecord(ev, stream_));
@@ -90,52 +128,76 @@ Request NcclCommunicator::make_request() {
 
 Request NcclCommunicator::iall_reduce_raw(const void* send, void* recv, std::size_t count,
                                           DType t, ReduceOp op) {
+  bool skip = false;
+  const std::uint64_t seq = recorder_.begin(OpKind::all_reduce, count * dtype_size(t), -1, &skip);
+  if (skip) return Request();  // test fault: this rank leaves the operation out
   order_after_compute();
   MESHTRAIN_NCCL_CHECK(
       ncclAllReduce(send, recv, count, nccl_type(t), nccl_op(op), comm_, stream_));
-  return make_request();
+  return make_request(seq);
 }
 
 Request NcclCommunicator::ireduce_scatter_raw(const void* send, void* recv,
                                               std::size_t recv_count, DType t, ReduceOp op) {
+  bool skip = false;
+  const std::uint64_t seq = recorder_.begin(
+      OpKind::reduce_scatter, recv_count * static_cast<std::size_t>(size_) * dtype_size(t), -1, &skip);
+  if (skip) return Request();  // test fault: this rank leaves the operation out
   order_after_compute();
   MESHTRAIN_NCCL_CHECK(
       ncclReduceScatter(send, recv, recv_count, nccl_type(t), nccl_op(op), comm_, stream_));
-  return make_request();
+  return make_request(seq);
 }
 
 Request NcclCommunicator::iall_gather_raw(const void* send, void* recv, std::size_t send_count,
                                           DType t) {
+  bool skip = false;
+  const std::uint64_t seq = recorder_.begin(
+      OpKind::all_gather, send_count * static_cast<std::size_t>(size_) * dtype_size(t), -1, &skip);
+  if (skip) return Request();  // test fault: this rank leaves the operation out
   order_after_compute();
   MESHTRAIN_NCCL_CHECK(ncclAllGather(send, recv, send_count, nccl_type(t), comm_, stream_));
-  return make_request();
+  return make_request(seq);
 }
 
 Request NcclCommunicator::ibroadcast_raw(void* buf, std::size_t count, DType t, int root) {
+  bool skip = false;
+  const std::uint64_t seq = recorder_.begin(OpKind::broadcast, count * dtype_size(t), root, &skip);
+  if (skip) return Request();  // test fault: this rank leaves the operation out
   order_after_compute();
   MESHTRAIN_NCCL_CHECK(ncclBroadcast(buf, buf, count, nccl_type(t), root, comm_, stream_));
-  return make_request();
+  return make_request(seq);
 }
 
 // NCCL has no tags: messages between one pair of ranks are matched in issue order.
 Request NcclCommunicator::isend_raw(const void* buf, std::size_t count, DType t, int peer,
                                     int /*tag*/) {
+  bool skip = false;
+  const std::uint64_t seq = recorder_.begin(OpKind::send, count * dtype_size(t), peer, &skip);
+  if (skip) return Request();  // test fault: this rank leaves the operation out
   order_after_compute();
   MESHTRAIN_NCCL_CHECK(ncclSend(buf, count, nccl_type(t), peer, comm_, stream_));
-  return make_request();
+  return make_request(seq);
 }
 
 Request NcclCommunicator::irecv_raw(void* buf, std::size_t count, DType t, int peer,
                                     int /*tag*/) {
+  bool skip = false;
+  const std::uint64_t seq = recorder_.begin(OpKind::recv, count * dtype_size(t), peer, &skip);
+  if (skip) return Request();  // test fault: this rank leaves the operation out
   order_after_compute();
   MESHTRAIN_NCCL_CHECK(ncclRecv(buf, count, nccl_type(t), peer, comm_, stream_));
-  return make_request();
+  return make_request(seq);
 }
 
 void NcclCommunicator::barrier() {
+  bool skip = false;
+  const std::uint64_t seq = recorder_.begin(OpKind::barrier, 0, -1, &skip);
+  if (skip) return;
   MESHTRAIN_CUDA_CHECK(cudaStreamSynchronize(compute_stream_));
   MESHTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_));
   MESHTRAIN_MPI_CHECK(MPI_Barrier(mpi_comm_));
+  recorder_.complete(seq);
 }
 
 }  // namespace meshtrain::comm

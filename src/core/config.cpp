@@ -1,5 +1,6 @@
 #include "meshtrain/core/config.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -25,13 +26,48 @@ namespace {
   throw ConfigError(cat(e.what(), " (", where, ")"));
 }
 
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1] ? 1 : 0)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// "; did you mean train.steps?" for a misspelt or shortened key, empty when nothing is close.
+std::string suggestion(std::string key, const po::options_description& desc, const char* dashes) {
+  while (!key.empty() && key[0] == '-') key.erase(0, 1);
+  std::string best;
+  std::size_t best_d = std::max<std::size_t>(2, key.size() / 4) + 1;
+  for (const auto& opt : desc.options()) {
+    const std::string& name = opt->long_name();
+    const std::size_t d = edit_distance(key, name);
+    if (d < best_d) best = name, best_d = d;
+  }
+  return best.empty() ? std::string() : cat("; did you mean ", dashes, best, "?");
+}
+
 }  // namespace
 
 Parsed parse(const std::vector<std::string>& args, const po::options_description& desc) {
   Parsed p;
   try {
-    auto parsed = po::command_line_parser(args).options(desc).run();
+    // No guessing: Boost would take --train.step for the only option it prefixes
+    // (train.steps), which an INI file never does. A key is spelt out in full in both.
+    const int style = po::command_line_style::default_style &
+                      ~po::command_line_style::allow_guessing;
+    auto parsed = po::command_line_parser(args).options(desc).style(style).run();
     po::store(parsed, p.vm);
+  } catch (const po::unknown_option& e) {
+    throw ConfigError(cat("unknown option '", e.get_option_name(), "' (command line",
+                          suggestion(e.get_option_name(), desc, "--"), "; see --help)"));
   } catch (const po::error& e) {
     rethrow(e, "command line; see --help");
   }
@@ -48,8 +84,10 @@ Parsed parse(const std::vector<std::string>& args, const po::options_description
       // Stored after the command line: po::store keeps the first value, so the command line wins.
       po::store(po::parse_config_file(in, desc, /*allow_unregistered=*/false), p.vm);
     } catch (const po::unknown_option& e) {
-      throw ConfigError(cat("unknown key '", e.get_option_name(), "' in ", p.config_file,
-                            " (see --help for the keys of this subcommand)"));
+      const std::string hint = suggestion(e.get_option_name(), desc, "");
+      throw ConfigError(cat("unknown key '", e.get_option_name(), "' in ", p.config_file, " (",
+                            hint.empty() ? std::string() : hint.substr(2) + "; ",
+                            "see --help for the keys of this subcommand)"));
     } catch (const po::error& e) {
       rethrow(e, p.config_file);
     }

@@ -17,9 +17,10 @@ static_assert(std::atomic<int>::is_always_lock_free);
 
 extern "C" void on_stop_signal(int sig) {
   const int prev = g_signal.exchange(sig);
-  if (sig == SIGTERM && prev == SIGTERM) {  // the second SIGTERM: stop now
-    std::signal(SIGTERM, SIG_DFL);
-    std::raise(SIGTERM);
+  // The second Ctrl-C (or SIGTERM): the operator does not want to wait for the save.
+  if ((sig == SIGTERM || sig == SIGINT) && prev == sig) {
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
   }
 }
 
@@ -32,6 +33,7 @@ void install_stop_handlers() {
   sa.sa_flags = SA_RESTART;  // system calls (file and network I/O) continue after the handler
   sigaction(SIGUSR1, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
 }
 
 bool stop_requested() { return g_signal.load() != 0; }

@@ -129,51 +129,6 @@ void broadcast(MPI_Comm comm, std::string& s) {
   if (n > 0) MESHTRAIN_MPI_CHECK(MPI_Bcast(s.data(), static_cast<int>(n), MPI_CHAR, 0, comm));
 }
 
-namespace {
-
-// 0 ok, 1 ConfigError, 2 other error.
-void settle(MPI_Comm comm, const std::string& what, int kind, std::string msg) {
-  int rank = 0, size = 1;
-  MESHTRAIN_MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  MESHTRAIN_MPI_CHECK(MPI_Comm_size(comm, &size));
-  const int mine = kind != 0 ? rank : size;
-  int first = size;
-  MESHTRAIN_MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
-  if (first == size) return;
-  MESHTRAIN_MPI_CHECK(MPI_Bcast(&kind, 1, MPI_INT, first, comm));
-  unsigned long long n = msg.size();
-  MESHTRAIN_MPI_CHECK(MPI_Bcast(&n, 1, MPI_UNSIGNED_LONG_LONG, first, comm));
-  msg.resize(static_cast<std::size_t>(n));
-  if (n > 0) MESHTRAIN_MPI_CHECK(MPI_Bcast(msg.data(), static_cast<int>(n), MPI_CHAR, first, comm));
-  if (!what.empty()) msg = cat(what, ": ", msg);
-  if (first != rank && kind != 1) msg = cat(msg, " (reported by rank ", first, ")");
-  if (kind == 1) throw Agreed<ConfigError>(msg);
-  throw Agreed<Error>(msg);
-}
-
-}  // namespace
-
-void agree(MPI_Comm comm, const std::string& what, const std::function<void()>& f) {
-  int kind = 0;
-  std::string msg;
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    kind = 1, msg = e.what();
-  } catch (const std::exception& e) {
-    kind = 2, msg = e.what();
-  }
-  settle(comm, what, kind, std::move(msg));
-}
-
-void on_root(MPI_Comm comm, const std::string& what, const std::function<void()>& f) {
-  int rank = 0;
-  MESHTRAIN_MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  agree(comm, what, [&] {
-    if (rank == 0) f();
-  });
-}
-
 const std::vector<ModelKey>& model_keys() {
   using C = model::GptConfig;
   static const std::vector<ModelKey> keys = {

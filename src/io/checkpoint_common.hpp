@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "hdf5_util.hpp"
+#include "meshtrain/core/agree.hpp"
 #include "meshtrain/io/checkpoint.hpp"
 
 namespace meshtrain::io::ckpt {
@@ -81,21 +82,15 @@ void transfer(hid_t d, const TensorTransfer& how, const std::vector<int>& mine,
 // File access list: MPI-IO on `comm`, collective metadata reads and writes.
 h5::Handle mpio_access(MPI_Comm comm);
 
-// The exceptions `agree` throws carry this tag: every rank throws at the same point, so unwinding
-// may close files collectively. Any other exception may be one rank's alone: handles are then
-// released, not closed (see h5::Handle::release).
-struct AgreedTag {};
-template <class Base>
-struct Agreed : Base, AgreedTag {
-  explicit Agreed(const std::string& what) : Base(what) {}
-};
-
-// Runs `f` on every rank; if it throws on any rank, every rank throws the same exception type
-// (ConfigError when the first failing rank had one, else Error) with the lowest failing rank's
-// message, so no rank is left waiting in a later collective. `what` prefixes the message.
-void agree(MPI_Comm comm, const std::string& what, const std::function<void()>& f);
-// Runs `f` on rank 0 only, then agrees as above.
-void on_root(MPI_Comm comm, const std::string& what, const std::function<void()>& f);
+// The agreement of core/agree.hpp: every rank throws the same Agreed<...> exception at the
+// same point, so unwinding may close files collectively. Any other exception may be one rank's
+// alone: handles are then released, not closed (see h5::Handle::release).
+using ::meshtrain::Agreed;
+using ::meshtrain::AgreedTag;
+using ::meshtrain::agree;
+inline void on_root(MPI_Comm comm, const std::string& what, const std::function<void()>& f) {
+  agree_on_root(comm, what, f);
+}
 
 void broadcast(MPI_Comm comm, std::string& s);
 

@@ -16,6 +16,21 @@ using ckpt::agree;
 
 namespace {
 
+// HDF5 failing to read a file's own structure (the superblock, an object header, an attribute
+// message, a B-tree) means the file is damaged, which is bad input (ConfigError, exit 2) and not
+// a failure of the program: the message names the file and carries HDF5's cause.
+template <class F>
+void reading(const std::string& where, F&& f) {
+  try {
+    f();
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw ConfigError(cat(where, " is damaged (its HDF5 metadata cannot be read): ", e.what(),
+                          "; restore another step_XXXXXXXX.h5"));
+  }
+}
+
 std::string trim(std::string s) {
   const auto b = s.find_first_not_of(" \t\r\n"), e = s.find_last_not_of(" \t\r\n");
   return b == std::string::npos ? "" : s.substr(b, e - b + 1);
@@ -180,15 +195,20 @@ void load_group(MPI_Comm comm, hid_t file, const model::ParameterRegistry& full,
     MESHTRAIN_CHECK(G.data.size() == G.pieces.size(), "checkpoint group '", G.prefix, "' has ",
                     G.pieces.size(), " pieces but ", G.data.size(), " destinations");
     plan = ckpt::pieces_by_tensor(full, G.pieces, G.prefix);
-    for (std::size_t t = 0; t < n; ++t) {
-      dsets.push_back(open_tensor(file, G.prefix, full.params()[t], where));
-      if (verify) stored[t] = h5::read_attr_u64(dsets.back(), "checksum", where);
-    }
+    reading(where, [&] {
+      for (std::size_t t = 0; t < n; ++t) {
+        dsets.push_back(open_tensor(file, G.prefix, full.params()[t], where));
+        if (verify) stored[t] = h5::read_attr_u64(dsets.back(), "checksum", where);
+      }
+    });
   });
   const auto how = ckpt::plan_transfers(comm, plan, G.pieces, transfer);
   h5::Handle coll = ckpt::transfer_list(true), indep = ckpt::transfer_list(false);
-  for (std::size_t t = 0; t < n; ++t)
-    ckpt::transfer(dsets[t], how[t], plan[t], G.pieces, G.data, coll, indep);
+  // Not agreed: a collective read may be under way on the other ranks (the job aborts).
+  reading(where, [&] {
+    for (std::size_t t = 0; t < n; ++t)
+      ckpt::transfer(dsets[t], how[t], plan[t], G.pieces, G.data, coll, indep);
+  });
   if (!verify) return;
 
   for (std::size_t t = 0; t < n; ++t)
@@ -245,7 +265,7 @@ CheckpointAttributes load_checkpoint(MPI_Comm comm, const std::string& spec,
   std::vector<h5::Handle> dsets;
   try {
     agree(comm, "", [&] {
-      attrs = read_root(file, where);
+      reading(where, [&] { attrs = read_root(file, where); });
       check_model(attrs.model, current, where);
     });
     attrs.path = path;

@@ -321,17 +321,29 @@ void CheckpointWriter::write(const CheckpointAttributes& attrs,
                       H5Fclose);
   });
   std::vector<h5::Handle> dsets;
+  // A failed write (a full disk, a quota, an I/O error) names the file and the cause; the
+  // checkpoint is not committed, so `latest` still names the previous one.
+  auto failed = [&](const std::exception& e) {
+    std::remove(tmp_.c_str());
+    return Error(cat(where, ": writing failed: ", e.what(), " (no space left on the device or "
+                     "over a quota? the checkpoint was not committed: ", dir_,
+                     "/latest still names the previous one)"));
+  };
   try {
     write_datasets(file, root_attrs, full, groups, plan, how, sums, dsets);
   } catch (const ckpt::AgreedTag&) {
     throw;  // every rank is unwinding: the handles close collectively
-  } catch (...) {
+  } catch (const std::exception& e) {
     for (auto& d : dsets) d.release();
     file.release();
-    throw;
+    throw failed(e);
   }
   dsets.clear();
-  file.close(where.c_str());
+  try {
+    file.close(where.c_str());  // collective: where buffered metadata reaches the disk
+  } catch (const std::exception& e) {
+    throw failed(e);
+  }
   written_ = true;
 }
 

@@ -1,8 +1,23 @@
 #include "hdf5_util.hpp"
 
+#include <atomic>
 #include <vector>
 
+#include "meshtrain/io/checkpoint.hpp"
+
+namespace meshtrain::io {
+
+namespace {
+std::atomic<int> g_released{0};
+}
+
+bool abandoned_hdf5_files() { return g_released.load() > 0; }
+
+}  // namespace meshtrain::io
+
 namespace meshtrain::io::h5 {
+
+void note_released() { ++g_released; }
 
 namespace {
 

@@ -31,6 +31,8 @@ class Silence {
   void* data_ = nullptr;
 };
 
+void note_released();  // counts released handles (io::abandoned_hdf5_files)
+
 // An owned hid_t with its close function.
 class Handle {
  public:
@@ -60,7 +62,10 @@ class Handle {
   }
   // Forgets the id without closing it: after an error on this rank alone, closing a parallel
   // file (a collective call) would wait for ranks that are elsewhere; the job is aborted anyway.
-  void release() { id_ = -1; }
+  void release() {
+    if (id_ >= 0) note_released();
+    id_ = -1;
+  }
 
  private:
   hid_t id_ = -1;

@@ -1,5 +1,7 @@
 #include "meshtrain/mesh/process_mesh.hpp"
 
+#include <utility>
+
 #include "meshtrain/core/error.hpp"
 
 namespace meshtrain::mesh {
@@ -27,6 +29,13 @@ ProcessMesh::ProcessMesh(MPI_Comm parent, const Shape& shape, const Order& order
   const bool in_embedding = coord_.pp == 0 || coord_.pp == shape_.pp - 1;
   const int emb_color = in_embedding ? coord_.dp * shape_.tp + coord_.tp : MPI_UNDEFINED;
   embedding_ = MpiComm::split(world_.get(), emb_color, coord_.pp);
+
+  // Names for the flight recorder and the watchdog's messages (comm/flight_recorder.hpp).
+  const std::pair<const MpiComm*, const char*> names[] = {
+      {&world_, "world"}, {&tp_, "tp"}, {&dp_, "dp"}, {&pp_, "pp"}, {&mp_, "model_parallel"},
+      {&embedding_, "embedding"}};
+  for (const auto& [c, name] : names)
+    if (c->get() != MPI_COMM_NULL) MESHTRAIN_MPI_CHECK(MPI_Comm_set_name(c->get(), name));
 
   MPI_Comm node;
   MESHTRAIN_MPI_CHECK(

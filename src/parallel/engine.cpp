@@ -2,6 +2,9 @@
 // evaluation. Checkpoints are in engine_checkpoint.cpp.
 #include "meshtrain/parallel/engine.hpp"
 
+#include <cmath>
+
+#include "meshtrain/comm/flight_recorder.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/mpi_check.hpp"
 #include "meshtrain/core/signals.hpp"
@@ -133,9 +136,8 @@ float Engine<T>::global_loss_sum() {
   float loss_sum = 0;
   Kokkos::deep_copy(loss_sum, model_->loss_sum());
   // The last stage's tp rank 0 of every dp rank holds a share of the global batch's loss.
-  double mine = ctx_->last_stage() && ctx_->tp_rank() == 0 ? loss_sum : 0.0, total = 0;
-  MESHTRAIN_MPI_CHECK(
-      MPI_Allreduce(&mine, &total, 1, MPI_DOUBLE, MPI_SUM, ctx_->mesh().world().get()));
+  double total = ctx_->last_stage() && ctx_->tp_rank() == 0 ? loss_sum : 0.0;
+  world_all_reduce(&total, 1, MPI_DOUBLE, MPI_SUM);
   return static_cast<float>(total);
 }
 
@@ -171,10 +173,8 @@ float Engine<T>::evaluate(const BatchSource& batch, int batches) {
   float sum = 0;
   Kokkos::deep_copy(sum, model_->loss_sum());
   // Every dp rank evaluated the same batches: take dp rank 0's.
-  double mine = ctx_->last_stage() && ctx_->tp_rank() == 0 && ctx_->dp_rank() == 0 ? sum : 0.0;
-  double total = 0;
-  MESHTRAIN_MPI_CHECK(
-      MPI_Allreduce(&mine, &total, 1, MPI_DOUBLE, MPI_SUM, ctx_->mesh().world().get()));
+  double total = ctx_->last_stage() && ctx_->tp_rank() == 0 && ctx_->dp_rank() == 0 ? sum : 0.0;
+  world_all_reduce(&total, 1, MPI_DOUBLE, MPI_SUM);
   const std::size_t per_batch = static_cast<std::size_t>(opt_.micro_batch) * opt_.seq_len;
   return static_cast<float>(total) / static_cast<float>(per_batch * batches);
 }
@@ -203,11 +203,35 @@ std::unique_ptr<model::Gpt> Engine<T>::gather_to_rank0() {
 // ---- agreement and facts ----
 
 template <class T>
+void Engine<T>::world_all_reduce(void* buf, int count, MPI_Datatype type, MPI_Op op) const {
+  const MPI_Comm world = ctx_->mesh().world().get();
+  if (!host_recorder_) host_recorder_ = std::make_unique<comm::FlightRecorder>(world, "world.host");
+  int size = 0;
+  MESHTRAIN_MPI_CHECK(MPI_Type_size(type, &size));
+  const std::uint64_t seq = host_recorder_->begin(
+      comm::OpKind::all_reduce, static_cast<std::size_t>(count) * static_cast<std::size_t>(size),
+      -1);
+  MESHTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, count, type, op, world));
+  host_recorder_->complete(seq);
+}
+
+template <class T>
 bool Engine<T>::any_rank(bool flag) const {
-  int mine = flag ? 1 : 0, any = 0;
-  MESHTRAIN_MPI_CHECK(
-      MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, ctx_->mesh().world().get()));
+  int any = flag ? 1 : 0;
+  max_over_ranks(&any, 1);
   return any != 0;
+}
+
+template <class T>
+void Engine<T>::max_over_ranks(int* flags, int n) const {
+  world_all_reduce(flags, n, MPI_INT, MPI_MAX);
+}
+
+template <class T>
+bool Engine<T>::loss_finite_here() const {
+  float loss_sum = 0;
+  Kokkos::deep_copy(loss_sum, model_->loss_sum());
+  return std::isfinite(loss_sum);
 }
 
 template <class T>

@@ -45,6 +45,13 @@ std::string format_table(const SearchResult& r, const model::GptConfig& cfg, int
     << " us; inter-node " << cal.inter.busbw_gbs << " GB/s, " << cal.inter.alpha_us << " us\n"
     << "searched " << r.enumerated << " layouts: " << r.invalid << " invalid for the model, "
     << r.pruned_memory << " over memory, " << r.ranked.size() << " fit\n"
+    << (r.too_many_micro
+            ? cat("not evaluated: ", r.too_many_micro, " (dp, pp, tp, micro-batch) choices that need "
+                  "more than ", opt.max_micro_batches, " micro-batches per step (global batch ",
+                  opt.global_batch > 0 ? opt.global_batch : default_global_batch(opt.cluster.world),
+                  " sequences; a sequence count, not tokens? larger --plan.micro_batches reach "
+                  "them)\n")
+            : std::string())
     << "seeds' rule for this case: " << r.scenario.rule << "\n\n";
   if (r.ranked.empty()) {
     o << "no layout fits: more devices, a smaller micro-batch or model, or more memory\n";
@@ -124,7 +131,8 @@ std::string to_json(const SearchResult& r, const model::GptConfig& cfg, int seq_
     << ", \"calibration\": " << q(cal.machine) << ", \"calibration_measured\": "
     << (cal.measured ? "true" : "false") << ", \"rule\": " << q(r.scenario.rule)
     << ", \"enumerated\": " << r.enumerated << ", \"invalid\": " << r.invalid
-    << ", \"pruned_memory\": " << r.pruned_memory << ", \"layouts\": [";
+    << ", \"pruned_memory\": " << r.pruned_memory << ", \"too_many_micro_batches\": "
+    << r.too_many_micro << ", \"layouts\": [";
   for (int i = 0; i < top && i < static_cast<int>(r.ranked.size()); ++i)
     o << (i ? ",\n  " : "\n  ") << candidate_json(r.ranked[static_cast<std::size_t>(i)], r);
   o << "\n]}\n";

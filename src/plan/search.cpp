@@ -4,6 +4,8 @@
 #include <cstdio>
 
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/log.hpp"
+#include "meshtrain/core/timer.hpp"
 
 namespace meshtrain::plan {
 
@@ -133,8 +135,15 @@ SearchResult search(const model::GptConfig& cfg, int seq_len, const SearchOption
   const double cap = usable(opt, cal);
   const MemoryTarget tgt = target_of(cal);
   r.scenario = classify(cfg, seq_len, opt, cal);
+  const Timer clock;
+  double reported = 0;
   auto consider = [&](const Layout& l) -> const Candidate* {
     ++r.enumerated;
+    if (clock.seconds() > reported + 1.0) {  // a long search says it is alive, every second
+      reported = clock.seconds();
+      logging::info("plan: ", r.enumerated, " layouts considered, ", r.ranked.size(), " fit so far (",
+                    static_cast<int>(reported), " s)");
+    }
     if (!layout_error(cfg, seq_len, l).empty()) {
       ++r.invalid;
       return nullptr;
@@ -159,6 +168,10 @@ SearchResult search(const model::GptConfig& cfg, int seq_len, const SearchOption
       if (GB % dp != 0) continue;
       for (int mb : opt.micro_batches) {
         if ((GB / dp) % mb != 0) continue;
+        if (GB / dp / mb > opt.max_micro_batches) {
+          ++r.too_many_micro;
+          continue;
+        }
         const int n_micro = static_cast<int>(GB / dp / mb);
         std::vector<std::pair<parallel::ScheduleKind, int>> scheds;
         if (pp == 1) scheds.push_back({parallel::ScheduleKind::one_f_one_b, 1});

@@ -2,7 +2,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
+#include "meshtrain/core/fault_injection.hpp"
 #include "meshtrain/core/log.hpp"
 #include "meshtrain/core/memory.hpp"
 #include "meshtrain/core/signals.hpp"
@@ -39,21 +41,17 @@ TrainerT<T>::TrainerT(parallel::Engine<T>& engine, const TrainConfig& cfg,
       cfg_(cfg),
       train_(train),
       val_(val),
-      scaler_(cfg.loss_scale_init, cfg.loss_scale_window) {
+      scaler_(cfg.loss_scale_init, cfg.loss_scale_window),
+      guard_(cfg.divergence, cfg.loss_scaling) {
   MESHTRAIN_CONFIG_CHECK(cfg_.micro_batch == engine.micro_batch(), "train.micro_batch mismatch");
   MESHTRAIN_CONFIG_CHECK(cfg_.seq_len == engine.seq_len(), "train.seq_len mismatch");
   MESHTRAIN_CONFIG_CHECK(cfg_.grad_accum > 0, "train.grad_accum=", cfg_.grad_accum,
                          " must be positive");
   MESHTRAIN_CONFIG_CHECK(cfg_.grad_accum == engine.n_micro(), "train.grad_accum mismatch");
   MESHTRAIN_CONFIG_CHECK(train_.seq_len() == cfg_.seq_len, "dataset windows do not match seq_len");
-  // Opened for appending here (to fail early); run() truncates it unless it continues a restored
-  // run, whose earlier records the file keeps.
-  if (!cfg_.metrics_file.empty() && engine_.world_rank() == 0) {
-    metrics_.open(cfg_.metrics_file, std::ios::app);
-    if (!metrics_)
-      throw ConfigError(cat("cannot write the metrics file '", cfg_.metrics_file,
-                            "' (train.metrics): check the folder exists and is writable"));
-  }
+  // Opened for appending here (to fail early), on world rank 0 only; run() truncates it unless
+  // it continues a restored run, whose earlier records the file keeps.
+  metrics_.open(cfg_.metrics_file, engine_.world_rank() == 0, true);
 }
 
 template <class T>
@@ -62,14 +60,19 @@ StepMetrics TrainerT<T>::step(std::int64_t s, bool read_back) {
   StepMetrics m;
   // Every target of a full window counts, so the global count is known without communication.
   const float loss_scale = cfg_.loss_scaling ? scaler_.scale() : 1.0f;
-  const float grad_scale = 1.0f / static_cast<float>(tokens_per_step());
+  // The step's global batch is a function of (seed, batch index) only (invariant 3); the batch
+  // index is the step's unless rollbacks left batches out.
+  const std::int64_t data_batch = batch_of_step(s, skipped_batches_);
+  float grad_scale = 1.0f / static_cast<float>(tokens_per_step());
+  if (fault::hooks().nan_batch >= 0 && data_batch == fault::hooks().nan_batch)
+    grad_scale = NAN;  // test hook: a batch whose gradients are not finite
   const int global_batch = engine_.global_batch();
-  // The step's global batch is a function of (seed, step) only (invariant 3).
   const auto batch = [&](int first, int count, std::int32_t* in, std::int32_t* tg) {
-    train_.fill(cfg_.seed, s, global_batch, first, count, in, tg);
+    train_.fill(cfg_.seed, data_batch, global_batch, first, count, in, tg);
   };
   const parallel::StepComm c = engine_.forward_backward(batch, grad_scale * loss_scale);
-  const bool applied = engine_.optimizer_step(s, loss_scale, cfg_.loss_scaling);
+  // The finite check runs for every precision: a non-finite update is never applied.
+  const bool applied = engine_.optimizer_step(s, loss_scale, true);
   if (cfg_.loss_scaling) scaler_.update(applied);
   m.step = s;
   m.loss_scale = loss_scale;
@@ -128,21 +131,7 @@ void TrainerT<T>::log_step(const StepMetrics& m, double eta) {
     if (m.pipelined) text += cat(" | bubble ", static_cast<int>(100 * m.bubble + 0.5), "%");
   }
   logging::info(text);
-  if (metrics_) {
-    metrics_ << "{\"step\": " << m.step + 1 << ", \"loss\": " << m.loss << ", \"lr\": " << m.lr
-             << ", \"grad_norm\": " << m.grad_norm << ", \"step_ms\": " << m.step_seconds * 1e3
-             << ", \"tokens_per_s\": " << m.tokens_per_second << ", \"tflops\": " << m.tflops
-             << ", \"mfu\": " << m.mfu << ", \"memory_bytes\": " << m.memory_bytes
-             << ", \"loss_scale\": " << m.loss_scale << ", \"skipped\": " << (m.skipped ? 1 : 0)
-             << ", \"bubble\": " << m.bubble << ", \"comm_ms\": " << m.dp_comm_ms
-             << ", \"comm_hidden\": " << m.dp_hidden << ", \"tp_comm_ms\": " << m.tp_comm_ms
-             << ", \"ranks\": " << engine_.world_size()
-             << ", \"tokens\": " << (m.step + 1) * tokens_per_step();
-    // A step that saved a checkpoint says so: the scaling driver leaves its time out.
-    if (m.ckpt_ms > 0) metrics_ << ", \"checkpoint\": 1, \"ckpt_ms\": " << m.ckpt_ms;
-    metrics_ << "}\n";
-    metrics_.flush();
-  }
+  metrics_.write(step_record(m, engine_.world_size(), tokens_per_step()));
 }
 
 template <class T>
@@ -154,10 +143,8 @@ StepMetrics TrainerT<T>::run() {
                 replicas > 1 ? cat(" x ", replicas, " replicas") : std::string(), " x seq ",
                 cfg_.seq_len, "), ", train_.num_windows(), " training windows",
                 start_step_ > 0 ? cat("; continuing after step ", start_step_) : std::string());
-  if (metrics_ && start_step_ == 0) {  // a fresh run starts a fresh file
-    metrics_.close();
-    metrics_.open(cfg_.metrics_file, std::ios::trunc);
-  }
+  if (metrics_ && start_step_ == 0)  // a fresh run starts a fresh file
+    metrics_.open(cfg_.metrics_file, true, false);
   const CheckpointConfig& ck = cfg_.ckpt;
   StepMetrics last;
   double elapsed = 0;
@@ -171,10 +158,27 @@ StepMetrics TrainerT<T>::run() {
       elapsed += last.step_seconds;
       ++timed;
     }
-    // Every rank takes the same decision: the stop flag is agreed over the world.
-    const bool stop = stop_requested_here(done);
-    const bool save = !ck.dir.empty() && (stop || (ck.every > 0 && done % ck.every == 0) ||
-                                          (ck.final && done == cfg_.steps));
+    // Every rank takes the same decisions: the stop flag and the step's health are agreed
+    // over the world. Nothing is saved from a step that was not finite.
+    const Boundary b = agree_at_boundary(done, last);
+    const DivergenceAction act = guard_.on_step(s, b.health);
+    if (act == DivergenceAction::stop) {  // show the step, then end the run on every rank
+      if (!logged) read_back(last);
+      log_step(last, 0);
+      diverged();
+    }
+    if (act == DivergenceAction::rollback && !b.stop) {
+      s = roll_back(s) - 1;
+      continue;
+    }
+    if (act == DivergenceAction::skip && !(cfg_.loss_scaling && b.health.loss_finite))
+      logging::warn(guard_.reason());  // loss scaling's own skips show in the progress line
+    const bool stop = b.stop;
+    // (A skipped step left the state as the previous step did; a rollback that a stop signal
+    // pre-empted saves nothing: `latest` already holds the state to continue from.)
+    const bool save = act != DivergenceAction::rollback && !ck.dir.empty() &&
+                      (stop || (ck.every > 0 && done % ck.every == 0) ||
+                       (ck.final && done == cfg_.steps));
     std::string saved;
     if (save) {
       if (!logged && cfg_.log_every > 0) {  // a checkpoint step is always logged
@@ -199,13 +203,13 @@ StepMetrics TrainerT<T>::run() {
     if (val_ && cfg_.eval_every > 0 && done % cfg_.eval_every == 0 && done != cfg_.steps) {
       const float vl = evaluate();
       logging::info("step ", done, " | val loss ", vl);
-      if (metrics_) metrics_ << "{\"step\": " << done << ", \"val_loss\": " << vl << "}\n";
+      metrics_.write({{"step", done}, {"val_loss", vl}});
     }
   }
   if (val_) {
     const float vl = evaluate();
     logging::info("final val loss ", vl, " (", cfg_.eval_batches, " batches)");
-    if (metrics_) metrics_ << "{\"step\": " << cfg_.steps << ", \"val_loss\": " << vl << "}\n";
+    metrics_.write({{"step", cfg_.steps}, {"val_loss", vl}});
   }
   return last;
 }

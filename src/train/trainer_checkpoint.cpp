@@ -26,8 +26,10 @@ std::string TrainerT<T>::save_checkpoint(std::int64_t steps_done) {
   a.config_text = cfg_.config_text;
   a.extra["train.precision"] = std::is_same_v<T, float> ? "fp32" : "16-bit";
   a.extra["train.tokens_per_step"] = std::to_string(tokens_per_step());
-  return engine_.save_checkpoint(cfg_.ckpt.dir, steps_done, a, cfg_.ckpt.transfer,
-                                 cfg_.ckpt.keep);
+  if (!skipped_batches_.empty()) a.extra["train.skipped_batches"] = format_batches(skipped_batches_);
+  last_checkpoint_ = engine_.save_checkpoint(cfg_.ckpt.dir, steps_done, a, cfg_.ckpt.transfer,
+                                             cfg_.ckpt.keep);
+  return last_checkpoint_;
 }
 
 template <class T>
@@ -38,6 +40,10 @@ io::CheckpointAttributes TrainerT<T>::restore(const std::string& spec) {
   scaler_.set_state(static_cast<float>(a.loss_scale), static_cast<int>(a.loss_scale_good_steps),
                     a.loss_scale_skipped);
   start_step_ = a.step;
+  last_checkpoint_ = a.path;
+  const auto skipped = a.extra.find("train.skipped_batches");
+  skipped_batches_ = skipped == a.extra.end() ? std::vector<std::int64_t>{}
+                                              : parse_batches(skipped->second);
 
   logging::info("resumed from ", a.path, " after step ", a.step, " (", a.tokens_seen,
                 " tokens; saved under ", io::describe(a.layout), ") in ",
@@ -55,7 +61,7 @@ io::CheckpointAttributes TrainerT<T>::restore(const std::string& spec) {
 }
 
 template <class T>
-bool TrainerT<T>::stop_requested_here(std::int64_t steps_done) {
+void TrainerT<T>::signal_test_hooks(std::int64_t steps_done) {
   const auto& h = fault::hooks();
   const int rank = engine_.world_rank(), size = engine_.world_size();
   if (h.signal_at_step == steps_done && rank == (h.signal_rank < 0 ? size - 1 : h.signal_rank)) {
@@ -67,13 +73,12 @@ bool TrainerT<T>::stop_requested_here(std::int64_t steps_done) {
     const Timer t;
     while (!signals::stop_requested() && t.seconds() < 120) usleep(10000);
   }
-  return engine_.any_rank(signals::stop_requested());
 }
 
 #define MESHTRAIN_TRAINER_CKPT(T)                                                    \
   template std::string TrainerT<T>::save_checkpoint(std::int64_t);                   \
   template io::CheckpointAttributes TrainerT<T>::restore(const std::string&);       \
-  template bool TrainerT<T>::stop_requested_here(std::int64_t);
+  template void TrainerT<T>::signal_test_hooks(std::int64_t);
 MESHTRAIN_TRAINER_CKPT(float)
 #if MESHTRAIN_HAVE_BF16
 MESHTRAIN_TRAINER_CKPT(bf16)

@@ -133,3 +133,56 @@ meshtrain_cli_test(train_bad_ckpt_io 1 2
   --train.out_dir ${CMAKE_BINARY_DIR}/cli_resume/bad_io)
 # The planner and its calibration benchmark.
 include(${CMAKE_CURRENT_SOURCE_DIR}/cli/plan_cli_tests.cmake)
+
+# Fail loudly, never hang, lose nothing (issue 17): each failure at 2-4 ranks through
+# tests/cli/test_failures.sh, which bounds the run, checks that no rank is left, the exit code
+# and the message (and the checkpoints, flight dumps and metrics where the case says so).
+set(_fail_launch ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${MPIEXEC_PREFLAGS} --
+    $<TARGET_FILE:meshtrain>)
+foreach(case shard_one_rank metrics_no_folder out_dir_one_rank ckpt_unwritable one_rank_throws
+        diverge_stop diverge_scaling nan_stop nan_skip nan_rollback watchdog_stall watchdog_skip
+        metrics_4_ranks metrics_full_disk ckpt_full_disk ckpt_metadata local_sigterm
+        local_sigint_twice slurm_mpirun_sigterm)
+  add_test(NAME cli_fail_${case}
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_failures.sh ${case}
+            ${CMAKE_BINARY_DIR}/cli_fail/${case} ${CMAKE_BINARY_DIR}/cli_prep/kjv_train_*.bin
+            -- ${_fail_launch})
+  set(_procs 2)
+  if(case STREQUAL metrics_4_ranks)
+    set(_procs 4)
+  endif()
+  set_tests_properties(cli_fail_${case} PROPERTIES PROCESSORS ${_procs} TIMEOUT 300 LABELS cli
+    FIXTURES_REQUIRED kjv_shards ENVIRONMENT "${MESHTRAIN_TEST_MPI_ENV}")
+endforeach()
+# Range checks and option spelling: one message naming the option, exit 2, on every rank.
+# (Checked right after parsing: no data or model needed.)
+set(_range_base train --train.out_dir ${CMAKE_BINARY_DIR}/cli_train_bad)
+meshtrain_cli_test(range_lr 2 2 "train.lr=-0.1 must be >= 0" ${_range_base} --train.lr -0.1)
+meshtrain_cli_test(range_beta 2 2 "train.beta2=1 must be in \\[0, 1\\)" ${_range_base}
+  --train.beta2 1)
+meshtrain_cli_test(range_eps 2 2 "train.eps=0 must be > 0" ${_range_base} --train.eps 0)
+meshtrain_cli_test(range_warmup 2 2 "train.warmup=-5 must be >= 0" ${_range_base}
+  --train.warmup -5)
+meshtrain_cli_test(range_clip 2 2 "train.grad_clip=-1 must be >= 0" ${_range_base}
+  --train.grad_clip -1)
+meshtrain_cli_test(range_decay 2 2 "train.weight_decay=-0.1 must be >= 0" ${_range_base}
+  --train.weight_decay -0.1)
+meshtrain_cli_test(range_eval_batches 2 2 "train.eval_batches=0 must be >= 1" ${_range_base}
+  --train.eval_batches 0)
+meshtrain_cli_test(range_on_nonfinite 2 2 "train.on_nonfinite='retry' is not one of stop, skip, rollback"
+  ${_range_base} --train.on_nonfinite retry)
+meshtrain_cli_test(range_timeout 2 2 "comm.timeout=-1 must be >= 0" ${_range_base}
+  --comm.timeout -1)
+meshtrain_cli_test(option_prefix 2 2
+  "unknown option '--train.step' \\(command line; did you mean --train.steps\\?" ${_range_base}
+  --train.step 3)
+meshtrain_cli_test(option_prefix_ini 0 2 "unknown key 'train.step' in .*prefix.ini \\(did you mean train.steps\\?"
+  train --config tests/cli/prefix.ini)
+# The planner answers in bounded time whatever the global batch (a token count typed as a
+# sequence count), and checks its options.
+meshtrain_cli_test(plan_huge_batch 0 0 "not evaluated: [0-9]+ .*more than 1024 micro-batches"
+  plan ${_plan_model} --plan.world 8 --plan.gpus_per_node 8 --plan.calibration inputs/plan/cpu.json
+  --plan.global_batch 1048576)
+meshtrain_cli_test(plan_range_top 0 2 "plan.top=0 must be >= 1" plan --plan.top 0)
+meshtrain_cli_test(plan_range_batch 0 2 "plan.global_batch=-4 must be in \\[0, 16777216\\]" plan
+  --plan.global_batch -4)

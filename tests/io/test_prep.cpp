@@ -194,3 +194,29 @@ TEST_CASE("prep options and inputs are checked", "[io][prep]") {
               "empty"));
   std::remove(empty.c_str());
 }
+
+TEST_CASE("prep keeps the earlier shards until every new one is written", "[io][prep]") {
+  namespace fs = std::filesystem;
+  const std::string dir = io_test::temp_name("prep_keep", "");
+  const std::string text_path = io_test::temp_name("prep_keep_text", ".txt");
+  io_test::write_file(text_path, std::string(1000, 'a'));
+  app::PrepConfig c = parse({"--prep.input", text_path, "--prep.output", dir + "/x",
+                             "--prep.val_fraction", "0.1"});
+  const app::PrepSummary first = app::run_prep(c);
+  REQUIRE(io::TokenShard(first.train_files[0]).size() == 900);
+  // The second run cannot write its validation shard (a folder sits where its file goes).
+  io_test::write_file(text_path, std::string(2000, 'b'));
+  fs::create_directories(dir + "/x_val_000000.bin.new/blocker");
+  REQUIRE_THROWS_AS(app::run_prep(c), ConfigError);
+  // The earlier data is as it was, and nothing of the failed run is left behind.
+  REQUIRE(io::TokenShard(dir + "/x_train_000000.bin").size() == 900);
+  REQUIRE(io::TokenShard(dir + "/x_train_000000.bin")[0] == 'a');
+  REQUIRE(io::TokenShard(dir + "/x_val_000000.bin").size() == 100);
+  REQUIRE_FALSE(fs::exists(dir + "/x_train_000000.bin.new"));
+  fs::remove_all(dir + "/x_val_000000.bin.new");
+  const app::PrepSummary second = app::run_prep(c);
+  REQUIRE(io::TokenShard(second.train_files[0]).size() == 1800);
+  REQUIRE(io::TokenShard(second.train_files[0])[0] == 'b');
+  fs::remove_all(dir);
+  std::remove(text_path.c_str());
+}

@@ -98,3 +98,24 @@ TEST_CASE("mesh sizes: dp derived from the world, bad sizes rejected", "[config]
   auto n = config::parse({"--mesh.dp", "-2"}, d);
   REQUIRE_THROWS_AS(app::mesh_shape(n.vm, 4), ConfigError);
 }
+
+TEST_CASE("no option is guessed from a prefix; the closest one is named", "[config]") {
+  // Boost's default style would take --train.nam for train.name.
+  try {
+    config::parse({"--train.nam", "y"}, desc());
+    FAIL("a prefix was taken for the option");
+  } catch (const ConfigError& e) {
+    const std::string w = e.what();
+    REQUIRE(w.find("unknown option '--train.nam'") != std::string::npos);
+    REQUIRE(w.find("did you mean --train.name?") != std::string::npos);
+  }
+  const auto ini = write_ini("prefix", "[train]\nnam = y\n");
+  try {
+    config::parse({"--config", ini}, desc());
+    FAIL("a prefix was taken for the key");
+  } catch (const ConfigError& e) {
+    REQUIRE(std::string(e.what()).find("did you mean train.name?") != std::string::npos);
+  }
+  std::remove(ini.c_str());
+  REQUIRE(config::parse({"--train.name", "z"}, desc()).vm["train.name"].as<std::string>() == "z");
+}

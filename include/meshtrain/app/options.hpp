@@ -14,6 +14,7 @@ po::options_description mesh_options();  // [mesh] dp, pp, tp, order
 po::options_description log_options();   // [log] all_ranks, level
 po::options_description parallel_options();  // [tp] [pp] [zero] [dp]
 po::options_description comm_options();  // [comm] backend
+po::options_description watchdog_options();  // [comm] timeout (train)
 
 // mesh.dp = 0 means "world / (pp * tp)".
 mesh::Shape mesh_shape(const po::variables_map& vm, int world_size);

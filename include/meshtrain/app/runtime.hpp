@@ -15,6 +15,9 @@ class Runtime {
   Runtime& operator=(const Runtime&) = delete;
 
   MPI_Comm world() const { return MPI_COMM_WORLD; }
+  // A duplicate of the world used only by the error handler (app/cli.cpp), so that its
+  // agreement can never be matched with a collective another rank is still in.
+  MPI_Comm error_comm() const { return error_comm_; }
   int rank() const { return rank_; }
   int size() const { return size_; }
   int device() const { return device_; }
@@ -22,6 +25,7 @@ class Runtime {
 
  private:
   int rank_ = 0, size_ = 1, device_ = -1;
+  MPI_Comm error_comm_ = MPI_COMM_NULL;
   mesh::NodeRank node_;
 };
 

@@ -2,12 +2,14 @@
 #include <mpi.h>
 
 #include "meshtrain/comm/communicator.hpp"
+#include "meshtrain/comm/flight_recorder.hpp"
 
 namespace meshtrain::comm {
 
 // MPI backend: host memory, non-blocking MPI collectives and point-to-point. Borrows the
 // communicator (the ProcessMesh owns it) and the execution-space instance whose work it fences
-// before reading a buffer.
+// before reading a buffer. Every operation is recorded in its flight recorder (issued when
+// called, completed when its request is seen complete) for the watchdog.
 class MpiCommunicator final : public Communicator {
  public:
   MpiCommunicator(MPI_Comm comm, ExecSpace exec = ExecSpace{});
@@ -17,6 +19,7 @@ class MpiCommunicator final : public Communicator {
   int size() const override { return size_; }
   bool needs_host_memory() const override { return true; }
   MPI_Comm get() const { return comm_; }
+  const FlightRecorder& recorder() const { return recorder_; }
 
   Request iall_reduce_raw(const void* send, void* recv, std::size_t count, DType t,
                           ReduceOp op) override;
@@ -31,8 +34,11 @@ class MpiCommunicator final : public Communicator {
 
  private:
   void order_after_compute();
+  static MPI_Comm checked(MPI_Comm comm);
+  Request wrap(MPI_Request r, std::uint64_t seq);
   MPI_Comm comm_;
   ExecSpace exec_;
+  FlightRecorder recorder_;
   int rank_ = 0, size_ = 1;
 };
 

@@ -1,15 +1,21 @@
 #pragma once
 // NCCL backend (CUDA builds only): device memory, one ncclComm per sub-communicator, its unique
 // id broadcast over the MPI group. Operations run on the communicator's own stream, ordered after
-// the compute instance by events, so compute can continue while NCCL works.
+// the compute instance by events, so compute can continue while NCCL works. Every operation is
+// recorded in the flight recorder; an event per ring slot, recorded after the operation, is
+// what the watchdog thread polls for its completion (the host never waits for it), and the
+// watchdog aborts the NCCL communicator (ncclCommAbort) before it aborts the job.
 #include <mpi.h>
 
 #include "meshtrain/comm/communicator.hpp"
+#include "meshtrain/comm/flight_recorder.hpp"
 
 #if defined(MESHTRAIN_HAVE_NCCL)
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <atomic>
+#include <mutex>
 #include <vector>
 
 namespace meshtrain::comm {
@@ -27,6 +33,7 @@ class NcclCommunicator final : public Communicator {
   int size() const override { return size_; }
   bool needs_host_memory() const override { return false; }
   cudaStream_t stream() const { return stream_; }
+  const FlightRecorder& recorder() const { return recorder_; }
 
   Request iall_reduce_raw(const void* send, void* recv, std::size_t count, DType t,
                           ReduceOp op) override;
@@ -41,7 +48,8 @@ class NcclCommunicator final : public Communicator {
 
  private:
   void order_after_compute();
-  Request make_request();
+  Request make_request(std::uint64_t seq);
+  bool op_done(std::uint64_t seq);  // watchdog thread
   MPI_Comm mpi_comm_;
   ExecSpace exec_;
   cudaStream_t compute_stream_ = nullptr;
@@ -49,6 +57,12 @@ class NcclCommunicator final : public Communicator {
   cudaEvent_t ready_ = nullptr;
   ncclComm_t comm_ = nullptr;
   int rank_ = 0, size_ = 1;
+  // Watchdog: one completion event per ring slot (slot = seq mod capacity), created up front.
+  std::vector<cudaEvent_t> done_events_;
+  std::vector<std::uint64_t> done_seq_;
+  std::mutex done_mu_;
+  std::atomic<bool> aborted_{false};
+  FlightRecorder recorder_;
 };
 
 }  // namespace meshtrain::comm

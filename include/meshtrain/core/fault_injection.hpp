@@ -13,6 +13,10 @@ struct Hooks {
   int signal_rank = -1;                   // step (-1: the last rank)
   std::int64_t wait_signal_at_step = -1;  // world rank 0 waits (up to 120 s) at that step's
                                           // boundary until a stop signal arrives from outside
+  std::int64_t nan_batch = -1;            // the gradients of data batch N are NaN on every
+                                          // rank (a bad batch), wherever it is trained
+  std::int64_t throw_at_step = -1;        // world rank throw_rank (-1: the last) throws an
+  int throw_rank = -1;                    // Error of its own after that step (not agreed)
 };
 
 // The process's hooks (all off unless set).

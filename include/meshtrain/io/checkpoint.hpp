@@ -196,4 +196,9 @@ CheckpointAttributes load_checkpoint(MPI_Comm comm, const std::string& spec,
 model::GptConfig export_safetensors_from_checkpoint(const std::string& checkpoint,
                                                     const std::string& out_safetensors);
 
+// Whether this process gave up a parallel HDF5 file after an error (its handles were released,
+// not closed: closing is collective). Such a process cannot shut HDF5 and MPI down cleanly (the
+// library would flush the file at exit, collectively): the job's error handler aborts it.
+bool abandoned_hdf5_files();
+
 }  // namespace meshtrain::io

@@ -26,6 +26,10 @@
 #include "meshtrain/optim/adamw.hpp"
 #include "meshtrain/parallel/context.hpp"
 
+namespace meshtrain::comm {
+class FlightRecorder;
+}
+
 namespace meshtrain::parallel {
 
 template <class T> class GradSync;
@@ -116,6 +120,11 @@ class Engine {
   // ---- agreement ----
   // Collective: whether `flag` is set on any rank of the world.
   bool any_rank(bool flag) const;
+  // Collective: flags[i] = the maximum over the world (one all-reduce).
+  void max_over_ranks(int* flags, int n) const;
+  // Whether this rank's share of the last forward_backward's loss is finite (0 where the rank
+  // computes no loss). Reads one scalar back.
+  bool loss_finite_here() const;
 
   // ---- what the loop needs to know ----
   const model::GptConfig& config() const { return cfg_; }
@@ -141,6 +150,8 @@ class Engine {
 
  private:
   std::unique_ptr<model::Gpt> gather_to_rank0();
+  // In-place MPI_Allreduce over the world, recorded for the watchdog ("world.host").
+  void world_all_reduce(void* buf, int count, MPI_Datatype type, MPI_Op op) const;
   void fill_batch(const BatchSource& batch, int first);
 
   model::GptConfig cfg_;
@@ -152,6 +163,7 @@ class Engine {
   std::unique_ptr<PipelineRunner<T>> runner_;
   View1<std::int32_t> inputs_, targets_;  // one micro-batch, filled when the model reads it
   HostView1<std::int32_t> h_inputs_, h_targets_;
+  mutable std::unique_ptr<comm::FlightRecorder> host_recorder_;  // world_all_reduce's
 };
 
 template <class T>

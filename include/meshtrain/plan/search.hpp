@@ -25,6 +25,11 @@ struct SearchOptions {
   bool tp_within_node = true;         // the seeds' (and Megatron's) rule: tp <= GPUs per node
   Precision precision = Precision::bf16;
   std::size_t bucket_bytes = 25u << 20;
+  // Layouts needing more micro-batches per step are counted, not evaluated: replaying the
+  // schedule and the buffer pools costs time in proportion to the micro-batch count, and a
+  // global batch that needs this many (a token count typed as a sequence count) would make the
+  // search run for minutes. A larger micro-batch in `micro_batches` reaches them.
+  int max_micro_batches = 1024;
 };
 
 struct Candidate {
@@ -47,6 +52,7 @@ struct SearchResult {
   Scenario scenario;
   std::vector<Candidate> ranked;     // fitting layouts, fastest first
   long enumerated = 0, invalid = 0, pruned_memory = 0;
+  long too_many_micro = 0;  // layouts over SearchOptions::max_micro_batches, not evaluated
 };
 
 SearchResult search(const model::GptConfig& cfg, int seq_len, const SearchOptions& opt,

@@ -8,7 +8,7 @@
 // layout restores them; a stop signal (SIGUSR1/SIGTERM, agreed over the world at every step
 // boundary) saves a checkpoint and ends run() early with stopped() set.
 #include <cstdint>
-#include <fstream>
+#include <vector>
 #include <string>
 
 #include "meshtrain/io/checkpoint.hpp"
@@ -16,6 +16,8 @@
 #include "meshtrain/optim/adamw.hpp"
 #include "meshtrain/optim/loss_scaler.hpp"
 #include "meshtrain/parallel/engine.hpp"
+#include "meshtrain/train/divergence.hpp"
+#include "meshtrain/train/metrics_writer.hpp"
 
 namespace meshtrain::train {
 
@@ -45,6 +47,7 @@ struct TrainConfig {
   float loss_scale_init = 65536.0f;
   int loss_scale_window = 1000;
   std::string config_text;    // the resolved configuration (INI), stored in checkpoints
+  DivergenceConfig divergence;  // non-finite steps (train.on_nonfinite, ...)
   CheckpointConfig ckpt;
 };
 
@@ -94,15 +97,27 @@ class TrainerT {
  private:
   void log_step(const StepMetrics& m, double eta_seconds);
   void read_back(StepMetrics& m);  // loss and gradient norm of the step just run (collective)
-  bool stop_requested_here(std::int64_t steps_done);  // the test hooks, then the agreed flag
+  // trainer_guard.cpp: the step boundary's agreement (stop flag and step health, one
+  // all-reduce over the world), the rollback, and the end of a diverged run.
+  struct Boundary {
+    bool stop = false;
+    StepHealth health;
+  };
+  Boundary agree_at_boundary(std::int64_t steps_done, const StepMetrics& m);
+  std::int64_t roll_back(std::int64_t step);  // returns the step to continue from
+  [[noreturn]] void diverged();
+  void signal_test_hooks(std::int64_t steps_done);
   parallel::Engine<T>& engine_;
   TrainConfig cfg_;
   const io::TokenDataset& train_;
   const io::TokenDataset* val_;
   optim::DynamicLossScaler scaler_;
-  std::ofstream metrics_;
+  MetricsWriter metrics_;
   std::int64_t start_step_ = 0;
   bool stopped_ = false;
+  DivergenceGuard guard_;
+  std::vector<std::int64_t> skipped_batches_;  // data batches left out by rollbacks (sorted)
+  std::string last_checkpoint_;                // saved or restored by this run, for messages
 };
 
 using Trainer = TrainerT<float>;
