@@ -30,7 +30,20 @@ forward() {  # SIGNAL: to every rank (mpirun's children on this machine)
   # shellcheck disable=SC2086  # one pid per word
   [ -z "$children" ] || kill -s "$1" $children 2> /dev/null || true
 }
-trap 'forward INT' INT
+# The second Ctrl-C is counted here, where signals arrive in order: a rank that is descheduled
+# when both reach it would see them as one pending signal.
+ints=0
+# shellcheck disable=SC2317  # called from the trap
+on_int() {
+  ints=$((ints + 1))
+  if [ "$ints" -ge 2 ]; then
+    echo "jobs/local.sh: second Ctrl-C: stopping the ranks now (no checkpoint)" >&2
+    forward KILL
+  else
+    forward INT
+  fi
+}
+trap on_int INT
 trap 'forward TERM' TERM
 trap 'forward USR1' USR1
 # wait returns early (status > 128) when a trapped signal arrives: wait until mpirun is gone,

@@ -253,10 +253,11 @@ assert sum(1 for r in recs if \"val_loss\" in r) == 3, recs
       sleep 0.05
       kill -INT "$pid"
     fi
-    ( sleep "$bound"; kill -KILL "$pid" 2> /dev/null ) &
+    # The guard must not hold the test's output open (ctest waits for it) or outlive the case.
+    ( sleep "$bound"; kill -KILL "$pid" 2> /dev/null ) > /dev/null 2>&1 &
     guard=$!
     wait "$pid" || rc=$?
-    kill "$guard" 2> /dev/null || true
+    pkill -P "$guard" 2> /dev/null || true; kill "$guard" 2> /dev/null || true
     secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
     left=$(pgrep -f -- "$work/" || true)
     # shellcheck disable=SC2086
