@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "meshtrain/comm/factory.hpp"
+#include "meshtrain/core/json.hpp"
 #include "meshtrain/core/kokkos_compat.hpp"
 #include "meshtrain/core/rng.hpp"
 #include "meshtrain/core/timer.hpp"
@@ -198,31 +199,25 @@ double mean(const std::vector<double>& v) {
   return v.empty() ? 0.0 : s / static_cast<double>(v.size());
 }
 
-// One JSON object on one line, built key by key.
+// One JSON object on one line; each figure rounded to the decimals it is good for (0: an integer).
 struct JsonLine {
-  std::string s = "{";
-  JsonLine& key(const std::string& k) {
-    s += (s.size() > 1 ? ", \"" : "\"") + k + "\": ";
-    return *this;
+  Json j = Json::object();
+  static Json fixed(double v, int decimals) {
+    if (decimals == 0) return std::llround(v);
+    const double scale = std::pow(10.0, decimals);
+    return std::round(v * scale) / scale;
   }
   JsonLine& text(const std::string& k, const std::string& v) {
-    key(k).s += "\"" + v + "\"";
+    j[k] = v;
     return *this;
   }
-  JsonLine& num(const std::string& k, double v, const char* fmt = "%.0f") {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, fmt, v);
-    key(k).s += buf;
+  JsonLine& num(const std::string& k, double v, int decimals = 0) {
+    j[k] = fixed(v, decimals);
     return *this;
   }
-  JsonLine& array(const std::string& k, const std::vector<double>& v, const char* fmt) {
-    key(k).s += "[";
-    char buf[64];
-    for (std::size_t i = 0; i < v.size(); ++i) {
-      std::snprintf(buf, sizeof buf, fmt, v[i]);
-      s += (i ? ", " : "") + std::string(buf);
-    }
-    s += "]";
+  JsonLine& array(const std::string& k, const std::vector<double>& v, int decimals) {
+    Json& a = j[k] = Json::array();
+    for (double x : v) a.push_back(fixed(x, decimals));
     return *this;
   }
 };
@@ -421,20 +416,20 @@ void run_config(const Args& a, const model::GptConfig& cfg, ScheduleKind kind, i
   j.num("n_embd", cfg.n_embd).num("n_head", cfg.n_head).num("vocab", cfg.vocab_size);
   j.num("seq_len", a.seq_len).num("micro_batch", a.micro_batch).text("layers", to_string(pieces));
   j.num("steps", S).num("warmup", a.warmup);
-  j.num("bubble_analytic", analytic_bubble(spec), "%.4f");
-  j.array("bubble_measured", bubble, "%.4f").num("bubble_measured_mean", mean(bubble), "%.4f");
-  j.num("bubble_busy", median(busy_bubble), "%.4f");
-  j.array("bubble_replay", replay_bubbles(rp), "%.4f");
-  j.num("bubble_replay_mean", mean(replay_bubbles(rp)), "%.4f");
-  j.num("bubble_replay_uniform", mean(replay_bubbles(uniform)), "%.4f");
-  j.num("step_ms", 1e3 * median(step_s), "%.2f").num("replay_step_ms", 1e3 * rp.makespan, "%.2f");
-  j.num("message_us", 1e6 * latency, "%.1f").num("compute_dilation", median(dilation), "%.3f");
-  j.num("runner_overhead", mean(overhead), "%.4f").array("stage_fb_ms_alone", cost_ms, "%.2f");
-  j.array("n_slots", mem_col(4, 1), "%.0f").array("in_flight", mem_col(2, 1), "%.0f");
-  j.array("act_micro_MiB", mem_col(1, MiB), "%.3f");
-  j.array("act_alloc_MiB", mem_col(0, MiB), "%.3f").array("act_peak_MiB", mem_col(3, MiB), "%.3f");
-  j.array("act_chunk_slots_MiB", mem_col(5, MiB), "%.3f");
-  std::printf("%s}\n", j.s.c_str());
+  j.num("bubble_analytic", analytic_bubble(spec), 4);
+  j.array("bubble_measured", bubble, 4).num("bubble_measured_mean", mean(bubble), 4);
+  j.num("bubble_busy", median(busy_bubble), 4);
+  j.array("bubble_replay", replay_bubbles(rp), 4);
+  j.num("bubble_replay_mean", mean(replay_bubbles(rp)), 4);
+  j.num("bubble_replay_uniform", mean(replay_bubbles(uniform)), 4);
+  j.num("step_ms", 1e3 * median(step_s), 2).num("replay_step_ms", 1e3 * rp.makespan, 2);
+  j.num("message_us", 1e6 * latency, 1).num("compute_dilation", median(dilation), 3);
+  j.num("runner_overhead", mean(overhead), 4).array("stage_fb_ms_alone", cost_ms, 2);
+  j.array("n_slots", mem_col(4, 1), 0).array("in_flight", mem_col(2, 1), 0);
+  j.array("act_micro_MiB", mem_col(1, MiB), 3);
+  j.array("act_alloc_MiB", mem_col(0, MiB), 3).array("act_peak_MiB", mem_col(3, MiB), 3);
+  j.array("act_chunk_slots_MiB", mem_col(5, MiB), 3);
+  std::printf("%s\n", json::dump(j.j).c_str());
   std::fflush(stdout);
 }
 

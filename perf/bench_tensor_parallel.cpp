@@ -24,12 +24,14 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "meshtrain/comm/factory.hpp"
+#include "meshtrain/core/json.hpp"
 #include "meshtrain/core/kokkos_compat.hpp"
 #include "meshtrain/core/rng.hpp"
 #include "meshtrain/core/timer.hpp"
@@ -71,6 +73,13 @@ void fill_tokens(View1<std::int32_t> v, int vocab, std::uint64_t offset) {
     h(i) = static_cast<std::int32_t>(rng::bits(1, rng::name_stream("bench.tokens"), offset + i) %
                                      static_cast<std::uint64_t>(vocab));
   Kokkos::deep_copy(v, h);
+}
+
+// A figure rounded to the decimals it is good for (0: an integer), as a JSON number.
+Json fixed(double v, int decimals) {
+  if (decimals == 0) return std::llround(v);
+  const double scale = std::pow(10.0, decimals);
+  return std::round(v * scale) / scale;
 }
 
 }  // namespace
@@ -118,15 +127,15 @@ int main(int argc, char** argv) {
         const double meg_bytes = a.sp ? sbh * (34.0 / t + 5 * aoh / t)
                                       : sbh * (10 + 24.0 / t + 5 * aoh / t);
         if (rank == 0)
-          std::printf(
-              "{\"bench\": \"tp_memory\", \"preset\": \"%s\", \"tp\": %d, \"sp\": %d, "
-              "\"micro_batch\": %d, \"seq_len\": %d, \"params_per_rank\": %.0f, "
-              "\"param_fraction\": %.4f, \"act_elems_per_block_measured\": %.0f, "
-              "\"act_elems_per_block_formula\": %.0f, \"act_MiB_model_fp32\": %.1f, "
-              "\"megatron_act_MiB_model_16bit\": %.1f}\n",
-              a.preset.c_str(), t, a.sp ? 1 : 0, B, T, params,
-              params / params_tp1, act_block, ours,
-              act_block * 4.0 * L / 1048576.0, meg_bytes * L / 1048576.0);
+          std::printf("%s\n", json::dump({{"bench", "tp_memory"}, {"preset", a.preset}, {"tp", t},
+                                            {"sp", a.sp ? 1 : 0}, {"micro_batch", B}, {"seq_len", T},
+                                            {"params_per_rank", fixed(params, 0)},
+                                            {"param_fraction", fixed(params / params_tp1, 4)},
+                                            {"act_elems_per_block_measured", fixed(act_block, 0)},
+                                            {"act_elems_per_block_formula", fixed(ours, 0)},
+                                            {"act_MiB_model_fp32", fixed(act_block * 4.0 * L / 1048576.0, 1)},
+                                            {"megatron_act_MiB_model_16bit", fixed(meg_bytes * L / 1048576.0, 1)}})
+                                   .c_str());
       } else {
         const int N = B * T;
         auto in = alloc<std::int32_t>("in", N), tg = alloc<std::int32_t>("tg", N);
@@ -153,11 +162,13 @@ int main(int argc, char** argv) {
         };
         const double st = median(step_s), ct = median(comm_s);
         if (rank == 0)
-          std::printf(
-              "{\"bench\": \"tp_time\", \"preset\": \"%s\", \"tp\": %d, \"sp\": %d, "
-              "\"micro_batch\": %d, \"seq_len\": %d, \"step_ms\": %.1f, \"tp_comm_ms\": %.1f, "
-              "\"tp_comm_share\": %.3f, \"tokens_per_s\": %.0f}\n",
-              a.preset.c_str(), t, a.sp ? 1 : 0, B, T, st * 1e3, ct * 1e3, ct / st, N / st);
+          std::printf("%s\n", json::dump({{"bench", "tp_time"}, {"preset", a.preset}, {"tp", t},
+                                            {"sp", a.sp ? 1 : 0}, {"micro_batch", B}, {"seq_len", T},
+                                            {"step_ms", fixed(st * 1e3, 1)},
+                                            {"tp_comm_ms", fixed(ct * 1e3, 1)},
+                                            {"tp_comm_share", fixed(ct / st, 3)},
+                                            {"tokens_per_s", fixed(N / st, 0)}})
+                                   .c_str());
       }
     }
     Kokkos::finalize();

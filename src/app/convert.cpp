@@ -1,6 +1,6 @@
 // `meshtrain convert`: checkpoint -> HuggingFace folder. One process reads /model/* of the file
 // (verifying the checksums) and writes model.safetensors and config.json; under mpirun the other
-// ranks wait for its status, as `prep` does.
+// ranks wait for its outcome (core/agree's on_root), as `prep` does.
 #include "meshtrain/app/convert.hpp"
 
 #include <filesystem>
@@ -8,8 +8,8 @@
 
 #include "meshtrain/app/options.hpp"
 #include "meshtrain/app/subcommands.hpp"
+#include "meshtrain/core/agree.hpp"
 #include "meshtrain/core/log.hpp"
-#include "meshtrain/core/mpi_check.hpp"
 #include "meshtrain/io/checkpoint.hpp"
 #include "meshtrain/io/hf_checkpoint.hpp"
 
@@ -62,31 +62,22 @@ int cmd_convert(Runtime& rt, const std::vector<std::string>& args) {
   if (out.empty())
     throw ConfigError("convert.out is required: the folder for model.safetensors + config.json");
 
-  int status = kExitOk;
-  std::string message;
-  if (rt.rank() == 0) {
-    try {
-      const std::string path = io::resolve_checkpoint(MPI_COMM_SELF, spec, dir);
-      std::filesystem::create_directories(out);
-      const model::GptConfig mc =
-          io::export_safetensors_from_checkpoint(path, out + "/model.safetensors");
-      // The root attributes only (no tensors): the step and the stored configuration.
-      const io::CheckpointAttributes a = io::load_checkpoint(MPI_COMM_SELF, path, mc, {}, false);
-      std::string tok = p.vm["convert.tokenizer"].as<std::string>();
-      if (tok.empty()) tok = ini_value(a.config_text, "data", "tokenizer");
-      if (tok.empty()) tok = "byte";
-      io::write_hf_config(mc, out, tok);
-      logging::info("convert: ", path, " (step ", a.step, ", ", mc.describe(), ") -> ", out,
-                    "/model.safetensors + config.json (tokenizer ", tok, ")");
-    } catch (const ConfigError& e) {
-      status = kExitConfig;
-      message = e.what();
-    }
-  }
-  // Other errors on rank 0 abort the job (cli.cpp); a ConfigError is shared so that every rank
-  // exits with the same code and rank 0 prints it once.
-  MESHTRAIN_MPI_CHECK(MPI_Bcast(&status, 1, MPI_INT, 0, rt.world()));
-  if (status != kExitOk) throw ConfigError(message);
+  // Rank 0 converts; the others learn the outcome: when rank 0 fails, every rank throws its error
+  // (a ConfigError: every rank exits 2 and rank 0 prints it once).
+  agree_on_root(rt.world(), "", [&] {
+    const std::string path = io::resolve_checkpoint(MPI_COMM_SELF, spec, dir);
+    std::filesystem::create_directories(out);
+    const model::GptConfig mc =
+        io::export_safetensors_from_checkpoint(path, out + "/model.safetensors");
+    // The root attributes only (no tensors): the step and the stored configuration.
+    const io::CheckpointAttributes a = io::load_checkpoint(MPI_COMM_SELF, path, mc, {}, false);
+    std::string tok = p.vm["convert.tokenizer"].as<std::string>();
+    if (tok.empty()) tok = ini_value(a.config_text, "data", "tokenizer");
+    if (tok.empty()) tok = "byte";
+    io::write_hf_config(mc, out, tok);
+    logging::info("convert: ", path, " (step ", a.step, ", ", mc.describe(), ") -> ", out,
+                  "/model.safetensors + config.json (tokenizer ", tok, ")");
+  });
   return kExitOk;
 }
 

@@ -16,9 +16,9 @@
 
 #include "meshtrain/app/options.hpp"
 #include "meshtrain/app/subcommands.hpp"
+#include "meshtrain/core/agree.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/log.hpp"
-#include "meshtrain/core/mpi_check.hpp"
 #include "meshtrain/io/token_shard.hpp"
 #include "meshtrain/io/tokenizer.hpp"
 
@@ -263,33 +263,24 @@ int cmd_prep(Runtime& rt, const std::vector<std::string>& args) {
   logging::set_context(log_context(p.vm, rt.rank()));
   const PrepConfig c = prep_config(p.vm);  // every rank: same options, same verdict
 
-  int status = kExitOk;
-  std::string message;
-  if (rt.rank() == 0) {
-    try {
-      const PrepSummary s = run_prep(c);
-      auto list = [](const std::vector<std::string>& f) {
-        std::string out;
-        for (const auto& x : f) out += cat(out.empty() ? "" : ", ", x);
-        return out;
-      };
-      logging::info("prep: ", c.inputs.size(), " input file(s), ", s.input_bytes, " bytes, ",
-                    s.documents, " document(s); tokenizer ", s.tokenizer, " (vocab ",
-                    s.vocab_size, ")");
-      logging::info("prep: train ", s.train_tokens, " tokens in ", s.train_files.size(),
-                " shard(s): ", list(s.train_files));
-      if (!s.val_files.empty())
-        logging::info("prep: val ", s.val_tokens, " tokens in ", s.val_files.size(),
-                  " shard(s): ", list(s.val_files));
-    } catch (const ConfigError& e) {
-      status = kExitConfig;
-      message = e.what();
-    }
-  }
-  // Other errors on rank 0 propagate and abort the job (cli.cpp); a ConfigError is shared so
-  // that every rank exits with the same code and rank 0 prints it once.
-  MESHTRAIN_MPI_CHECK(MPI_Bcast(&status, 1, MPI_INT, 0, rt.world()));
-  if (status != kExitOk) throw ConfigError(message);
+  // Rank 0 writes the shards; the others learn the outcome: when rank 0 fails, every rank throws
+  // its error (a ConfigError: every rank exits 2 and rank 0 prints it once).
+  agree_on_root(rt.world(), "", [&] {
+    const PrepSummary s = run_prep(c);
+    auto list = [](const std::vector<std::string>& f) {
+      std::string out;
+      for (const auto& x : f) out += cat(out.empty() ? "" : ", ", x);
+      return out;
+    };
+    logging::info("prep: ", c.inputs.size(), " input file(s), ", s.input_bytes, " bytes, ",
+                  s.documents, " document(s); tokenizer ", s.tokenizer, " (vocab ",
+                  s.vocab_size, ")");
+    logging::info("prep: train ", s.train_tokens, " tokens in ", s.train_files.size(),
+                  " shard(s): ", list(s.train_files));
+    if (!s.val_files.empty())
+      logging::info("prep: val ", s.val_tokens, " tokens in ", s.val_files.size(),
+                    " shard(s): ", list(s.val_files));
+  });
   return kExitOk;
 }
 

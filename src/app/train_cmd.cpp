@@ -176,6 +176,7 @@ void set_fault_hooks() {
   h.signal_at_step = env_step("MESHTRAIN_TEST_SIGNAL_AT_STEP");
   if (const char* r = std::getenv("MESHTRAIN_TEST_SIGNAL_RANK")) h.signal_rank = std::atoi(r);
   h.wait_signal_at_step = env_step("MESHTRAIN_TEST_WAIT_SIGNAL_AT_STEP");
+  if (const char* v = std::getenv("MESHTRAIN_TEST_HOLD_AFTER_STOP")) h.hold_after_stop = *v == '1';
   h.nan_batch = nan_batch_from_env();
   h.throw_at_step = env_step("MESHTRAIN_TEST_THROW_AT_STEP");
   if (const char* r = std::getenv("MESHTRAIN_TEST_THROW_RANK")) h.throw_rank = std::atoi(r);

@@ -22,10 +22,7 @@ void settle(MPI_Comm comm, const std::string& what, int kind, std::string msg, b
   MESHTRAIN_MPI_CHECK(MPI_Allreduce(&failing, &failed, 1, MPI_INT, MPI_SUM, comm));
   const int first = size - top;
   MESHTRAIN_MPI_CHECK(MPI_Bcast(&kind, 1, MPI_INT, first, comm));
-  unsigned long long n = msg.size();
-  MESHTRAIN_MPI_CHECK(MPI_Bcast(&n, 1, MPI_UNSIGNED_LONG_LONG, first, comm));
-  msg.resize(static_cast<std::size_t>(n));
-  if (n > 0) MESHTRAIN_MPI_CHECK(MPI_Bcast(msg.data(), static_cast<int>(n), MPI_CHAR, first, comm));
+  broadcast_string(comm, msg, first);
   if (!what.empty()) msg = cat(what, ": ", msg);
   // Where only some ranks failed, say which: the problem is local to them (a node's staging
   // folder, a file system that lags on one node). Error texts from check macros already carry
@@ -64,6 +61,13 @@ void agree_on_root(MPI_Comm comm, const std::string& what, const std::function<v
   run_and_settle(comm, what, [&] {
     if (rank == 0) f();
   }, false);
+}
+
+void broadcast_string(MPI_Comm comm, std::string& s, int root) {
+  unsigned long long n = s.size();
+  MESHTRAIN_MPI_CHECK(MPI_Bcast(&n, 1, MPI_UNSIGNED_LONG_LONG, root, comm));
+  s.resize(static_cast<std::size_t>(n));
+  if (n > 0) MESHTRAIN_MPI_CHECK(MPI_Bcast(s.data(), static_cast<int>(n), MPI_CHAR, root, comm));
 }
 
 bool any_rank(MPI_Comm comm, bool flag) {

@@ -16,7 +16,7 @@
 
 #include "bpe_model.hpp"
 #include "meshtrain/core/error.hpp"
-#include "meshtrain/io/json.hpp"
+#include "meshtrain/core/json.hpp"
 #include "meshtrain/io/tokenizer.hpp"
 #include "pcre2_regex.hpp"
 
@@ -61,12 +61,12 @@ struct Gpt2BpeTokenizer::Impl {
     std::stringstream ss;
     ss << in.rdbuf();
     const std::string where = cat("tokenizer vocabulary '", path, "'");
-    const Json j = Json::parse(ss.str(), where);
-    if (j.kind != Json::Kind::object || j.obj.empty())
+    const Json j = json::parse(ss.str(), where);
+    if (!j.is_object() || j.empty())
       throw ConfigError(cat(where, " must be a non-empty JSON object {\"token\": id, ...}"));
     bpe.source = path;
-    for (const auto& [tok, v] : j.obj)
-      bpe.add_token(tok, v.as_int(cat(where, ", token '", tok, "'")), where);
+    for (const auto& [tok, v] : j.items())
+      bpe.add_token(tok, json::as_int(v, cat(where, ", token '", tok, "'")), where);
     auto it = bpe.vocab.find("<|endoftext|>");
     if (it != bpe.vocab.end()) eot = it->second;
   }

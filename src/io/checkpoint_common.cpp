@@ -122,12 +122,6 @@ h5::Handle mpio_access(MPI_Comm comm) {
   return p;
 }
 
-void broadcast(MPI_Comm comm, std::string& s) {
-  unsigned long long n = s.size();
-  MESHTRAIN_MPI_CHECK(MPI_Bcast(&n, 1, MPI_UNSIGNED_LONG_LONG, 0, comm));
-  s.resize(static_cast<std::size_t>(n));
-  if (n > 0) MESHTRAIN_MPI_CHECK(MPI_Bcast(s.data(), static_cast<int>(n), MPI_CHAR, 0, comm));
-}
 
 const std::vector<ModelKey>& model_keys() {
   using C = model::GptConfig;

@@ -1,10 +1,9 @@
 #pragma once
 // What the checkpoint writer and reader share (private to src/io): the tensor list of a model,
-// the mapping of a rank's pieces onto datasets, HDF5 selections of pieces and the collective
-// error agreement.
+// the mapping of a rank's pieces onto datasets and HDF5 selections of pieces. Errors are agreed
+// across ranks with core/agree.
 #include <mpi.h>
 
-#include <functional>
 #include <type_traits>
 #include <string>
 #include <unordered_map>
@@ -81,18 +80,6 @@ void transfer(hid_t d, const TensorTransfer& how, const std::vector<int>& mine,
 }
 // File access list: MPI-IO on `comm`, collective metadata reads and writes.
 h5::Handle mpio_access(MPI_Comm comm);
-
-// The agreement of core/agree.hpp: every rank throws the same Agreed<...> exception at the
-// same point, so unwinding may close files collectively. Any other exception may be one rank's
-// alone: handles are then released, not closed (see h5::Handle::release).
-using ::meshtrain::Agreed;
-using ::meshtrain::AgreedTag;
-using ::meshtrain::agree;
-inline void on_root(MPI_Comm comm, const std::string& what, const std::function<void()>& f) {
-  agree_on_root(comm, what, f);
-}
-
-void broadcast(MPI_Comm comm, std::string& s);
 
 // Root attributes holding the model configuration.
 struct ModelKey {

@@ -12,7 +12,6 @@
 namespace meshtrain::io {
 
 namespace fs = std::filesystem;
-using ckpt::agree;
 
 namespace {
 
@@ -229,7 +228,7 @@ void load_group(MPI_Comm comm, hid_t file, const model::ParameterRegistry& full,
     if (got != stored[t]) bad.push_back(ckpt::dataset_path(G.prefix, p.name));
   }
   if (!bad.empty())
-    throw ckpt::Agreed<ConfigError>(cat(
+    throw Agreed<ConfigError>(cat(
         where, " is corrupt: the checksum of tensor ", bad[0], " does not match its data",
         bad.size() > 1 ? cat(" (and of ", bad.size() - 1, " more tensors)") : std::string(),
         "; restore an earlier checkpoint"));
@@ -239,8 +238,8 @@ void load_group(MPI_Comm comm, hid_t file, const model::ParameterRegistry& full,
 
 std::string resolve_checkpoint(MPI_Comm comm, const std::string& spec, const std::string& dir) {
   std::string path;
-  ckpt::on_root(comm, "", [&] { path = resolve_local(spec, dir); });
-  ckpt::broadcast(comm, path);
+  agree_on_root(comm, "", [&] { path = resolve_local(spec, dir); });
+  broadcast_string(comm, path);
   return path;
 }
 
@@ -274,7 +273,7 @@ CheckpointAttributes load_checkpoint(MPI_Comm comm, const std::string& spec,
       load_group(comm, file, full, G, verify, transfer, where, dsets);
       dsets.clear();
     }
-  } catch (const ckpt::AgreedTag&) {
+  } catch (const AgreedTag&) {
     throw;
   } catch (...) {
     for (auto& d : dsets) d.release();

@@ -20,8 +20,6 @@
 namespace meshtrain::io {
 
 namespace fs = std::filesystem;
-using ckpt::agree;
-using ckpt::on_root;
 
 std::string describe(const SavedLayout& l) {
   return cat("dp ", l.dp, " x pp ", l.pp, " x tp ", l.tp, ", ZeRO ", l.zero);
@@ -157,7 +155,7 @@ void check_same_everywhere(MPI_Comm comm, const CheckpointAttributes& a,
   for (const auto& g : groups) mine += g.prefix + "\n";
   for (const auto& k : ckpt::model_keys()) mine += std::to_string(a.model.*k.field) + " ";
   std::string root = mine;
-  ckpt::broadcast(comm, root);
+  broadcast_string(comm, root);
   agree(comm, "save_checkpoint", [&] {
     MESHTRAIN_CHECK(root == mine, "every rank must pass the same group prefixes and model "
                                   "configuration (rank 0: '", root, "', this rank: '", mine, "')");
@@ -259,7 +257,7 @@ void CheckpointWriter::write(const CheckpointAttributes& attrs,
   const std::string where = cat("checkpoint '", tmp_, "'");
   check_same_everywhere(comm_, attrs, groups);
   std::string packed = pack(root_attributes(attrs, step_));
-  ckpt::broadcast(comm_, packed);
+  broadcast_string(comm_, packed);
   const AttrList root_attrs = unpack(packed);
 
   const model::ParameterRegistry full = ckpt::full_registry(attrs.model);
@@ -307,7 +305,7 @@ void CheckpointWriter::write(const CheckpointAttributes& attrs,
                       "be written once: pass each data-parallel rank its own partition range)");
     }
 
-  on_root(comm_, where, [&] {
+  agree_on_root(comm_, where, [&] {
     std::error_code ec;
     fs::create_directories(dir_, ec);
     if (ec) throw ConfigError(cat("cannot create the checkpoint directory '", dir_, "': ",
@@ -331,7 +329,7 @@ void CheckpointWriter::write(const CheckpointAttributes& attrs,
   };
   try {
     write_datasets(file, root_attrs, full, groups, plan, how, sums, dsets);
-  } catch (const ckpt::AgreedTag&) {
+  } catch (const AgreedTag&) {
     throw;  // every rank is unwinding: the handles close collectively
   } catch (const std::exception& e) {
     for (auto& d : dsets) d.release();
@@ -352,7 +350,7 @@ std::string CheckpointWriter::commit(int keep) {
   // Every rank has closed the file (H5Fclose is collective); rank 0 makes it durable before the
   // rename, so a crash can never leave a final name on incomplete data, and only then points
   // `latest` at it.
-  on_root(comm_, cat("checkpoint commit in '", dir_, "'"), [&] {
+  agree_on_root(comm_, cat("checkpoint commit in '", dir_, "'"), [&] {
     fsync_path(tmp_, false);
     rename_or_throw(tmp_, final_);
     fsync_path(dir_, true);

@@ -10,21 +10,15 @@
 #include <bit>
 
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/splitmix64.hpp"
 
 namespace meshtrain::io {
 
 namespace {
 
-// splitmix64's finaliser (Steele, Lea, Flood 2014): a cheap bijective mixer with full avalanche,
-// good enough as a Feistel round function; we need a fixed, portable permutation, not crypto.
-std::uint64_t mix64(std::uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-std::uint64_t hash2(std::uint64_t a, std::uint64_t b) { return mix64(mix64(a) ^ b); }
+// splitmix64: a cheap bijective mixer with full avalanche, good enough as a Feistel round
+// function; we need a fixed, portable permutation, not crypto.
+std::uint64_t hash2(std::uint64_t a, std::uint64_t b) { return splitmix64(splitmix64(a) ^ b); }
 
 std::uint64_t epoch_key(std::uint64_t seed, std::uint64_t epoch) {
   return hash2(seed ^ 0x6D657368ull /* "mesh" */, epoch);
@@ -52,7 +46,7 @@ std::uint64_t keyed_permutation(std::uint64_t index, std::uint64_t n, std::uint6
   do {
     std::uint64_t left = x >> half, right = x & mask;
     for (int r = 0; r < kRounds; ++r) {
-      const std::uint64_t f = mix64(right ^ round_keys[r]) & mask;
+      const std::uint64_t f = splitmix64(right ^ round_keys[r]) & mask;
       const std::uint64_t next = left ^ f;
       left = right;
       right = next;

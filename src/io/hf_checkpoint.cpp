@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "meshtrain/core/error.hpp"
-#include "meshtrain/io/json.hpp"
+#include "meshtrain/core/json.hpp"
 #include "meshtrain/io/safetensors.hpp"
 
 namespace meshtrain::io {
@@ -20,22 +20,25 @@ std::string read_file(const std::string& path, const char* what) {
   return ss.str();
 }
 
-
 }  // namespace
 
 model::GptConfig read_hf_config(const std::string& dir, int vocab_pad) {
   const std::string path = dir + "/config.json";
-  const Json j = Json::parse(read_file(path, "HuggingFace config"), path);
+  const Json j = json::parse(read_file(path, "HuggingFace config"), path);
   model::GptConfig c;
   c.name = std::filesystem::path(dir).filename().string();
-  c.n_layer = static_cast<int>(j.at("n_layer", path).as_int(path + ": n_layer"));
-  c.n_head = static_cast<int>(j.at("n_head", path).as_int(path + ": n_head"));
-  c.n_embd = static_cast<int>(j.at("n_embd", path).as_int(path + ": n_embd"));
-  c.vocab_size = static_cast<int>(j.at("vocab_size", path).as_int(path + ": vocab_size"));
-  const Json* pos = j.find("n_positions");
-  c.block_size = static_cast<int>((pos ? *pos : j.at("n_ctx", path)).as_int(path + ": n_positions"));
-  if (const Json* act = j.find("activation_function")) {
-    const std::string& a = act->as_string(path + ": activation_function");
+  auto int_of = [&](const char* key) {
+    return static_cast<int>(json::as_int(json::at(j, key, path), cat(path, ": ", key)));
+  };
+  c.n_layer = int_of("n_layer");
+  c.n_head = int_of("n_head");
+  c.n_embd = int_of("n_embd");
+  c.vocab_size = int_of("vocab_size");
+  const Json* pos = json::find(j, "n_positions");
+  c.block_size = static_cast<int>(
+      json::as_int(pos ? *pos : json::at(j, "n_ctx", path), path + ": n_positions"));
+  if (const Json* act = json::find(j, "activation_function")) {
+    const std::string& a = json::as_string(*act, path + ": activation_function");
     MESHTRAIN_CONFIG_CHECK(a == "gelu_new" || a == "gelu_pytorch_tanh", path,
                            ": activation_function '", a,
                            "' is not the tanh GELU meshtrain implements (gelu_new)");
@@ -47,8 +50,8 @@ model::GptConfig read_hf_config(const std::string& dir, int vocab_pad) {
 
 std::string read_hf_tokenizer(const std::string& dir) {
   const std::string path = dir + "/config.json";
-  const Json j = Json::parse(read_file(path, "HuggingFace config"), path);
-  if (const Json* t = j.find("meshtrain_tokenizer")) return t->as_string(path);
+  const Json j = json::parse(read_file(path, "HuggingFace config"), path);
+  if (const Json* t = json::find(j, "meshtrain_tokenizer")) return json::as_string(*t, path);
   return "gpt2";
 }
 
@@ -87,15 +90,25 @@ void write_hf_config(const model::GptConfig& c, const std::string& dir,
   std::filesystem::create_directories(dir);
   std::ofstream cfg(dir + "/config.json");
   if (!cfg) throw ConfigError(cat("cannot write ", dir, "/config.json"));
-  cfg << "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
-      << "  \"activation_function\": \"gelu_new\",\n  \"n_layer\": " << c.n_layer
-      << ",\n  \"n_head\": " << c.n_head << ",\n  \"n_embd\": " << c.n_embd
-      << ",\n  \"vocab_size\": " << c.vocab_size << ",\n  \"n_positions\": " << c.block_size
-      << ",\n  \"n_ctx\": " << c.block_size
-      << ",\n  \"layer_norm_epsilon\": 1e-05,\n  \"tie_word_embeddings\": true,\n"
-      << "  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n"
-      << "  \"torch_dtype\": \"float32\",\n  \"meshtrain_tokenizer\": \"" << json_escape(tokenizer)
-      << "\"\n}\n";
+  // HuggingFace's GPT2Config keys; meshtrain_tokenizer tells `generate` how to decode.
+  Json j = Json::object();
+  j["architectures"] = {"GPT2LMHeadModel"};
+  j["model_type"] = "gpt2";
+  j["activation_function"] = "gelu_new";
+  j["n_layer"] = c.n_layer;
+  j["n_head"] = c.n_head;
+  j["n_embd"] = c.n_embd;
+  j["vocab_size"] = c.vocab_size;
+  j["n_positions"] = c.block_size;
+  j["n_ctx"] = c.block_size;
+  j["layer_norm_epsilon"] = 1e-5;
+  j["tie_word_embeddings"] = true;
+  j["resid_pdrop"] = 0.0;
+  j["embd_pdrop"] = 0.0;
+  j["attn_pdrop"] = 0.0;
+  j["torch_dtype"] = "float32";
+  j["meshtrain_tokenizer"] = tokenizer;
+  cfg << json::dump(j, {100, 0}) << "\n";
 }
 
 template <class T>

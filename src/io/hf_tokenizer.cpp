@@ -16,7 +16,7 @@
 
 #include "bpe_model.hpp"
 #include "meshtrain/core/error.hpp"
-#include "meshtrain/io/json.hpp"
+#include "meshtrain/core/json.hpp"
 #include "meshtrain/io/tokenizer.hpp"
 #include "pcre2_regex.hpp"
 
@@ -51,13 +51,13 @@ std::string read_text(const std::string& path, const std::string& what) {
 }
 
 bool flag(const Json& j, const char* key, bool fallback) {
-  const Json* v = j.find(key);
-  return v && v->kind == Json::Kind::boolean ? v->b : fallback;
+  const Json* v = json::find(j, key);
+  return v && v->is_boolean() ? v->get<bool>() : fallback;
 }
 
 std::string str_or_empty(const Json& j, const char* key) {
-  const Json* v = j.find(key);
-  return v && v->kind == Json::Kind::string ? v->str : std::string();
+  const Json* v = json::find(j, key);
+  return v && v->is_string() ? v->get<std::string>() : std::string();
 }
 
 bool is_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
@@ -91,31 +91,33 @@ struct HfTokenizer::Impl {
       if (!str_or_empty(m, k).empty())
         throw ConfigError(where(cat("model.", k, " = '", str_or_empty(m, k),
                                     "' is not supported (byte-level BPE has none)")));
-    if (const Json* d = m.find("dropout"); d && d->kind == Json::Kind::number && d->num != 0)
+    if (const Json* d = json::find(m, "dropout"); d && d->is_number() && d->get<double>() != 0)
       throw ConfigError(where("model.dropout is set: BPE dropout makes encoding random"));
     bpe.ignore_merges = flag(m, "ignore_merges", false);
     bpe.source = path;
-    const Json& vocab = m.at("vocab", where("model"));
-    if (vocab.kind != Json::Kind::object || vocab.obj.empty())
+    const Json& vocab = json::at(m, "vocab", where("model"));
+    if (!vocab.is_object() || vocab.empty())
       throw ConfigError(where("model.vocab must be a non-empty object {\"token\": id, ...}"));
-    for (const auto& [tok, v] : vocab.obj)
-      bpe.add_token(tok, v.as_int(where(cat("model.vocab '", tok, "'"))), where("model.vocab"));
-    const Json& merges = m.at("merges", where("model"));
-    if (merges.kind != Json::Kind::array) throw ConfigError(where("model.merges must be an array"));
-    for (std::size_t i = 0; i < merges.arr.size(); ++i) {
-      const Json& e = merges.arr[i];
+    for (const auto& [tok, v] : vocab.items())
+      bpe.add_token(tok, json::as_int(v, where(cat("model.vocab '", tok, "'"))),
+                    where("model.vocab"));
+    const Json& merges = json::at(m, "merges", where("model"));
+    if (!merges.is_array()) throw ConfigError(where("model.merges must be an array"));
+    for (std::size_t i = 0; i < merges.size(); ++i) {
+      const Json& e = merges[i];
       const std::string w = where(cat("model.merges[", i, "]"));
       std::string a, b;
-      if (e.kind == Json::Kind::string) {  // "a b" (tokenizers < 0.20)
-        const auto sp = e.str.find(' ');
-        if (sp == std::string::npos || sp == 0 || sp + 1 == e.str.size() ||
-            e.str.find(' ', sp + 1) != std::string::npos)
-          throw ConfigError(cat(w, " ('", e.str, "'): expected two tokens separated by one space"));
-        a = e.str.substr(0, sp);
-        b = e.str.substr(sp + 1);
-      } else if (e.kind == Json::Kind::array && e.arr.size() == 2) {  // ["a", "b"]
-        a = e.arr[0].as_string(w);
-        b = e.arr[1].as_string(w);
+      if (e.is_string()) {  // "a b" (tokenizers < 0.20)
+        const std::string& str = e.get_ref<const std::string&>();
+        const auto sp = str.find(' ');
+        if (sp == std::string::npos || sp == 0 || sp + 1 == str.size() ||
+            str.find(' ', sp + 1) != std::string::npos)
+          throw ConfigError(cat(w, " ('", str, "'): expected two tokens separated by one space"));
+        a = str.substr(0, sp);
+        b = str.substr(sp + 1);
+      } else if (e.is_array() && e.size() == 2) {  // ["a", "b"]
+        a = json::as_string(e[0], w);
+        b = json::as_string(e[1], w);
         if (a.find(' ') != std::string::npos || b.find(' ') != std::string::npos)
           throw ConfigError(
               cat(w, ": a token with a space is not byte-level ('", a, "', '", b, "')"));
@@ -127,13 +129,13 @@ struct HfTokenizer::Impl {
   }
 
   void load_added(const Json& list) {
-    if (list.kind != Json::Kind::array) throw ConfigError(where("added_tokens must be an array"));
-    for (std::size_t i = 0; i < list.arr.size(); ++i) {
-      const Json& t = list.arr[i];
+    if (!list.is_array()) throw ConfigError(where("added_tokens must be an array"));
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const Json& t = list[i];
       const std::string w = where(cat("added_tokens[", i, "]"));
       AddedToken a;
-      a.content = t.at("content", w).as_string(w + " content");
-      const std::int64_t id = t.at("id", w).as_int(w + " id");
+      a.content = json::as_string(json::at(t, "content", w), w + " content");
+      const std::int64_t id = json::as_int(json::at(t, "id", w), w + " id");
       if (id < 0 || id >= (std::int64_t(1) << 31) - 1)
         throw ConfigError(cat(w, ": id ", id, " out of range"));
       if (a.content.empty()) throw ConfigError(cat(w, ": empty content"));
@@ -151,11 +153,12 @@ struct HfTokenizer::Impl {
   }
 
   void load_pre_tokenizer(const Json& p, const std::string& at) {
-    const std::string type = p.at("type", where(at)).as_string(where(at + ".type"));
+    const std::string type = json::as_string(json::at(p, "type", where(at)), where(at + ".type"));
     if (type == "Sequence") {
-      const Json& list = p.at("pretokenizers", where(at));
-      for (std::size_t i = 0; i < list.arr.size(); ++i)
-        load_pre_tokenizer(list.arr[i], cat(at, ".pretokenizers[", i, "]"));
+      const Json& list = json::at(p, "pretokenizers", where(at));
+      if (!list.is_array()) throw ConfigError(where(at + ".pretokenizers must be an array"));
+      for (std::size_t i = 0; i < list.size(); ++i)
+        load_pre_tokenizer(list[i], cat(at, ".pretokenizers[", i, "]"));
       return;
     }
     if (!steps.empty() && steps.back().byte_level)
@@ -167,16 +170,17 @@ struct HfTokenizer::Impl {
       if (flag(p, "use_regex", true))
         s.regex = std::make_unique<detail::Pcre2Regex>(gpt2_pattern(), where(at + " (ByteLevel)"));
     } else if (type == "Split") {
-      const Json& pat = p.at("pattern", where(at));
-      if (const Json* r = pat.find("Regex"))
-        s.regex =
-            std::make_unique<detail::Pcre2Regex>(r->as_string(where(at)), where(at + " (Split)"));
-      else if (const Json* l = pat.find("String"))
-        s.literal = l->as_string(where(at));
+      const Json& pat = json::at(p, "pattern", where(at));
+      if (const Json* r = json::find(pat, "Regex"))
+        s.regex = std::make_unique<detail::Pcre2Regex>(json::as_string(*r, where(at)),
+                                                       where(at + " (Split)"));
+      else if (const Json* l = json::find(pat, "String"))
+        s.literal = json::as_string(*l, where(at));
       else
         throw ConfigError(
             where(cat(at, ".pattern: expected {\"Regex\": ...} or {\"String\": ...}")));
-      const std::string b = p.at("behavior", where(at)).as_string(where(at + ".behavior"));
+      const std::string b =
+          json::as_string(json::at(p, "behavior", where(at)), where(at + ".behavior"));
       if (b == "Removed")
         s.behavior = Behavior::removed;
       else if (b == "Isolated")
@@ -203,12 +207,12 @@ struct HfTokenizer::Impl {
     std::string b = bos_token, e = eos_token;
     const auto cfg = std::filesystem::path(path).parent_path() / "tokenizer_config.json";
     if ((b.empty() || e.empty()) && std::filesystem::exists(cfg)) {
-      const Json c = Json::parse(read_text(cfg.string(), "tokenizer config"), cfg.string());
+      const Json c = json::parse(read_text(cfg.string(), "tokenizer config"), cfg.string());
       auto name = [&](const char* key) -> std::string {
-        const Json* v = c.find(key);
+        const Json* v = json::find(c, key);
         if (!v) return "";
-        if (v->kind == Json::Kind::string) return v->str;
-        if (v->kind == Json::Kind::object) return str_or_empty(*v, "content");
+        if (v->is_string()) return v->get<std::string>();
+        if (v->is_object()) return str_or_empty(*v, "content");
         return "";
       };
       if (b.empty()) b = name("bos_token");
@@ -351,29 +355,29 @@ HfTokenizer::HfTokenizer(const std::string& path, const std::string& bos_token,
   d.path = std::filesystem::is_directory(path)
                ? (std::filesystem::path(path) / "tokenizer.json").string()
                : path;
-  const Json j = Json::parse(read_text(d.path, "HuggingFace tokenizer"), d.where("JSON"));
-  if (j.kind != Json::Kind::object) throw ConfigError(d.where("not a JSON object"));
-  if (const Json* n = j.find("normalizer"); n && n->kind != Json::Kind::null)
+  const Json j = json::parse(read_text(d.path, "HuggingFace tokenizer"), d.where("JSON"));
+  if (!j.is_object()) throw ConfigError(d.where("not a JSON object"));
+  if (const Json* n = json::find(j, "normalizer"); n && !n->is_null())
     throw ConfigError(d.where(cat("normalizer '", str_or_empty(*n, "type"),
                                   "' is not supported (only tokenizers without one, as Llama 3's "
                                   "and GPT-2's)")));
-  d.load_model(j.at("model", d.where("top level")));
-  if (const Json* a = j.find("added_tokens")) d.load_added(*a);
-  const Json* pre = j.find("pre_tokenizer");
-  if (pre && pre->kind != Json::Kind::null) d.load_pre_tokenizer(*pre, "pre_tokenizer");
+  d.load_model(json::at(j, "model", d.where("top level")));
+  if (const Json* a = json::find(j, "added_tokens")) d.load_added(*a);
+  const Json* pre = json::find(j, "pre_tokenizer");
+  if (pre && !pre->is_null()) d.load_pre_tokenizer(*pre, "pre_tokenizer");
   if (d.steps.empty() || !d.steps.back().byte_level)
     throw ConfigError(d.where("the pre_tokenizer must end with ByteLevel (byte-level BPE)"));
-  if (const Json* dec = j.find("decoder"); dec && dec->kind != Json::Kind::null) {
+  if (const Json* dec = json::find(j, "decoder"); dec && !dec->is_null()) {
     const std::string t = str_or_empty(*dec, "type");
     if (t != "ByteLevel")
       throw ConfigError(d.where(cat("decoder '", t, "' is not supported (ByteLevel is)")));
   }
-  if (const Json* post = j.find("post_processor");
-      post && post->kind == Json::Kind::object &&
+  if (const Json* post = json::find(j, "post_processor");
+      post && post->is_object() &&
       str_or_empty(*post, "type") == "TemplateProcessing") {
-    const Json* single = post->find("single");
-    if (single && single->kind == Json::Kind::array && !single->arr.empty())
-      if (const Json* sp = single->arr[0].find("SpecialToken"))
+    const Json* single = json::find(*post, "single");
+    if (single && single->is_array() && !single->empty())
+      if (const Json* sp = json::find((*single)[0], "SpecialToken"))
         d.bos_name = str_or_empty(*sp, "id");
   }
   d.size = static_cast<int>(d.bpe.id_to_token.size());

@@ -17,7 +17,7 @@
 
 #include "meshtrain/core/error.hpp"
 #include "float16.hpp"
-#include "meshtrain/io/json.hpp"
+#include "meshtrain/core/json.hpp"
 
 namespace meshtrain::io {
 
@@ -67,32 +67,32 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
     throw ConfigError(cat(w, ": cannot read the ", n, "-byte header"));
   data_start_ = 8 + n;
   const std::uint64_t data_size = size - data_start_;
-  const Json j = Json::parse(header, cat(w, " header (starting at file byte 8)"));
-  if (j.kind != Json::Kind::object) throw ConfigError(cat(w, ": the header is not a JSON object"));
+  const Json j = json::parse(header, cat(w, " header (starting at file byte 8)"));
+  if (!j.is_object()) throw ConfigError(cat(w, ": the header is not a JSON object"));
 
-  for (const auto& [name, v] : j.obj) {
+  for (const auto& [name, v] : j.items()) {
     if (name == "__metadata__") {
-      if (v.kind != Json::Kind::object)
-        throw ConfigError(cat(w, ": __metadata__ is not an object of strings"));
-      for (const auto& [k, s] : v.obj) metadata_[k] = s.as_string(cat(w, ": __metadata__ '", k, "'"));
+      if (!v.is_object()) throw ConfigError(cat(w, ": __metadata__ is not an object of strings"));
+      for (const auto& [k, s] : v.items())
+        metadata_[k] = json::as_string(s, cat(w, ": __metadata__ '", k, "'"));
       continue;
     }
     const std::string t = cat(w, ": tensor '", name, "'");
     TensorInfo info;
-    info.dtype = v.at("dtype", t).as_string(cat(t, " dtype"));
+    info.dtype = json::as_string(json::at(v, "dtype", t), cat(t, " dtype"));
     if (dtype_size(info.dtype) == 0) throw ConfigError(cat(t, ": unknown dtype '", info.dtype, "'"));
-    const Json& shape = v.at("shape", t);
-    if (shape.kind != Json::Kind::array) throw ConfigError(cat(t, ": shape is not an array"));
-    for (const Json& d : shape.arr) {
-      const std::int64_t x = d.as_int(cat(t, " shape"));
+    const Json& shape = json::at(v, "shape", t);
+    if (!shape.is_array()) throw ConfigError(cat(t, ": shape is not an array"));
+    for (const Json& d : shape) {
+      const std::int64_t x = json::as_int(d, cat(t, " shape"));
       if (x < 0) throw ConfigError(cat(t, ": negative dimension ", x, " in its shape"));
       info.shape.push_back(x);
     }
-    const Json& off = v.at("data_offsets", t);
-    if (off.kind != Json::Kind::array || off.arr.size() != 2)
+    const Json& off = json::at(v, "data_offsets", t);
+    if (!off.is_array() || off.size() != 2)
       throw ConfigError(cat(t, ": data_offsets must be [begin, end]"));
-    const std::int64_t b = off.arr[0].as_int(cat(t, " data_offsets")),
-                       e = off.arr[1].as_int(cat(t, " data_offsets"));
+    const std::int64_t b = json::as_int(off[0], cat(t, " data_offsets")),
+                       e = json::as_int(off[1], cat(t, " data_offsets"));
     if (b < 0 || e < b)
       throw ConfigError(cat(t, ": data_offsets [", b, ", ", e, "] are not an interval"));
     info.begin = static_cast<std::uint64_t>(b);
@@ -239,26 +239,25 @@ void SafetensorsWriter::set_metadata(const std::string& key, const std::string& 
 }
 
 void SafetensorsWriter::write(const std::string& path) const {
-  // Header keys and data both in name order (std::map), __metadata__ first as the reference does.
-  std::string h = "{";
+  // Header keys and data both in name order (std::map), __metadata__ first as the reference
+  // does; compact, as the reference writes it.
+  Json header = Json::object();
   if (!metadata_.empty()) {
-    h += "\"__metadata__\":{";
-    bool first = true;
-    for (const auto& [k, v] : metadata_) {
-      h += cat(first ? "" : ",", "\"", json_escape(k), "\":\"", json_escape(v), "\"");
-      first = false;
-    }
-    h += "}";
+    Json& meta = header["__metadata__"] = Json::object();
+    for (const auto& [k, v] : metadata_) meta[k] = v;
   }
   std::uint64_t offset = 0;
   for (const auto& [name, e] : entries_) {
-    if (h.size() > 1) h += ",";
-    h += cat("\"", json_escape(name), "\":{\"dtype\":\"", e.dtype, "\",\"shape\":[");
-    for (std::size_t i = 0; i < e.shape.size(); ++i) h += cat(i ? "," : "", e.shape[i]);
-    h += cat("],\"data_offsets\":[", offset, ",", offset + e.bytes.size(), "]}");
+    header[name] = {{"dtype", e.dtype}, {"shape", e.shape},
+                    {"data_offsets", {offset, offset + e.bytes.size()}}};
     offset += e.bytes.size();
   }
-  h += "}";
+  std::string h;
+  try {
+    h = header.dump();
+  } catch (const Json::exception& e) {  // a name or metadata string that is not UTF-8
+    throw Error(cat(where(path), ": cannot write the header: ", e.what()));
+  }
   h.append((8 - h.size() % 8) % 8, ' ');
 
   const std::string tmp = path + ".tmp";

@@ -16,13 +16,17 @@
 
 #include "float16.hpp"
 #include "meshtrain/core/error.hpp"
-#include "meshtrain/io/json.hpp"
+#include "meshtrain/core/json.hpp"
 
 namespace meshtrain::io {
 
 namespace fs = std::filesystem;
 
 namespace {
+
+// A JSON string literal (quotes and escapes) for the hand-laid headers and index, whose byte
+// layout the tests and HF's readers expect.
+std::string quoted(const std::string& v) { return Json(v).dump(); }
 
 constexpr std::size_t kMaxRun = std::size_t(16) << 20;  // bytes per pread of a row range
 
@@ -108,12 +112,12 @@ ShardedSafetensorsReader::ShardedSafetensorsReader(const std::string& dir) : dir
     return;
   }
   const std::string ip = index.string();
-  const Json j = Json::parse(read_text(ip), ip);
-  const Json& map = j.at("weight_map", ip);
-  if (map.kind != Json::Kind::object) throw ConfigError(cat(ip, ": weight_map is not an object"));
+  const Json j = json::parse(read_text(ip), ip);
+  const Json& map = json::at(j, "weight_map", ip);
+  if (!map.is_object()) throw ConfigError(cat(ip, ": weight_map is not an object"));
   std::map<std::string, std::size_t> shard_index;
-  for (const auto& [name, v] : map.obj) {
-    const std::string file = v.as_string(cat(ip, ": weight_map['", name, "']"));
+  for (const auto& [name, v] : map.items()) {
+    const std::string file = json::as_string(v, cat(ip, ": weight_map['", name, "']"));
     if (file.find('/') != std::string::npos || file.empty())
       throw ConfigError(cat(ip, ": tensor '", name, "' is in shard '", file,
                             "', which is not a file name in the folder"));
@@ -325,7 +329,7 @@ void ShardedSafetensorsWriter::open_shard(std::size_t s) {
     const Tensor& t = tensors_[i];
     std::uint64_t bytes = element_size(t.dtype);
     for (auto d : t.shape) bytes *= std::uint64_t(d);
-    h += cat(",\"", json_escape(t.name), "\":{\"dtype\":\"", t.dtype, "\",\"shape\":[");
+    h += cat(",", quoted(t.name), ":{\"dtype\":\"", t.dtype, "\",\"shape\":[");
     for (std::size_t k = 0; k < t.shape.size(); ++k) h += cat(k ? "," : "", t.shape[k]);
     h += cat("],\"data_offsets\":[", offset, ",", offset + bytes, "]}");
     offset += bytes;
@@ -408,8 +412,8 @@ void ShardedSafetensorsWriter::finish() {
     std::uint64_t bytes = element_size(tensors_[i].dtype);
     for (auto d : tensors_[i].shape) bytes *= std::uint64_t(d);
     total += bytes;
-    map += cat(map.empty() ? "" : ",\n", "    \"", json_escape(tensors_[i].name), "\": \"",
-               fs::path(shard_files_[shard_of_[i]]).filename().string(), "\"");
+    map += cat(map.empty() ? "" : ",\n", "    ", quoted(tensors_[i].name), ": ",
+               quoted(fs::path(shard_files_[shard_of_[i]]).filename().string()));
   }
   for (const auto& f : shard_files_)
     if (std::rename((f + ".tmp").c_str(), f.c_str()) != 0)

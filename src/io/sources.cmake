@@ -1,6 +1,5 @@
 # Sources of the io layer (owned by that layer; keeps merges of parallel work apart).
 target_sources(meshtrain_lib PRIVATE
-  ${CMAKE_CURRENT_LIST_DIR}/json.cpp
   ${CMAKE_CURRENT_LIST_DIR}/token_shard.cpp
   ${CMAKE_CURRENT_LIST_DIR}/dataset.cpp
   ${CMAKE_CURRENT_LIST_DIR}/tokenizer.cpp

@@ -2,12 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <fstream>
 #include <sstream>
 
 #include "meshtrain/core/error.hpp"
-#include "meshtrain/io/json.hpp"
+#include "meshtrain/core/json.hpp"
 
 namespace meshtrain::plan {
 
@@ -47,20 +46,20 @@ double Calibration::slowdown(double busy) const {
 
 namespace {
 
-double num(const io::Json& o, const char* key, double fallback, const std::string& what) {
-  const io::Json* v = o.find(key);
-  return v ? v->as_number(what + ": " + key) : fallback;
+double num(const Json& o, const char* key, double fallback, const std::string& what) {
+  const Json* v = json::find(o, key);
+  return v ? json::as_number(*v, what + ": " + key) : fallback;
 }
-std::string str(const io::Json& o, const char* key, const std::string& fallback) {
-  const io::Json* v = o.find(key);
-  return v && v->kind == io::Json::Kind::string ? v->str : fallback;
+std::string str(const Json& o, const char* key, const std::string& fallback) {
+  const Json* v = json::find(o, key);
+  return v && v->is_string() ? v->get<std::string>() : fallback;
 }
-bool flag(const io::Json& o, const char* key, bool fallback) {
-  const io::Json* v = o.find(key);
-  return v && v->kind == io::Json::Kind::boolean ? v->b : fallback;
+bool flag(const Json& o, const char* key, bool fallback) {
+  const Json* v = json::find(o, key);
+  return v && v->is_boolean() ? v->get<bool>() : fallback;
 }
 
-LinkClass link(const io::Json* o, const std::string& what) {
+LinkClass link(const Json* o, const std::string& what) {
   LinkClass l;
   if (!o) return l;
   l.alpha_us = num(*o, "alpha_us", l.alpha_us, what);
@@ -72,30 +71,16 @@ LinkClass link(const io::Json* o, const std::string& what) {
   return l;
 }
 
-std::string esc(const std::string& s) {
-  std::string r(1, '"');
-  r += io::json_escape(s);
-  r += '"';
-  return r;
-}
-std::string fmt(double v) {
-  char b[40];
-  std::snprintf(b, sizeof b, "%.6g", v);
-  return b;
-}
-std::string link_json(const LinkClass& l) {
-  std::ostringstream o;
-  o << "{\"alpha_us\": " << fmt(l.alpha_us) << ", \"busbw_gbs\": " << fmt(l.busbw_gbs)
-    << ", \"measured\": " << (l.measured ? "true" : "false") << ", \"note\": " << esc(l.note)
-    << "}";
-  return o.str();
+Json link_json(const LinkClass& l) {
+  return {{"alpha_us", l.alpha_us}, {"busbw_gbs", l.busbw_gbs}, {"measured", l.measured},
+          {"note", l.note}};
 }
 
 }  // namespace
 
 Calibration parse_calibration(const std::string& text, const std::string& what) {
-  const io::Json j = io::Json::parse(text, what);
-  MESHTRAIN_CONFIG_CHECK(j.kind == io::Json::Kind::object, what, ": not a JSON object");
+  const Json j = json::parse(text, what);
+  MESHTRAIN_CONFIG_CHECK(j.is_object(), what, ": not a JSON object");
   Calibration c;
   c.machine = str(j, "machine", c.machine);
   c.source = str(j, "source", "");
@@ -107,14 +92,14 @@ Calibration parse_calibration(const std::string& text, const std::string& what) 
                          "' is not cpu or gpu");
   c.precision = str(j, "precision", c.precision);
   c.peak_tflops = num(j, "peak_tflops", 0, what);
-  if (const io::Json* r = j.find("rank_slowdown")) {
-    MESHTRAIN_CONFIG_CHECK(r->kind == io::Json::Kind::array, what,
+  if (const Json* r = json::find(j, "rank_slowdown")) {
+    MESHTRAIN_CONFIG_CHECK(r->is_array(), what,
                            ": rank_slowdown must be an array of [ranks, slowdown] pairs");
     c.rank_slowdown.clear();
-    for (const auto& p : r->arr) {
-      MESHTRAIN_CONFIG_CHECK(p.kind == io::Json::Kind::array && p.arr.size() == 2, what,
+    for (const Json& p : *r) {
+      MESHTRAIN_CONFIG_CHECK(p.is_array() && p.size() == 2, what,
                              ": rank_slowdown must be an array of [ranks, slowdown] pairs");
-      c.rank_slowdown.emplace_back(p.arr[0].as_number(what), p.arr[1].as_number(what));
+      c.rank_slowdown.emplace_back(json::as_number(p[0], what), json::as_number(p[1], what));
       MESHTRAIN_CONFIG_CHECK(c.rank_slowdown.back().first >= 1 &&
                                  c.rank_slowdown.back().second > 0,
                              what, ": rank_slowdown needs ranks >= 1 and positive slowdowns");
@@ -122,9 +107,9 @@ Calibration parse_calibration(const std::string& text, const std::string& what) 
     std::sort(c.rank_slowdown.begin(), c.rank_slowdown.end());
     if (c.rank_slowdown.empty()) c.rank_slowdown = {{1, 1}};
   }
-  if (const io::Json* g = j.find("gemm")) {
-    MESHTRAIN_CONFIG_CHECK(g->kind == io::Json::Kind::array, what, ": gemm must be an array");
-    for (const auto& p : g->arr) {
+  if (const Json* g = json::find(j, "gemm")) {
+    MESHTRAIN_CONFIG_CHECK(g->is_array(), what, ": gemm must be an array");
+    for (const Json& p : *g) {
       GemmPoint pt{num(p, "m", 0, what), num(p, "n", 0, what), num(p, "k", 0, what),
                    num(p, "tflops", 0, what)};
       MESHTRAIN_CONFIG_CHECK(pt.flops() > 0 && pt.tflops > 0, what,
@@ -132,12 +117,12 @@ Calibration parse_calibration(const std::string& text, const std::string& what) 
       c.gemm.push_back(pt);
     }
   }
-  if (const io::Json* a = j.find("attention")) {
+  if (const Json* a = json::find(j, "attention")) {
     c.attention_fwd_tflops = num(*a, "fwd_tflops", c.attention_fwd_tflops, what);
     c.attention_bwd_tflops = num(*a, "bwd_tflops", c.attention_bwd_tflops, what);
   }
   c.memory_gbs = num(j, "memory_gbs", c.memory_gbs, what);
-  if (const io::Json* k = j.find("kernels_gbs")) {
+  if (const Json* k = json::find(j, "kernels_gbs")) {
     c.elementwise_gbs = num(*k, "elementwise", c.elementwise_gbs, what);
     c.gelu_gbs = num(*k, "gelu", c.gelu_gbs, what);
     c.layernorm_gbs = num(*k, "layernorm", c.layernorm_gbs, what);
@@ -153,11 +138,11 @@ Calibration parse_calibration(const std::string& text, const std::string& what) 
   c.device_memory_gib = num(j, "device_memory_gib", 0, what);
   c.probe_alone_s = num(j, "probe_alone_s", 0, what);
   c.usable_memory_fraction = num(j, "usable_memory_fraction", 0.95, what);
-  if (const io::Json* l = j.find("links")) {
-    c.intra = link(l->find("intra"), what + ": links.intra");
-    c.inter = link(l->find("inter"), what + ": links.inter");
+  if (const Json* l = json::find(j, "links")) {
+    c.intra = link(json::find(*l, "intra"), what + ": links.intra");
+    c.inter = link(json::find(*l, "inter"), what + ": links.inter");
   }
-  if (const io::Json* s = j.find("scale")) {
+  if (const Json* s = json::find(j, "scale")) {
     c.scale_compute = num(*s, "compute", 1, what);
     c.scale_comm = num(*s, "comm", 1, what);
     c.validated_layouts = static_cast<int>(num(*s, "validated_layouts", 0, what));
@@ -179,36 +164,40 @@ Calibration load_calibration(const std::string& path) {
 }
 
 std::string to_json(const Calibration& c) {
-  std::ostringstream o;
-  o << "{\n  \"format\": 1,\n  \"machine\": " << esc(c.machine) << ",\n  \"measured\": "
-    << (c.measured ? "true" : "false") << ",\n  \"source\": " << esc(c.source)
-    << ",\n  \"date\": " << esc(c.date) << ",\n  \"notes\": " << esc(c.notes)
-    << ",\n  \"device\": " << esc(c.device) << ",\n  \"precision\": " << esc(c.precision)
-    << ",\n  \"peak_tflops\": " << fmt(c.peak_tflops) << ",\n  \"rank_slowdown\": [";
-  for (std::size_t i = 0; i < c.rank_slowdown.size(); ++i)
-    o << (i ? ", [" : "[") << fmt(c.rank_slowdown[i].first) << ", "
-      << fmt(c.rank_slowdown[i].second) << "]";
-  o << "],\n  \"gemm\": [";
-  for (std::size_t i = 0; i < c.gemm.size(); ++i)
-    o << (i ? ",\n" : "\n") << "    {\"m\": " << fmt(c.gemm[i].m) << ", \"n\": " << fmt(c.gemm[i].n)
-      << ", \"k\": " << fmt(c.gemm[i].k) << ", \"tflops\": " << fmt(c.gemm[i].tflops) << "}";
-  o << "\n  ],\n  \"attention\": {\"fwd_tflops\": " << fmt(c.attention_fwd_tflops)
-    << ", \"bwd_tflops\": " << fmt(c.attention_bwd_tflops) << "},\n  \"memory_gbs\": "
-    << fmt(c.memory_gbs) << ",\n  \"kernels_gbs\": {\"elementwise\": " << fmt(c.elementwise_gbs)
-    << ", \"gelu\": " << fmt(c.gelu_gbs) << ", \"layernorm\": " << fmt(c.layernorm_gbs)
-    << ", \"cross_entropy\": " << fmt(c.cross_entropy_gbs) << ", \"adamw\": " << fmt(c.adamw_gbs)
-    << ", \"host_adamw\": " << fmt(c.host_adamw_gbs) << "},\n  \"pcie_gbs\": " << fmt(c.pcie_gbs)
-    << ",\n  \"kernel_overhead_us\": " << fmt(c.kernel_overhead_us)
-    << ",\n  \"step_overhead_ms\": " << fmt(c.step_overhead_ms)
-    << ",\n  \"dp_overlap\": " << fmt(c.dp_overlap) << ",\n  \"runtime_bytes\": "
-    << fmt(c.runtime_bytes) << ",\n  \"device_memory_gib\": " << fmt(c.device_memory_gib)
-    << ",\n  \"probe_alone_s\": " << fmt(c.probe_alone_s)
-    << ",\n  \"usable_memory_fraction\": "
-    << fmt(c.usable_memory_fraction) << ",\n  \"links\": {\n    \"intra\": " << link_json(c.intra)
-    << ",\n    \"inter\": " << link_json(c.inter) << "\n  },\n  \"scale\": {\"compute\": "
-    << fmt(c.scale_compute) << ", \"comm\": " << fmt(c.scale_comm)
-    << ", \"validated_layouts\": " << c.validated_layouts << "}\n}\n";
-  return o.str();
+  Json o = Json::object();
+  o["format"] = 1;
+  o["machine"] = c.machine;
+  o["measured"] = c.measured;
+  o["source"] = c.source;
+  o["date"] = c.date;
+  o["notes"] = c.notes;
+  o["device"] = c.device;
+  o["precision"] = c.precision;
+  o["peak_tflops"] = c.peak_tflops;
+  Json& slowdown = o["rank_slowdown"] = Json::array();
+  for (const auto& [ranks, factor] : c.rank_slowdown) slowdown.push_back({ranks, factor});
+  Json& gemm = o["gemm"] = Json::array();
+  for (const GemmPoint& g : c.gemm)
+    gemm.push_back({{"m", g.m}, {"n", g.n}, {"k", g.k}, {"tflops", g.tflops}});
+  o["attention"] = {{"fwd_tflops", c.attention_fwd_tflops}, {"bwd_tflops", c.attention_bwd_tflops}};
+  o["memory_gbs"] = c.memory_gbs;
+  o["kernels_gbs"] = {{"elementwise", c.elementwise_gbs}, {"gelu", c.gelu_gbs},
+                      {"layernorm", c.layernorm_gbs},     {"cross_entropy", c.cross_entropy_gbs},
+                      {"adamw", c.adamw_gbs},             {"host_adamw", c.host_adamw_gbs}};
+  o["pcie_gbs"] = c.pcie_gbs;
+  o["kernel_overhead_us"] = c.kernel_overhead_us;
+  o["step_overhead_ms"] = c.step_overhead_ms;
+  o["dp_overlap"] = c.dp_overlap;
+  o["runtime_bytes"] = c.runtime_bytes;
+  o["device_memory_gib"] = c.device_memory_gib;
+  o["probe_alone_s"] = c.probe_alone_s;
+  o["usable_memory_fraction"] = c.usable_memory_fraction;
+  o["links"] = {{"intra", link_json(c.intra)}, {"inter", link_json(c.inter)}};
+  o["scale"] = {{"compute", c.scale_compute}, {"comm", c.scale_comm},
+                {"validated_layouts", c.validated_layouts}};
+  // Six significant digits: measurements are not more precise than that; one GEMM point and
+  // one link class per line.
+  return json::dump(o, {100, 6, 2}) + "\n";
 }
 
 void save_calibration(const std::string& path, const Calibration& c) {

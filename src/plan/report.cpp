@@ -1,11 +1,12 @@
 #include "meshtrain/plan/report.hpp"
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <sstream>
 
 #include "meshtrain/core/error.hpp"
-#include "meshtrain/io/json.hpp"
+#include "meshtrain/core/json.hpp"
 
 namespace meshtrain::plan {
 
@@ -16,11 +17,43 @@ std::string fmt(const char* f, double v) {
   std::snprintf(b, sizeof b, f, v);
   return b;
 }
-std::string q(const std::string& s) {
-  std::string r(1, '"');
-  r += io::json_escape(s);
-  r += '"';
-  return r;
+
+// The estimates are written to six significant digits, MFU to four decimals and byte counts
+// whole: figures of a model, not measurements.
+constexpr json::Style kReportStyle{100, 6, 2};  // one candidate per line
+
+double four_decimals(double v) { return std::round(v * 1e4) / 1e4; }
+
+Json candidate_object(const Candidate& c, const SearchResult& r) {
+  const Layout& l = c.layout;
+  Json o = Json::object();
+  o["layout"] = l.name();
+  o["dp"] = l.dp;
+  o["pp"] = l.pp;
+  o["tp"] = l.tp;
+  o["zero_stage"] = l.zero_stage;
+  o["offload"] = l.offload;
+  o["micro_batch"] = l.micro_batch;
+  o["grad_accum"] = l.n_micro;
+  o["schedule"] = parallel::schedule_name(l.schedule);
+  o["virtual_chunks"] = l.virtual_chunks;
+  o["sequence_parallel"] = l.sequence_parallel;
+  o["recompute"] = l.recompute;
+  o["precision"] = precision_name(l.precision);
+  o["memory_bytes"] = std::llround(c.memory.device());
+  o["host_bytes"] = std::llround(c.memory.host());
+  o["peak_stage"] = c.memory.stage;
+  o["step_s"] = c.cost.step_s;
+  o["tokens_per_s"] = c.cost.tokens_per_s;
+  o["mfu"] = four_decimals(c.cost.mfu);
+  o["bottleneck"] = c.cost.bottleneck;
+  o["family"] = family(l);
+  o["rule"] = rule_agreement(r, c);
+  o["parts_s"] = {{"compute", c.cost.compute_s},    {"tp", c.cost.tp_comm_s},
+                  {"bubble", c.cost.pp_bubble_s},   {"p2p", c.cost.pp_comm_s},
+                  {"dp", c.cost.dp_comm_s},         {"zero3", c.cost.zero3_gather_s},
+                  {"optimizer", c.cost.optimizer_s}, {"overhead", c.cost.overhead_s}};
+  return o;
 }
 
 }  // namespace
@@ -96,47 +129,29 @@ std::string format_table(const SearchResult& r, const model::GptConfig& cfg, int
 }
 
 std::string candidate_json(const Candidate& c, const SearchResult& r) {
-  const Layout& l = c.layout;
-  std::ostringstream o;
-  o << "{\"layout\": " << q(l.name()) << ", \"dp\": " << l.dp << ", \"pp\": " << l.pp
-    << ", \"tp\": " << l.tp << ", \"zero_stage\": " << l.zero_stage
-    << ", \"offload\": " << (l.offload ? "true" : "false") << ", \"micro_batch\": "
-    << l.micro_batch << ", \"grad_accum\": " << l.n_micro << ", \"schedule\": "
-    << q(parallel::schedule_name(l.schedule)) << ", \"virtual_chunks\": " << l.virtual_chunks
-    << ", \"sequence_parallel\": " << (l.sequence_parallel ? "true" : "false")
-    << ", \"recompute\": " << (l.recompute ? "true" : "false") << ", \"precision\": "
-    << q(precision_name(l.precision)) << ", \"memory_bytes\": " << fmt("%.0f", c.memory.device())
-    << ", \"host_bytes\": " << fmt("%.0f", c.memory.host()) << ", \"peak_stage\": "
-    << c.memory.stage << ", \"step_s\": " << fmt("%.6g", c.cost.step_s)
-    << ", \"tokens_per_s\": " << fmt("%.6g", c.cost.tokens_per_s) << ", \"mfu\": "
-    << fmt("%.4f", c.cost.mfu) << ", \"bottleneck\": " << q(c.cost.bottleneck)
-    << ", \"family\": " << q(family(l)) << ", \"rule\": " << q(rule_agreement(r, c))
-    << ", \"parts_s\": {\"compute\": " << fmt("%.6g", c.cost.compute_s) << ", \"tp\": "
-    << fmt("%.6g", c.cost.tp_comm_s) << ", \"bubble\": " << fmt("%.6g", c.cost.pp_bubble_s)
-    << ", \"p2p\": " << fmt("%.6g", c.cost.pp_comm_s) << ", \"dp\": "
-    << fmt("%.6g", c.cost.dp_comm_s) << ", \"zero3\": " << fmt("%.6g", c.cost.zero3_gather_s)
-    << ", \"optimizer\": " << fmt("%.6g", c.cost.optimizer_s) << ", \"overhead\": "
-    << fmt("%.6g", c.cost.overhead_s) << "}}";
-  return o.str();
+  return json::dump(candidate_object(c, r), {0, kReportStyle.significant});
 }
 
 std::string to_json(const SearchResult& r, const model::GptConfig& cfg, int seq_len,
                     const SearchOptions& opt, const Calibration& cal, int top) {
-  std::ostringstream o;
-  o << "{\"model\": " << q(cfg.describe()) << ", \"seq_len\": " << seq_len
-    << ", \"world\": " << opt.cluster.world << ", \"gpus_per_node\": "
-    << opt.cluster.gpus_per_node << ", \"memory_bytes\": " << fmt("%.0f", opt.cluster.memory_bytes)
-    << ", \"global_batch\": "
-    << (opt.global_batch > 0 ? opt.global_batch : default_global_batch(opt.cluster.world))
-    << ", \"calibration\": " << q(cal.machine) << ", \"calibration_measured\": "
-    << (cal.measured ? "true" : "false") << ", \"rule\": " << q(r.scenario.rule)
-    << ", \"enumerated\": " << r.enumerated << ", \"invalid\": " << r.invalid
-    << ", \"pruned_memory\": " << r.pruned_memory << ", \"too_many_micro_batches\": "
-    << r.too_many_micro << ", \"layouts\": [";
+  Json o = Json::object();
+  o["model"] = cfg.describe();
+  o["seq_len"] = seq_len;
+  o["world"] = opt.cluster.world;
+  o["gpus_per_node"] = opt.cluster.gpus_per_node;
+  o["memory_bytes"] = std::llround(opt.cluster.memory_bytes);
+  o["global_batch"] = opt.global_batch > 0 ? opt.global_batch : default_global_batch(opt.cluster.world);
+  o["calibration"] = cal.machine;
+  o["calibration_measured"] = cal.measured;
+  o["rule"] = r.scenario.rule;
+  o["enumerated"] = r.enumerated;
+  o["invalid"] = r.invalid;
+  o["pruned_memory"] = r.pruned_memory;
+  o["too_many_micro_batches"] = r.too_many_micro;
+  Json& layouts = o["layouts"] = Json::array();
   for (int i = 0; i < top && i < static_cast<int>(r.ranked.size()); ++i)
-    o << (i ? ",\n  " : "\n  ") << candidate_json(r.ranked[static_cast<std::size_t>(i)], r);
-  o << "\n]}\n";
-  return o.str();
+    layouts.push_back(candidate_object(r.ranked[static_cast<std::size_t>(i)], r));
+  return json::dump(o, kReportStyle) + "\n";
 }
 
 std::string layout_ini(const Layout& l, int seq_len, const std::string& model_section) {

@@ -5,14 +5,11 @@
 #include <cstdlib>
 #include <cmath>
 #include <cstring>
-#include <nlohmann/json.hpp>
-
+#include "meshtrain/core/json.hpp"
 #include "meshtrain/core/log.hpp"
 #include "meshtrain/train/trainer.hpp"
 
 namespace meshtrain::train {
-
-using json = nlohmann::ordered_json;
 
 MetricsWriter::~MetricsWriter() {
   if (file_) std::fclose(file_);
@@ -29,20 +26,19 @@ void MetricsWriter::open(const std::string& path, bool writer, bool append) {
                           std::strerror(errno), "; check that its folder exists and is writable"));
 }
 
-void MetricsWriter::write(const json& record) {
+void MetricsWriter::write(const Json& record) {
   if (!file_) return;
-  json r = record;
-  json nonfinite = json::array();
+  Json r = record;
+  Json nonfinite = Json::array();
   for (auto it = r.begin(); it != r.end(); ++it)
     if (it->is_number_float() && !std::isfinite(it->get<double>())) {
       nonfinite.push_back(it.key());
       *it = nullptr;
     }
   if (!nonfinite.empty()) r["nonfinite"] = std::move(nonfinite);
-  std::string line = "{";
-  for (auto it = r.begin(); it != r.end(); ++it)
-    line += cat(it == r.begin() ? "" : ", ", json(it.key()).dump(), ": ", it->dump());
-  line += "}\n";
+  // One line, six significant digits (what the records held before they went through a JSON
+  // library), Python's separators.
+  const std::string line = json::dump(r, json::Style{0, 6}) + "\n";
   const bool ok = std::fwrite(line.data(), 1, line.size(), file_) == line.size() &&
                   std::fflush(file_) == 0;
   if (!ok && !failing_) {
@@ -69,8 +65,8 @@ double shortest(float f) {
 
 }  // namespace
 
-json step_record(const StepMetrics& m, int ranks, std::int64_t tokens_per_step) {
-  json r{{"step", m.step + 1},
+Json step_record(const StepMetrics& m, int ranks, std::int64_t tokens_per_step) {
+  Json r{{"step", m.step + 1},
          {"loss", shortest(m.loss)},
          {"lr", shortest(m.lr)},
          {"grad_norm", shortest(m.grad_norm)},

@@ -72,6 +72,11 @@ void TrainerT<T>::signal_test_hooks(std::int64_t steps_done) {
     logging::each("test hook: waiting for a stop signal after step ", steps_done);
     const Timer t;
     while (!signals::stop_requested() && t.seconds() < 120) usleep(10000);
+    if (h.hold_after_stop && signals::stop_requested()) {
+      logging::each("test hook: stop signal seen, holding before the save");
+      const Timer held;
+      while (held.seconds() < 120) usleep(10000);
+    }
   }
 }
 

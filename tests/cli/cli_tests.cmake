@@ -128,6 +128,9 @@ meshtrain_cli_test(usage_exit_3 0 0 "3 `train` saved a checkpoint after SIGUSR1/
 meshtrain_cli_test(convert_no_checkpoint 0 2 "no checkpoint to resume from" convert
   --convert.dir ${CMAKE_BINARY_DIR}/cli_resume/none
   --convert.out ${CMAKE_BINARY_DIR}/cli_resume/none_hf)
+meshtrain_cli_test(convert_no_checkpoint_2_ranks 2 2 "no checkpoint to resume from" convert
+  --convert.dir ${CMAKE_BINARY_DIR}/cli_resume/none
+  --convert.out ${CMAKE_BINARY_DIR}/cli_resume/none_hf)
 meshtrain_cli_test(train_bad_ckpt_io 1 2
   "ckpt.io='fast' is not one of automatic, collective, independent" train --ckpt.io fast
   --train.out_dir ${CMAKE_BINARY_DIR}/cli_resume/bad_io)

@@ -237,7 +237,9 @@ assert sum(1 for r in recs if \"val_loss\" in r) == 3, recs
     # Job control on: a background job of a script would otherwise start with SIGINT ignored,
     # which its traps cannot undo (a terminal's foreground job does not).
     set -m
-    MESHTRAIN_EXE=$exe MESHTRAIN_TEST_WAIT_SIGNAL_AT_STEP=2 "$src/jobs/local.sh" -n 2 train \
+    hold=0; [ "$case_name" = local_sigint_twice ] && hold=1
+    MESHTRAIN_EXE=$exe MESHTRAIN_TEST_WAIT_SIGNAL_AT_STEP=2 MESHTRAIN_TEST_HOLD_AFTER_STOP=$hold \
+      "$src/jobs/local.sh" -n 2 train \
       "${model[@]}" --train.out_dir "$work/a" --train.steps 6 > run.log 2>&1 &
     pid=$!
     set +m
@@ -247,10 +249,11 @@ assert sum(1 for r in recs if \"val_loss\" in r) == 3, recs
     if [ "$case_name" = local_sigterm ]; then
       kill -TERM "$pid"
     else
-      # The second one while the ranks still save: 50 ms apart, so that neither the script
-      # nor a rank sees the two as one pending signal.
+      # The second one while rank 0 is still busy with the first (the hook holds it there, as
+      # a slow save would; without it a tiny model saves before any second signal can come).
       kill -INT "$pid"
-      sleep 0.05
+      for _ in $(seq 600); do grep -q "holding before the save" run.log && break; sleep 0.1; done
+      grep -q "holding before the save" run.log || { kill -KILL "$pid"; cat run.log; fail "never held"; }
       kill -INT "$pid"
     fi
     # The guard must not hold the test's output open (ctest waits for it) or outlive the case.

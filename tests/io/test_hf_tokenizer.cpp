@@ -10,10 +10,11 @@
 #include <vector>
 
 #include "io_test_util.hpp"
-#include "meshtrain/io/json.hpp"
+#include "meshtrain/core/json.hpp"
 #include "meshtrain/io/tokenizer.hpp"
 
 using namespace meshtrain::io;
+using meshtrain::Json;
 using io_test::config_error;
 using io_test::has;
 using Ids = std::vector<std::int32_t>;
@@ -80,12 +81,13 @@ TEST_CASE("the PCRE2 pre-tokenizers split as Python's regex module does", "[io][
   // contractions in both cases, emoji.
   std::ifstream in(kData + "/pretokenize_expected.json", std::ios::binary);
   REQUIRE(in);
-  const std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const Json doc = Json::parse(json, "pretokenize_expected.json");
-  const std::string& text = doc.at("text", "doc").as_string("text");
+  const std::string body((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const Json doc = meshtrain::json::parse(body, "pretokenize_expected.json");
+  const std::string& text = meshtrain::json::as_string(meshtrain::json::at(doc, "text", "doc"), "text");
   auto pieces = [&](const char* key) {
     Pieces p;
-    for (const Json& v : doc.at(key, "doc").arr) p.push_back(v.as_string(key));
+    for (const Json& v : meshtrain::json::at(doc, key, "doc"))
+      p.push_back(meshtrain::json::as_string(v, key));
     return p;
   };
   CHECK(HfTokenizer(kLlama3).pre_tokenize(text) == pieces("llama3"));

@@ -167,3 +167,39 @@ TEST_CASE("bad safetensors files name the file and the problem", "[io][safetenso
   CHECK(has(config_error([&] { wr.write("no/such/dir/x.safetensors"); }), "no/such/dir/x.safetensors"));
   std::remove(path.c_str());
 }
+
+TEST_CASE("the header is the reference's compact JSON, keys in name order", "[io][safetensors]") {
+  // The bytes the hand-built writer produced before the header went through nlohmann-json:
+  // __metadata__ first, names in byte order, escapes as JSON requires, spaces to 8 bytes.
+  const std::string path = io_test::temp_name("st_header", ".safetensors");
+  SafetensorsWriter w;
+  w.add_f32("b.weight", {2, 3}, {1, 2, 3, 4, 5, 6});
+  w.add_i32("a.idx", {2}, {7, -1});
+  w.add_f32("scalar", {}, {3.5f});
+  w.add_f32("Z upper", {0, 5}, {});
+  w.set_metadata("format", "pt");
+  w.set_metadata("note", "q\"b\\c/\n\t\x01 caf\xC3\xA9");
+  w.write(path);
+  const std::string raw = read_all(path);
+  std::uint64_t n = 0;
+  std::memcpy(&n, raw.data(), 8);
+  const std::string want =
+      R"({"__metadata__":{"format":"pt","note":"q\"b\\c/\n\t\u0001 caf)" "\xC3\xA9" R"("},)"
+      R"("Z upper":{"dtype":"F32","shape":[0,5],"data_offsets":[0,0]},)"
+      R"("a.idx":{"dtype":"I32","shape":[2],"data_offsets":[0,8]},)"
+      R"("b.weight":{"dtype":"F32","shape":[2,3],"data_offsets":[8,32]},)"
+      R"("scalar":{"dtype":"F32","shape":[],"data_offsets":[32,36]}})";
+  REQUIRE(n == 312);
+  REQUIRE(raw.substr(8, n) == want + std::string(312 - want.size(), ' '));
+  SafetensorsReader r(path);
+  REQUIRE(r.metadata().at("note") == "q\"b\\c/\n\t\x01 caf\xC3\xA9");
+  REQUIRE(r.read_f32("b.weight") == std::vector<float>{1, 2, 3, 4, 5, 6});
+  // A duplicated tensor name would let the second entry silently win: the reader refuses it.
+  const std::string dup = R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                          R"("t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+  io_test::write_file(path, file_of(dup, bytes_of(std::vector<float>{1})));
+  const std::string e = config_error([&] { SafetensorsReader bad(path); });
+  CHECK(has(e, path));
+  CHECK(has(e, "key 't' appears twice"));
+  std::remove(path.c_str());
+}

@@ -9,10 +9,12 @@
 #include <vector>
 
 #include "io_test_util.hpp"
-#include "meshtrain/io/json.hpp"
+#include "meshtrain/core/json.hpp"
 #include "meshtrain/io/safetensors_sharded.hpp"
 
 using namespace meshtrain::io;
+using meshtrain::Json;
+namespace json = meshtrain::json;
 using io_test::config_error;
 using io_test::has;
 namespace fs = std::filesystem;
@@ -69,13 +71,14 @@ TEST_CASE("sharded writer: save_pretrained's shards and index", "[io][safetensor
     REQUIRE(fs::exists(f.dir + "/model-0000" + std::to_string(k) + "-of-00003.safetensors"));
   REQUIRE_FALSE(fs::exists(f.dir + "/model.safetensors"));
   for (const auto& p : fs::directory_iterator(f.dir)) REQUIRE(p.path().extension() != ".tmp");
-  const Json index = Json::parse(read_all(f.dir + "/model.safetensors.index.json"), "index");
-  REQUIRE(index.at("metadata", "").at("total_size", "").as_int("") == 252 + 20 + 48 + 36);
-  const Json& map = index.at("weight_map", "");
-  REQUIRE(map.at("model.w", "").as_string("") == "model-00001-of-00003.safetensors");
-  REQUIRE(map.at("model.b", "").as_string("") == "model-00002-of-00003.safetensors");
-  REQUIRE(map.at("model.e", "").as_string("") == "model-00002-of-00003.safetensors");
-  REQUIRE(map.at("lm_head.weight", "").as_string("") == "model-00003-of-00003.safetensors");
+  const Json index = json::parse(read_all(f.dir + "/model.safetensors.index.json"), "index");
+  REQUIRE(json::as_int(json::at(json::at(index, "metadata", ""), "total_size", ""), "") ==
+          252 + 20 + 48 + 36);
+  const Json& map = json::at(index, "weight_map", "");
+  REQUIRE(json::as_string(json::at(map, "model.w", ""), "") == "model-00001-of-00003.safetensors");
+  REQUIRE(json::as_string(json::at(map, "model.b", ""), "") == "model-00002-of-00003.safetensors");
+  REQUIRE(json::as_string(json::at(map, "model.e", ""), "") == "model-00002-of-00003.safetensors");
+  REQUIRE(json::as_string(json::at(map, "lm_head.weight", ""), "") == "model-00003-of-00003.safetensors");
   // Each shard is a valid safetensors file on its own, with HF's "format": "pt".
   SafetensorsReader s2(f.dir + "/model-00002-of-00003.safetensors");
   REQUIRE(s2.tensors().size() == 2);

@@ -75,3 +75,14 @@ TEST_CASE("the MPI backend records every operation it issues", "[flight][mpi]") 
   REQUIRE(c.recorder().issued() == before + 2);
   for (const auto& e : c.recorder().entries()) REQUIRE(e.completed);
 }
+
+TEST_CASE("broadcast_string from any root", "[mpi][agree]") {
+  const MPI_Comm w = mt_test::world();
+  const int rank = mt_test::world_rank(), size = mt_test::world_size();
+  std::string s = rank == 0 ? std::string(100000, 'x') + "end" : "mine";
+  broadcast_string(w, s);
+  REQUIRE(mt_test::all_ranks(s == std::string(100000, 'x') + "end"));
+  std::string t = rank == size - 1 ? "" : "not empty";
+  broadcast_string(w, t, size - 1);
+  REQUIRE(mt_test::all_ranks(t.empty()));
+}

@@ -100,6 +100,7 @@ class Recipe(unittest.TestCase):
             match = [d for d in self.deps if d.startswith(prefix) and must in d]
             self.assertTrue(match, f"no depends_on({prefix} ... {must})")
         self.assertEqual(self.deps["cmake@3.25:"][0][1], "build")
+        self.assertIn("nlohmann-json", self.deps)  # find_package(nlohmann_json 3 REQUIRED)
         catch2 = [d for d in self.deps if d.startswith("catch2")]
         self.assertTrue(catch2)
         self.assertEqual(self.deps[catch2[0]][0][1], "test")

@@ -1,9 +1,13 @@
 // Trainer, schedule, initialisation, generation and HuggingFace round trip on tiny models.
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 
 #include "harness.hpp"
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/json.hpp"
 #include "meshtrain/core/rng.hpp"
 #include "meshtrain/io/dataset.hpp"
 #include "meshtrain/io/hf_checkpoint.hpp"
@@ -257,4 +261,78 @@ TEST_CASE("an overflowing loss scale skips the step and comes down", "[train][lo
   REQUIRE(!r.skipped);
   REQUIRE(r.loss_scale < 0x1p70f);
   REQUIRE(std::isfinite(r.grad_norm));
+}
+
+TEST_CASE("the metrics file: one JSON object per line, keys in order, six digits", "[train][metrics]") {
+  const std::string data = make_shard("metrics");
+  io::TokenDataset ds(data, 16);
+  const std::string file = "test_trainer_metrics_" + std::to_string(mt_test::world_rank()) + ".jsonl";
+  auto lines_of = [&] {
+    std::ifstream in(file);
+    std::vector<std::string> out;
+    for (std::string l; std::getline(in, l);) out.push_back(l);
+    return out;
+  };
+  auto six = [](double v) {  // what printf's %g (and the stream before it) writes
+    char b[32];
+    std::snprintf(b, sizeof b, "%.6g", v);
+    return std::strtod(b, nullptr);
+  };
+  {
+    model::Gpt m(tiny(), 2, 16);
+    m.init_parameters(3);
+    auto tc = base_config(2, 1, 3);
+    tc.log_every = 1;
+    tc.eval_batches = 1;
+    tc.metrics_file = file;
+    train::StepMetrics last;
+    {
+      train::Trainer t(m, tc, ds, &ds);
+      last = t.run();
+    }  // the file is complete once the trainer has closed it
+    const auto lines = lines_of();
+    REQUIRE(lines.size() == 4);  // three steps, then the final validation loss
+    const std::vector<std::string> keys = {
+        "step", "loss", "lr", "grad_norm", "step_ms", "tokens_per_s", "tflops", "mfu",
+        "memory_bytes", "loss_scale", "skipped", "bubble", "comm_ms", "comm_hidden",
+        "tp_comm_ms", "ranks", "tokens"};
+    for (int i = 0; i < 3; ++i) {
+      INFO(lines[i]);
+      REQUIRE(lines[i].rfind("{\"step\": " + std::to_string(i + 1) + ", \"loss\": ", 0) == 0);
+      const Json r = json::parse(lines[i], file);
+      std::vector<std::string> got;
+      for (const auto& kv : r.items()) got.push_back(kv.key());
+      REQUIRE(got == keys);
+    }
+    const Json r = json::parse(lines[2], file);
+    REQUIRE(r["loss"].get<double>() == six(last.loss));
+    REQUIRE(r["lr"].get<double>() == six(last.lr));
+    REQUIRE(r["grad_norm"].get<double>() == six(last.grad_norm));
+    REQUIRE(r["memory_bytes"].get<std::size_t>() == last.memory_bytes);  // integers exact
+    REQUIRE(r["tokens"].get<std::int64_t>() == 3 * 2 * 16);
+    REQUIRE(r["ranks"].get<int>() == 1);
+    REQUIRE(r["skipped"].get<int>() == 0);
+    REQUIRE(lines[3].rfind("{\"step\": 3, \"val_loss\": ", 0) == 0);
+    REQUIRE(json::parse(lines[3], file).size() == 2);
+  }
+  {
+    // A non-finite value (the norm of overflowed gradients) is null, so the line stays JSON.
+    model::Gpt m(tiny(), 2, 16);
+    m.init_parameters(3);
+    auto tc = base_config(2, 1, 1);
+    tc.log_every = 1;
+    tc.loss_scaling = true;
+    tc.loss_scale_init = 0x1p70f;
+    tc.metrics_file = file;
+    {
+      train::Trainer t(m, tc, ds, nullptr);
+      REQUIRE(t.run().skipped);
+    }
+    const auto lines = lines_of();
+    REQUIRE(lines.size() == 1);
+    const Json r = json::parse(lines[0], file);
+    REQUIRE(r["grad_norm"].is_null());
+    REQUIRE(r["skipped"].get<int>() == 1);
+  }
+  std::remove(file.c_str());
 }

@@ -37,4 +37,7 @@ void agree_on_root(MPI_Comm comm, const std::string& what, const std::function<v
 // Collective: true on every rank iff `flag` is true on any rank.
 bool any_rank(MPI_Comm comm, bool flag);
 
+// Rank `root`'s `s` on every rank of `comm`.
+void broadcast_string(MPI_Comm comm, std::string& s, int root = 0);
+
 }  // namespace meshtrain

@@ -13,6 +13,9 @@ struct Hooks {
   int signal_rank = -1;                   // step (-1: the last rank)
   std::int64_t wait_signal_at_step = -1;  // world rank 0 waits (up to 120 s) at that step's
                                           // boundary until a stop signal arrives from outside
+  bool hold_after_stop = false;           // ...and then holds (up to 120 s) as a slow save
+                                          // would, so that a second signal meets a rank still
+                                          // busy with the first
   std::int64_t nan_batch = -1;            // the gradients of data batch N are NaN on every
                                           // rank (a bad batch), wherever it is trained
   std::int64_t throw_at_step = -1;        // world rank throw_rank (-1: the last) throws an

@@ -1,26 +1,19 @@
 #pragma once
 // Counter-based random numbers (DESIGN invariant 2): every value is a pure function of
 // (seed, stream, counter), so any rank generates exactly its own slice of a tensor and no layout
-// changes a single value. The mixer is splitmix64's finaliser applied to a combination of the
-// three keys (Steele et al., "Fast splittable pseudorandom number generators", 2014); normals
-// come from Box-Muller on two uniforms drawn at counters 2i and 2i+1.
+// changes a single value. The bits are splitmix64 (core/splitmix64.hpp) applied to a combination
+// of the three keys; normals come from Box-Muller on two uniforms drawn at counters 2i and 2i+1.
 #include <cstdint>
 #include <string_view>
 
 #include "meshtrain/core/kokkos_compat.hpp"
+#include "meshtrain/core/splitmix64.hpp"
 
 namespace meshtrain::rng {
 
-KOKKOS_INLINE_FUNCTION std::uint64_t mix64(std::uint64_t z) {
-  z += 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
 KOKKOS_INLINE_FUNCTION std::uint64_t bits(std::uint64_t seed, std::uint64_t stream,
                                           std::uint64_t counter) {
-  return mix64(mix64(seed ^ mix64(stream)) + counter);
+  return splitmix64(splitmix64(seed ^ splitmix64(stream)) + counter);
 }
 
 // Uniform in (0, 1]: never 0, so log() in Box-Muller is finite.

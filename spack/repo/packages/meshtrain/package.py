@@ -32,6 +32,7 @@ class Meshtrain(CMakePackage, CudaPackage):
     depends_on("mpi")
     depends_on("hdf5@1.10: +mpi")  # checkpoints are written collectively through MPI-IO
     depends_on("boost@1.70: +program_options")
+    depends_on("nlohmann-json")
     depends_on("blas")
     depends_on("pcre2")
     depends_on("catch2@2.13:", type="test")
