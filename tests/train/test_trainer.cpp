@@ -279,15 +279,15 @@ TEST_CASE("the metrics file: one JSON object per line, keys in order, six digits
     return std::strtod(b, nullptr);
   };
   {
-    model::Gpt m(tiny(), 2, 16);
-    m.init_parameters(3);
     auto tc = base_config(2, 1, 3);
     tc.log_every = 1;
     tc.eval_batches = 1;
     tc.metrics_file = file;
     train::StepMetrics last;
     {
-      train::Trainer t(m, tc, ds, &ds);
+      parallel::Engine<float> e(MPI_COMM_SELF, tiny(), train::engine_options(tc));
+      e.init_parameters(3);
+      train::Trainer t(e, tc, ds, &ds);
       last = t.run();
     }  // the file is complete once the trainer has closed it
     const auto lines = lines_of();
@@ -317,15 +317,15 @@ TEST_CASE("the metrics file: one JSON object per line, keys in order, six digits
   }
   {
     // A non-finite value (the norm of overflowed gradients) is null, so the line stays JSON.
-    model::Gpt m(tiny(), 2, 16);
-    m.init_parameters(3);
     auto tc = base_config(2, 1, 1);
     tc.log_every = 1;
     tc.loss_scaling = true;
     tc.loss_scale_init = 0x1p70f;
     tc.metrics_file = file;
     {
-      train::Trainer t(m, tc, ds, nullptr);
+      parallel::Engine<float> e(MPI_COMM_SELF, tiny(), train::engine_options(tc));
+      e.init_parameters(3);
+      train::Trainer t(e, tc, ds, nullptr);
       REQUIRE(t.run().skipped);
     }
     const auto lines = lines_of();
