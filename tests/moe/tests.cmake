@@ -1,0 +1,3 @@
+# Tests of the MoE building blocks.
+meshtrain_add_test(NAME test_moe_router SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_router.cpp
+  RANKS 1 2 4)
