@@ -5,4 +5,5 @@ target_sources(meshtrain_lib PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/router_backward.cpp
   ${CMAKE_CURRENT_LIST_DIR}/permute.cpp
   ${CMAKE_CURRENT_LIST_DIR}/grouped_gemm.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/moe_layer.cpp
 )
