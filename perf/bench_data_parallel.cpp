@@ -178,6 +178,11 @@ class SizeOnlyComm final : public comm::Communicator {
   }
   comm::Request iall_gather_raw(const void*, void*, std::size_t, DType) override { return none(); }
   comm::Request ibroadcast_raw(void*, std::size_t, DType, int) override { return none(); }
+  comm::Request iall_to_all_raw(const void*, void*, std::size_t, DType) override { return none(); }
+  comm::Request iall_to_allv_raw(const void*, const std::size_t*, const std::size_t*, void*,
+                                 const std::size_t*, const std::size_t*, DType) override {
+    return none();
+  }
   comm::Request isend_raw(const void*, std::size_t, DType, int, int) override { return none(); }
   comm::Request irecv_raw(void*, std::size_t, DType, int, int) override { return none(); }
   void barrier() override {}

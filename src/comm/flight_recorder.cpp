@@ -38,6 +38,8 @@ const char* op_name(OpKind k) {
     case OpKind::send: return "send";
     case OpKind::recv: return "recv";
     case OpKind::barrier: return "barrier";
+    case OpKind::all_to_all: return "all_to_all";
+    case OpKind::all_to_allv: return "all_to_allv";
   }
   return "?";
 }

@@ -31,11 +31,12 @@ MPI_Op mpi_op(ReduceOp op) {
 
 namespace {
 
-// Completion is seen here, on the issuing thread, and reported to the flight recorder.
+// Completion is seen here, on the issuing thread, and reported to the flight recorder. `keep`
+// holds what MPI reads until completion (MPI_Ialltoallv's count and displacement arrays).
 class MpiRequest final : public RequestImpl {
  public:
-  MpiRequest(MPI_Request r, FlightRecorder* rec, std::uint64_t seq)
-      : req_(r), rec_(rec), seq_(seq) {}
+  MpiRequest(MPI_Request r, FlightRecorder* rec, std::uint64_t seq, std::vector<int> keep)
+      : req_(r), rec_(rec), seq_(seq), keep_(std::move(keep)) {}
   void wait() override {
     MESHTRAIN_MPI_CHECK(MPI_Wait(&req_, MPI_STATUS_IGNORE));
     rec_->complete(seq_);
@@ -51,6 +52,7 @@ class MpiRequest final : public RequestImpl {
   MPI_Request req_;
   FlightRecorder* rec_;
   std::uint64_t seq_;
+  std::vector<int> keep_;
 };
 
 int as_count(std::size_t n) {
@@ -72,8 +74,8 @@ MPI_Comm MpiCommunicator::checked(MPI_Comm comm) {
   return comm;
 }
 
-Request MpiCommunicator::wrap(MPI_Request r, std::uint64_t seq) {
-  return Request(std::make_unique<MpiRequest>(r, &recorder_, seq));
+Request MpiCommunicator::wrap(MPI_Request r, std::uint64_t seq, std::vector<int> keep) {
+  return Request(std::make_unique<MpiRequest>(r, &recorder_, seq, std::move(keep)));
 }
 
 // MPI reads host memory directly: whatever the instance still has queued may be writing it.
@@ -126,6 +128,47 @@ Request MpiCommunicator::ibroadcast_raw(void* buf, std::size_t count, DType t, i
   MPI_Request r;
   MESHTRAIN_MPI_CHECK(MPI_Ibcast(buf, as_count(count), mpi_type(t), root, comm_, &r));
   return wrap(r, seq);
+}
+
+Request MpiCommunicator::iall_to_all_raw(const void* send, void* recv, std::size_t count,
+                                         DType t) {
+  bool skip = false;
+  const std::uint64_t seq = recorder_.begin(
+      OpKind::all_to_all, count * static_cast<std::size_t>(size_) * dtype_size(t), -1, &skip);
+  if (skip) return Request();  // test fault: this rank leaves the operation out
+  order_after_compute();
+  MPI_Request r;
+  const int n = as_count(count);
+  MESHTRAIN_MPI_CHECK(MPI_Ialltoall(send, n, mpi_type(t), recv, n, mpi_type(t), comm_, &r));
+  return wrap(r, seq);
+}
+
+Request MpiCommunicator::iall_to_allv_raw(const void* send, const std::size_t* send_counts,
+                                          const std::size_t* send_displs, void* recv,
+                                          const std::size_t* recv_counts,
+                                          const std::size_t* recv_displs, DType t) {
+  // MPI takes int counts and displacements in four arrays that must live until completion.
+  std::vector<int> a(4 * static_cast<std::size_t>(size_));
+  int* sc = a.data();
+  int* sd = sc + size_;
+  int* rc = sd + size_;
+  int* rd = rc + size_;
+  std::size_t bytes = 0;
+  for (int q = 0; q < size_; ++q) {
+    sc[q] = as_count(send_counts[q]);
+    sd[q] = as_count(send_displs[q]);
+    rc[q] = as_count(recv_counts[q]);
+    rd[q] = as_count(recv_displs[q]);
+    bytes += send_counts[q] * dtype_size(t);
+  }
+  bool skip = false;
+  const std::uint64_t seq = recorder_.begin(OpKind::all_to_allv, bytes, -1, &skip);
+  if (skip) return Request();  // test fault: this rank leaves the operation out
+  order_after_compute();
+  MPI_Request r;
+  MESHTRAIN_MPI_CHECK(
+      MPI_Ialltoallv(send, sc, sd, mpi_type(t), recv, rc, rd, mpi_type(t), comm_, &r));
+  return wrap(r, seq, std::move(a));
 }
 
 Request MpiCommunicator::isend_raw(const void* buf, std::size_t count, DType t, int peer,

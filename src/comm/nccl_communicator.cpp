@@ -169,6 +169,54 @@ Request NcclCommunicator::ibroadcast_raw(void* buf, std::size_t count, DType t, 
   return make_request(seq);
 }
 
+// NCCL has no all-to-all collective: one send and one receive per peer inside a group call,
+// which NCCL runs as one operation (its documented all-to-all pattern). Zero-sized blocks are
+// left out on both sides (the counts agree, so the pairs still match).
+Request NcclCommunicator::iall_to_all_raw(const void* send, void* recv, std::size_t count,
+                                          DType t) {
+  std::vector<std::size_t> displs(size_);
+  for (int q = 0; q < size_; ++q) displs[q] = q * count;
+  bool skip = false;
+  const std::uint64_t seq = recorder_.begin(
+      OpKind::all_to_all, count * static_cast<std::size_t>(size_) * dtype_size(t), -1, &skip);
+  if (skip) return Request();  // test fault: this rank leaves the operation out
+  order_after_compute();
+  const std::size_t b = dtype_size(t);
+  MESHTRAIN_NCCL_CHECK(ncclGroupStart());
+  for (int q = 0; q < size_ && count > 0; ++q) {
+    MESHTRAIN_NCCL_CHECK(ncclSend(static_cast<const char*>(send) + displs[q] * b, count,
+                                  nccl_type(t), q, comm_, stream_));
+    MESHTRAIN_NCCL_CHECK(ncclRecv(static_cast<char*>(recv) + displs[q] * b, count, nccl_type(t),
+                                  q, comm_, stream_));
+  }
+  MESHTRAIN_NCCL_CHECK(ncclGroupEnd());
+  return make_request(seq);
+}
+
+Request NcclCommunicator::iall_to_allv_raw(const void* send, const std::size_t* send_counts,
+                                           const std::size_t* send_displs, void* recv,
+                                           const std::size_t* recv_counts,
+                                           const std::size_t* recv_displs, DType t) {
+  std::size_t bytes = 0;
+  for (int q = 0; q < size_; ++q) bytes += send_counts[q] * dtype_size(t);
+  bool skip = false;
+  const std::uint64_t seq = recorder_.begin(OpKind::all_to_allv, bytes, -1, &skip);
+  if (skip) return Request();  // test fault: this rank leaves the operation out
+  order_after_compute();
+  const std::size_t b = dtype_size(t);
+  MESHTRAIN_NCCL_CHECK(ncclGroupStart());
+  for (int q = 0; q < size_; ++q) {
+    if (send_counts[q] > 0)
+      MESHTRAIN_NCCL_CHECK(ncclSend(static_cast<const char*>(send) + send_displs[q] * b,
+                                    send_counts[q], nccl_type(t), q, comm_, stream_));
+    if (recv_counts[q] > 0)
+      MESHTRAIN_NCCL_CHECK(ncclRecv(static_cast<char*>(recv) + recv_displs[q] * b,
+                                    recv_counts[q], nccl_type(t), q, comm_, stream_));
+  }
+  MESHTRAIN_NCCL_CHECK(ncclGroupEnd());
+  return make_request(seq);
+}
+
 // NCCL has no tags: messages between one pair of ranks are matched in issue order.
 Request NcclCommunicator::isend_raw(const void* buf, std::size_t count, DType t, int peer,
                                     int /*tag*/) {

@@ -48,6 +48,24 @@ Request SelfCommunicator::ibroadcast_raw(void*, std::size_t, DType, int root) {
   return Request();
 }
 
+Request SelfCommunicator::iall_to_all_raw(const void* send, void* recv, std::size_t count,
+                                          DType t) {
+  copy(send, recv, count, t);
+  return Request();
+}
+
+Request SelfCommunicator::iall_to_allv_raw(const void* send, const std::size_t* send_counts,
+                                           const std::size_t* send_displs, void* recv,
+                                           const std::size_t* recv_counts,
+                                           const std::size_t* recv_displs, DType t) {
+  MESHTRAIN_CHECK(send_counts[0] == recv_counts[0], "all_to_allv in a group of one rank: ",
+                  send_counts[0], " elements sent to itself but ", recv_counts[0], " expected");
+  const std::size_t b = dtype_size(t);
+  copy(static_cast<const char*>(send) + send_displs[0] * b,
+       static_cast<char*>(recv) + recv_displs[0] * b, send_counts[0], t);
+  return Request();
+}
+
 Request SelfCommunicator::isend_raw(const void*, std::size_t, DType, int peer, int) {
   throw Error(cat("send to rank ", peer, " in a group of one rank"));
 }

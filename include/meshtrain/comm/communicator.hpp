@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "meshtrain/core/dtype.hpp"
 #include "meshtrain/core/error.hpp"
@@ -89,6 +90,18 @@ class Communicator {
   virtual Request iall_gather_raw(const void* send, void* recv, std::size_t send_count,
                                   DType t) = 0;
   virtual Request ibroadcast_raw(void* buf, std::size_t count, DType t, int root) = 0;
+  // send and recv hold size() blocks of `count` elements; block q of send goes to rank q, and
+  // recv's block q comes from rank q (MPI_Alltoall). send and recv must not overlap.
+  virtual Request iall_to_all_raw(const void* send, void* recv, std::size_t count, DType t) = 0;
+  // Blocks of their own sizes (MPI_Alltoallv): send block q is send_counts[q] elements at
+  // send_displs[q], recv block q is recv_counts[q] elements at recv_displs[q]. The four host
+  // arrays have size() entries and are copied before the call returns; recv_counts[q] on this
+  // rank must equal send_counts[this rank] on rank q (exchange_counts gives them). Zero counts
+  // are fine: such a rank still takes part.
+  virtual Request iall_to_allv_raw(const void* send, const std::size_t* send_counts,
+                                   const std::size_t* send_displs, void* recv,
+                                   const std::size_t* recv_counts,
+                                   const std::size_t* recv_displs, DType t) = 0;
   virtual Request isend_raw(const void* buf, std::size_t count, DType t, int peer, int tag) = 0;
   virtual Request irecv_raw(void* buf, std::size_t count, DType t, int peer, int tag) = 0;
   virtual void barrier() = 0;
@@ -126,6 +139,31 @@ class Communicator {
     check_space<V>("broadcast");
     return ibroadcast_raw(buf.data(), buf.span(), dtype_of_v<value_t<V>>, root);
   }
+  template <class VS, class VR>
+  Request iall_to_all(const VS& send, const VR& recv) {
+    check_space<VS>("all_to_all");
+    check_space<VR>("all_to_all");
+    const std::size_t n = static_cast<std::size_t>(size());
+    check_extent(send.span() == recv.span() && send.span() % n == 0, "all_to_all", send.span(),
+                 recv.span());
+    return iall_to_all_raw(send.data(), recv.data(), send.span() / n, dtype_of_v<value_t<VS>>);
+  }
+  // Blocks stored back to back in rank order in both buffers; the counts (size() entries each,
+  // in elements) must add up to the Views' extents.
+  template <class VS, class VR>
+  Request iall_to_allv(const VS& send, const std::vector<std::size_t>& send_counts,
+                       const VR& recv, const std::vector<std::size_t>& recv_counts) {
+    check_space<VS>("all_to_allv");
+    check_space<VR>("all_to_allv");
+    const auto sd = block_displacements(send_counts, send.span(), "all_to_allv (send)");
+    const auto rd = block_displacements(recv_counts, recv.span(), "all_to_allv (recv)");
+    return iall_to_allv_raw(send.data(), send_counts.data(), sd.data(), recv.data(),
+                            recv_counts.data(), rd.data(), dtype_of_v<value_t<VS>>);
+  }
+  // "Counts first": what every rank will send to this one, from what this one sends to each
+  // (size() entries). Blocking and collective: one all_to_all of one element per rank.
+  std::vector<std::size_t> exchange_counts(const std::vector<std::size_t>& send_counts);
+
   template <class V>
   Request isend(const V& buf, int peer, int tag = 0) {
     check_space<V>("send");
@@ -143,6 +181,10 @@ class Communicator {
   }
   template <class... A> void all_gather(A&&... a) { iall_gather(std::forward<A>(a)...).wait(); }
   template <class... A> void broadcast(A&&... a) { ibroadcast(std::forward<A>(a)...).wait(); }
+  template <class... A> void all_to_all(A&&... a) { iall_to_all(std::forward<A>(a)...).wait(); }
+  template <class... A> void all_to_allv(A&&... a) {
+    iall_to_allv(std::forward<A>(a)...).wait();
+  }
   template <class... A> void send(A&&... a) { isend(std::forward<A>(a)...).wait(); }
   template <class... A> void recv(A&&... a) { irecv(std::forward<A>(a)...).wait(); }
 
@@ -164,6 +206,9 @@ class Communicator {
                       " backend needs device memory, got a View in ", M::name()),
                   __FILE__, __LINE__);
   }
+  // Exclusive prefix sums of `counts` (one per rank), checked against the buffer's extent.
+  std::vector<std::size_t> block_displacements(const std::vector<std::size_t>& counts,
+                                               std::size_t span, const char* op) const;
   static void check_extent(bool ok, const char* op, std::size_t a, std::size_t b) {
     if (!ok)
       throw_error(cat("comm::", op, ": buffer sizes do not match (", a, " vs ", b, " elements)"),

@@ -16,7 +16,9 @@
 
 namespace meshtrain::comm {
 
-enum class OpKind : std::uint8_t { all_reduce, reduce_scatter, all_gather, broadcast, send, recv, barrier };
+enum class OpKind : std::uint8_t {
+  all_reduce, reduce_scatter, all_gather, broadcast, send, recv, barrier, all_to_all, all_to_allv
+};
 const char* op_name(OpKind k);
 
 struct FlightEntry {

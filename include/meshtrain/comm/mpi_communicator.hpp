@@ -1,6 +1,8 @@
 #pragma once
 #include <mpi.h>
 
+#include <vector>
+
 #include "meshtrain/comm/communicator.hpp"
 #include "meshtrain/comm/flight_recorder.hpp"
 
@@ -28,6 +30,11 @@ class MpiCommunicator final : public Communicator {
   Request iall_gather_raw(const void* send, void* recv, std::size_t send_count,
                           DType t) override;
   Request ibroadcast_raw(void* buf, std::size_t count, DType t, int root) override;
+  Request iall_to_all_raw(const void* send, void* recv, std::size_t count, DType t) override;
+  Request iall_to_allv_raw(const void* send, const std::size_t* send_counts,
+                           const std::size_t* send_displs, void* recv,
+                           const std::size_t* recv_counts, const std::size_t* recv_displs,
+                           DType t) override;
   Request isend_raw(const void* buf, std::size_t count, DType t, int peer, int tag) override;
   Request irecv_raw(void* buf, std::size_t count, DType t, int peer, int tag) override;
   void barrier() override;
@@ -35,7 +42,7 @@ class MpiCommunicator final : public Communicator {
  private:
   void order_after_compute();
   static MPI_Comm checked(MPI_Comm comm);
-  Request wrap(MPI_Request r, std::uint64_t seq);
+  Request wrap(MPI_Request r, std::uint64_t seq, std::vector<int> keep = {});
   MPI_Comm comm_;
   ExecSpace exec_;
   FlightRecorder recorder_;

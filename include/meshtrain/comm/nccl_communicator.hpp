@@ -42,6 +42,11 @@ class NcclCommunicator final : public Communicator {
   Request iall_gather_raw(const void* send, void* recv, std::size_t send_count,
                           DType t) override;
   Request ibroadcast_raw(void* buf, std::size_t count, DType t, int root) override;
+  Request iall_to_all_raw(const void* send, void* recv, std::size_t count, DType t) override;
+  Request iall_to_allv_raw(const void* send, const std::size_t* send_counts,
+                           const std::size_t* send_displs, void* recv,
+                           const std::size_t* recv_counts, const std::size_t* recv_displs,
+                           DType t) override;
   Request isend_raw(const void* buf, std::size_t count, DType t, int peer, int tag) override;
   Request irecv_raw(void* buf, std::size_t count, DType t, int peer, int tag) override;
   void barrier() override;

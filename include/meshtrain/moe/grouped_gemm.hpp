@@ -1,0 +1,28 @@
+#pragma once
+// Grouped expert GEMM (issue 20): the rows of expert e are rows [offsets[e], offsets[e+1]) of
+// the input, and each expert has its own weight [K, Nout] in the project's linear layout
+// (out = inp @ weight, kernels/linear.hpp), stacked as [E, K, Nout]. One kernels::gemm per
+// expert with rows: CBLAS on the host, cuBLAS on CUDA (the per-expert launches are what a
+// cuBLAS grouped GEMM would fold into one, docs/moe.md). An expert with no rows costs nothing
+// (and its weight gradient is left as it was).
+#include <cstdint>
+#include <vector>
+
+#include "meshtrain/core/view.hpp"
+
+namespace meshtrain::moe {
+
+// y [M, Nout] (overwritten) = x_e [n_e, K] @ w_e [K, Nout] per expert; offsets has E + 1
+// entries, offsets[E] = M.
+template <class T>
+void grouped_linear_forward(const ExecSpace& exec, const std::vector<std::int64_t>& offsets,
+                            View1<const T> x, View1<const T> w, View1<T> y, int K, int Nout);
+
+// dx [M, K] = dy_e @ w_e^T per expert (overwritten; skipped when dx is empty) and
+// dw [E, K, Nout] += x_e^T @ dy_e (accumulates, as every weight gradient does).
+template <class T>
+void grouped_linear_backward(const ExecSpace& exec, const std::vector<std::int64_t>& offsets,
+                             View1<const T> dy, View1<const T> x, View1<const T> w, View1<T> dx,
+                             View1<T> dw, int K, int Nout);
+
+}  // namespace meshtrain::moe

@@ -1,0 +1,212 @@
+// The expert-parallel MoE layer (moe_layer.hpp). Rows travel in three orders:
+//   local:        this rank's dispatch order, by global expert (so the rows for ep rank q,
+//                 which holds experts q E_l .. (q+1) E_l - 1, are one contiguous block);
+//   source-major: as received, by source rank, then by local expert within each source;
+//   expert-major: by local expert, then by source (each expert's rows contiguous for its GEMM).
+// A chunk is the rows of one (source s, local expert j) pair; regroup() moves whole chunks
+// between the last two orders, one team per chunk.
+#include "meshtrain/moe/moe_layer.hpp"
+
+#include "common.hpp"
+#include "meshtrain/kernels/gelu.hpp"
+#include "meshtrain/kernels/swiglu.hpp"
+#include "meshtrain/moe/grouped_gemm.hpp"
+
+namespace meshtrain::moe {
+
+namespace {
+
+using detail::Index;
+using detail::Member;
+using detail::Team;
+
+// Per-expert row counts [E] -> [ep, E_l] rows that rank s sends for each of my local experts.
+// The counts go first, so that the token exchange can size its buffers.
+std::vector<std::int64_t> exchange_chunk_counts(const ExecSpace& exec, comm::Communicator& ep,
+                                                const std::vector<std::int64_t>& counts) {
+  const std::size_t E = counts.size();
+  HostView1<std::int64_t> hs("meshtrain::moe::counts_send", E), hr("meshtrain::moe::counts_recv", E);
+  for (std::size_t e = 0; e < E; ++e) hs(e) = counts[e];
+  if (ep.needs_host_memory()) {
+    ep.all_to_all(hs, hr);
+  } else {
+    auto ds = alloc<std::int64_t>("moe::counts_send", E), dr = alloc<std::int64_t>("moe::counts_recv", E);
+    Kokkos::deep_copy(exec, ds, hs);
+    ep.all_to_all(ds, dr);
+    Kokkos::deep_copy(exec, hr, dr);
+    exec.fence();
+  }
+  return std::vector<std::int64_t>(hr.data(), hr.data() + E);
+}
+
+// dst rows of chunk c = src rows of chunk c, chunks starting at from(c) and to(c).
+template <class T>
+void regroup(const ExecSpace& exec, View1<const T> src, View1<T> dst, View1<std::int64_t> from,
+             View1<std::int64_t> to, View1<std::int64_t> count, int H) {
+  const Index C = static_cast<Index>(count.extent(0));
+  Kokkos::parallel_for(
+      "meshtrain::moe::regroup", Team(exec, C, Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
+        const Index c = team.league_rank();
+        const Index n = count(c) * H, a = from(c) * H, b = to(c) * H;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n),
+                             [&](Index i) { dst(b + i) = src(a + i); });
+      });
+}
+
+std::vector<std::size_t> scaled(const std::vector<std::size_t>& rows, int H) {
+  std::vector<std::size_t> v(rows);
+  for (auto& x : v) x *= static_cast<std::size_t>(H);
+  return v;
+}
+
+void check_ep_memory(const comm::Communicator& ep, const char* fn) {
+  MESHTRAIN_CHECK(ep.needs_host_memory() == kDeviceIsHost || ep.size() == 1, fn,
+                  ": the ep communicator's backend (", comm::backend_name(ep.backend()),
+                  ") cannot take this build's device memory; use comm.backend=nccl on GPUs");
+}
+
+}  // namespace
+
+void MoeLayerConfig::validate(int ep) const {
+  router.validate();
+  MESHTRAIN_CONFIG_CHECK(hidden > 0 && ffn > 0, "moe: model.n_embd=", hidden,
+                         " and moe.ffn_hidden_size=", ffn, " must be positive");
+  MESHTRAIN_CONFIG_CHECK(ep >= 1 && router.experts % ep == 0, "moe.experts=", router.experts,
+                         " is not divisible by mesh.ep=", ep);
+}
+
+template <class T>
+void moe_forward(const ExecSpace& exec, const MoeLayerConfig& cfg, const MoeParams<T>& p,
+                 View1<const T> x, int N, comm::Communicator& ep,
+                 comm::Communicator& router_group, MoeLayerState<T>& st, View1<T> y) {
+  const char* fn = "moe::moe_forward";
+  const int P = ep.size(), E = cfg.router.experts, H = cfg.hidden, I = cfg.ffn;
+  cfg.validate(P);
+  check_ep_memory(ep, fn);
+  const int El = E / P, W = cfg.in_width();
+  detail::check_extent(p.w_in, std::size_t(El) * H * W, fn, "w_in");
+  detail::check_extent(p.w_out, std::size_t(El) * I * H, fn, "w_out");
+  detail::check_extent(y, std::size_t(N) * H, fn, "y");
+
+  router_forward<T>(exec, cfg.router, x, p.router, p.bias, N, H, router_group, st.router);
+  plan_dispatch(exec, st.router.expert, N, cfg.router.top_k, E, st.plan);
+  const std::int64_t M = st.plan.rows;
+  detail::ensure(st.xp, "moe::xp", std::size_t(M) * H);
+  dispatch_forward<T>(exec, st.plan, x, st.xp, H);
+
+  // Counts first, then the tokens.
+  st.chunk_rows = exchange_chunk_counts(exec, ep, st.plan.counts);
+  st.send_rows.assign(P, 0);
+  st.recv_rows.assign(P, 0);
+  for (int q = 0; q < P; ++q)
+    for (int j = 0; j < El; ++j) {
+      st.send_rows[q] += static_cast<std::size_t>(st.plan.counts[q * El + j]);
+      st.recv_rows[q] += static_cast<std::size_t>(st.chunk_rows[q * El + j]);
+    }
+  // Chunk starts in both orders, and the rows of each local expert.
+  const int C = P * El;
+  HostView1<std::int64_t> hs("meshtrain::moe::source_major", C), he("meshtrain::moe::expert_major", C),
+      hc("meshtrain::moe::chunk_count", C);
+  st.expert_offsets.assign(std::size_t(El) + 1, 0);
+  std::int64_t at = 0;
+  for (int c = 0; c < C; ++c) {
+    hs(c) = at;
+    at += st.chunk_rows[c];
+    hc(c) = st.chunk_rows[c];
+  }
+  const std::int64_t R = at;
+  at = 0;
+  for (int j = 0; j < El; ++j) {
+    for (int s = 0; s < P; ++s) {
+      he(s * El + j) = at;
+      at += st.chunk_rows[s * El + j];
+    }
+    st.expert_offsets[j + 1] = at;
+  }
+  detail::ensure(st.source_major, "moe::source_major", std::size_t(C));
+  detail::ensure(st.expert_major, "moe::expert_major", std::size_t(C));
+  detail::ensure(st.chunk_count, "moe::chunk_count", std::size_t(C));
+  Kokkos::deep_copy(exec, st.source_major, hs);
+  Kokkos::deep_copy(exec, st.expert_major, he);
+  Kokkos::deep_copy(exec, st.chunk_count, hc);
+
+  detail::ensure(st.xr, "moe::xr", std::size_t(R) * H);
+  detail::ensure(st.xe, "moe::xe", std::size_t(R) * H);
+  ep.all_to_allv(st.xp, scaled(st.send_rows, H), st.xr, scaled(st.recv_rows, H));
+  regroup<T>(exec, st.xr, st.xe, st.source_major, st.expert_major, st.chunk_count, H);
+
+  // The experts: h = xe @ w_in, act = gelu(h) or swiglu(h), ye = act @ w_out.
+  detail::ensure(st.h, "moe::expert_pre_act", std::size_t(R) * W);
+  detail::ensure(st.act, "moe::expert_act", std::size_t(R) * I);
+  detail::ensure(st.ye, "moe::ye", std::size_t(R) * H);
+  grouped_linear_forward<T>(exec, st.expert_offsets, st.xe, p.w_in, st.h, H, W);
+  if (cfg.activation == ExpertActivation::gelu)
+    kernels::gelu_forward<T>(exec, st.act, st.h, std::size_t(R) * I);
+  else
+    kernels::swiglu_forward<T>(exec, st.act, st.h, static_cast<int>(R), I);
+  grouped_linear_forward<T>(exec, st.expert_offsets, st.act, p.w_out, st.ye, I, H);
+
+  // Back to the sources, and combined with the router weights.
+  detail::ensure(st.yr, "moe::yr", std::size_t(R) * H);
+  detail::ensure(st.yp, "moe::yp", std::size_t(M) * H);
+  regroup<T>(exec, st.ye, st.yr, st.expert_major, st.source_major, st.chunk_count, H);
+  ep.all_to_allv(st.yr, scaled(st.recv_rows, H), st.yp, scaled(st.send_rows, H));
+  combine_forward<T>(exec, st.plan, st.yp, st.router.weight, y, H);
+  exec.fence();  // the host copies of the chunk tables are freed on return
+}
+
+template <class T>
+void moe_backward(const ExecSpace& exec, const MoeLayerConfig& cfg, const MoeParams<T>& p,
+                  MoeLayerState<T>& st, View1<const T> x, View1<const T> dy,
+                  comm::Communicator& ep, View1<T> dx, const MoeGrads<T>& g,
+                  double loss_scale) {
+  const char* fn = "moe::moe_backward";
+  const int H = cfg.hidden, I = cfg.ffn, W = cfg.in_width(), N = st.plan.tokens;
+  const std::int64_t M = st.plan.rows, R = st.expert_offsets.back();
+  detail::check_extent(dy, std::size_t(N) * H, fn, "dy");
+  detail::check_extent(dx, std::size_t(N) * H, fn, "dx");
+  // Combine: gradients of the expert outputs (local order) and of the router weights.
+  auto dyp = alloc<T>("moe::dyp", std::size_t(M) * H);
+  auto dweight = alloc<T>("moe::dweight", std::size_t(N) * cfg.router.top_k);
+  combine_backward<T>(exec, st.plan, dy, st.yp, st.router.weight, dyp, dweight, H);
+
+  // To the experts along the forward path.
+  auto dyr = alloc<T>("moe::dyr", std::size_t(R) * H);
+  auto dye = alloc<T>("moe::dye", std::size_t(R) * H);
+  ep.all_to_allv(dyp, scaled(st.send_rows, H), dyr, scaled(st.recv_rows, H));
+  regroup<T>(exec, dyr, dye, st.source_major, st.expert_major, st.chunk_count, H);
+
+  // The experts, last layer first. dact and dh reuse the forward's buffers' shapes.
+  auto dact = alloc<T>("moe::dact", std::size_t(R) * I);
+  auto dh = alloc<T>("moe::dh", std::size_t(R) * W);
+  grouped_linear_backward<T>(exec, st.expert_offsets, dye, st.act, p.w_out, dact, g.w_out, I, H);
+  if (cfg.activation == ExpertActivation::gelu)
+    kernels::gelu_backward<T>(exec, dh, st.h, dact, std::size_t(R) * I);
+  else
+    kernels::swiglu_backward<T>(exec, dh, st.h, dact, static_cast<int>(R), I);
+  auto dxe = alloc<T>("moe::dxe", std::size_t(R) * H);
+  grouped_linear_backward<T>(exec, st.expert_offsets, dh, st.xe, p.w_in, dxe, g.w_in, H, W);
+
+  // Back to the tokens' ranks, then to the tokens.
+  auto dxr = dyr;  // same shape, no longer needed
+  regroup<T>(exec, dxe, dxr, st.expert_major, st.source_major, st.chunk_count, H);
+  auto dxp = dyp;  // same shape, no longer needed
+  ep.all_to_allv(dxr, scaled(st.recv_rows, H), dxp, scaled(st.send_rows, H));
+  dispatch_backward<T>(exec, st.plan, dxp, dx, H);
+  router_backward<T>(exec, cfg.router, st.router, dweight, x, p.router, dx, g.router, H,
+                     loss_scale);
+  exec.fence();  // the scratch buffers are freed on return
+}
+
+#define MESHTRAIN_INSTANTIATE_MOE_LAYER(T)                                                     \
+  template void moe_forward<T>(const ExecSpace&, const MoeLayerConfig&, const MoeParams<T>&,   \
+                               View1<const T>, int, comm::Communicator&, comm::Communicator&,  \
+                               MoeLayerState<T>&, View1<T>);                                   \
+  template void moe_backward<T>(const ExecSpace&, const MoeLayerConfig&, const MoeParams<T>&,  \
+                                MoeLayerState<T>&, View1<const T>, View1<const T>,             \
+                                comm::Communicator&, View1<T>, const MoeGrads<T>&, double);
+MESHTRAIN_INSTANTIATE_MOE_LAYER(float)
+MESHTRAIN_INSTANTIATE_MOE_LAYER(double)
+#undef MESHTRAIN_INSTANTIATE_MOE_LAYER
+
+}  // namespace meshtrain::moe

@@ -1,0 +1,176 @@
+// Dispatch and combine kernels (permute.hpp). Rows are found by a per-expert team scan over the
+// choices in (token, choice) order, which is what makes the order deterministic.
+#include "meshtrain/moe/permute.hpp"
+
+#include "common.hpp"
+
+namespace meshtrain::moe {
+
+namespace {
+using detail::Index;
+using detail::Member;
+using detail::Range;
+using detail::Team;
+}  // namespace
+
+void plan_dispatch(const ExecSpace& exec, View1<const int> expert, int N, int k, int E,
+                   DispatchPlan& plan) {
+  MESHTRAIN_CHECK(N >= 0 && k >= 1 && E >= 1, "moe::plan_dispatch: bad shape N=", N, ", k=", k,
+                  ", E=", E);
+  detail::check_extent(expert, std::size_t(N) * k, "moe::plan_dispatch", "expert");
+  const Index A = Index(N) * k;
+  plan.tokens = N;
+  plan.top_k = k;
+  plan.experts = E;
+  detail::ensure(plan.position, "moe::dispatch_position", std::size_t(A));
+  View1<std::int64_t> counts = alloc<std::int64_t>("moe::dispatch_counts", std::size_t(E));
+  Kokkos::parallel_for(
+      "meshtrain::moe::dispatch_count", Team(exec, E, Kokkos::AUTO),
+      KOKKOS_LAMBDA(const Member& team) {
+        const int e = team.league_rank();
+        std::int64_t n = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, A),
+            [&](Index a, std::int64_t& acc) { acc += expert(a) == e ? 1 : 0; }, n);
+        Kokkos::single(Kokkos::PerTeam(team), [&] { counts(e) = n; });
+      });
+  auto hcounts = Kokkos::create_mirror_view(counts);
+  Kokkos::deep_copy(exec, hcounts, counts);
+  exec.fence();
+  plan.counts.assign(hcounts.data(), hcounts.data() + E);
+  plan.offsets.assign(std::size_t(E) + 1, 0);
+  for (int e = 0; e < E; ++e) plan.offsets[e + 1] = plan.offsets[e] + plan.counts[e];
+  plan.rows = plan.offsets[E];
+  detail::ensure(plan.choice_of_row, "moe::dispatch_choice_of_row", std::size_t(plan.rows));
+  View1<std::int64_t> offsets = alloc<std::int64_t>("moe::dispatch_offsets", std::size_t(E));
+  Kokkos::deep_copy(exec, offsets,
+                    HostView1<const std::int64_t>(plan.offsets.data(), std::size_t(E)));
+  auto position = plan.position;
+  auto choice_of_row = plan.choice_of_row;
+  Kokkos::parallel_for(
+      "meshtrain::moe::dispatch_drop", Range(exec, 0, A), KOKKOS_LAMBDA(Index a) {
+        if (expert(a) < 0) position(a) = -1;
+      });
+  Kokkos::parallel_for(
+      "meshtrain::moe::dispatch_rows", Team(exec, E, Kokkos::AUTO),
+      KOKKOS_LAMBDA(const Member& team) {
+        const int e = team.league_rank();
+        const std::int64_t first = offsets(e);
+        Kokkos::parallel_scan(Kokkos::TeamThreadRange(team, A),
+                              [&](Index a, std::int64_t& before, bool final) {
+                                if (expert(a) != e) return;
+                                if (final) {
+                                  position(a) = static_cast<int>(first + before);
+                                  choice_of_row(first + before) = static_cast<int>(a);
+                                }
+                                before += 1;
+                              });
+      });
+  exec.fence();  // `offsets` is freed on return; the caller may reuse plan.offsets
+}
+
+template <class T>
+void dispatch_forward(const ExecSpace& exec, const DispatchPlan& plan, View1<const T> x,
+                      View1<T> xp, int H) {
+  detail::check_extent(x, std::size_t(plan.tokens) * H, "moe::dispatch_forward", "x");
+  detail::check_extent(xp, std::size_t(plan.rows) * H, "moe::dispatch_forward", "xp");
+  const int k = plan.top_k;
+  auto choice_of_row = plan.choice_of_row;
+  Kokkos::parallel_for(
+      "meshtrain::moe::dispatch_forward", Range(exec, 0, plan.rows * H), KOKKOS_LAMBDA(Index i) {
+        const Index p = i / H, h = i % H;
+        xp(i) = x(Index(choice_of_row(p) / k) * H + h);
+      });
+}
+
+template <class T>
+void dispatch_backward(const ExecSpace& exec, const DispatchPlan& plan, View1<const T> dxp,
+                       View1<T> dx, int H) {
+  detail::check_extent(dx, std::size_t(plan.tokens) * H, "moe::dispatch_backward", "dx");
+  detail::check_extent(dxp, std::size_t(plan.rows) * H, "moe::dispatch_backward", "dxp");
+  const int k = plan.top_k;
+  auto position = plan.position;
+  Kokkos::parallel_for(
+      "meshtrain::moe::dispatch_backward", Range(exec, 0, Index(plan.tokens) * H),
+      KOKKOS_LAMBDA(Index i) {
+        const Index t = i / H, h = i % H;
+        T acc = 0;
+        for (int j = 0; j < k; ++j) {
+          const int p = position(t * k + j);
+          if (p >= 0) acc += dxp(Index(p) * H + h);
+        }
+        dx(i) = acc;
+      });
+}
+
+template <class T>
+void combine_forward(const ExecSpace& exec, const DispatchPlan& plan, View1<const T> ye,
+                     View1<const T> weight, View1<T> y, int H) {
+  detail::check_extent(ye, std::size_t(plan.rows) * H, "moe::combine_forward", "ye");
+  detail::check_extent(weight, std::size_t(plan.tokens) * plan.top_k, "moe::combine_forward",
+                       "weight");
+  detail::check_extent(y, std::size_t(plan.tokens) * H, "moe::combine_forward", "y");
+  const int k = plan.top_k;
+  auto position = plan.position;
+  Kokkos::parallel_for(
+      "meshtrain::moe::combine_forward", Range(exec, 0, Index(plan.tokens) * H),
+      KOKKOS_LAMBDA(Index i) {
+        const Index t = i / H, h = i % H;
+        T acc = 0;
+        for (int j = 0; j < k; ++j) {
+          const int p = position(t * k + j);
+          if (p >= 0) acc += weight(t * k + j) * ye(Index(p) * H + h);
+        }
+        y(i) = acc;
+      });
+}
+
+template <class T>
+void combine_backward(const ExecSpace& exec, const DispatchPlan& plan, View1<const T> dy,
+                      View1<const T> ye, View1<const T> weight, View1<T> dye, View1<T> dweight,
+                      int H) {
+  const std::size_t A = std::size_t(plan.tokens) * plan.top_k;
+  detail::check_extent(dy, std::size_t(plan.tokens) * H, "moe::combine_backward", "dy");
+  detail::check_extent(ye, std::size_t(plan.rows) * H, "moe::combine_backward", "ye");
+  detail::check_extent(weight, A, "moe::combine_backward", "weight");
+  detail::check_extent(dye, std::size_t(plan.rows) * H, "moe::combine_backward", "dye");
+  detail::check_extent(dweight, A, "moe::combine_backward", "dweight");
+  const int k = plan.top_k;
+  auto position = plan.position;
+  auto choice_of_row = plan.choice_of_row;
+  Kokkos::parallel_for(
+      "meshtrain::moe::combine_backward_rows", Range(exec, 0, plan.rows * H),
+      KOKKOS_LAMBDA(Index i) {
+        const Index p = i / H, h = i % H;
+        const Index a = choice_of_row(p);
+        dye(i) = weight(a) * dy((a / k) * H + h);
+      });
+  // One team per choice: the dot product over H.
+  Kokkos::parallel_for(
+      "meshtrain::moe::combine_backward_weights", Team(exec, Index(A), Kokkos::AUTO),
+      KOKKOS_LAMBDA(const Member& team) {
+        const Index a = team.league_rank();
+        const int p = position(a);
+        T dot = 0;
+        if (p >= 0)
+          Kokkos::parallel_reduce(
+              Kokkos::TeamThreadRange(team, H),
+              [&](int h, T& acc) { acc += dy((a / k) * H + h) * ye(Index(p) * H + h); }, dot);
+        Kokkos::single(Kokkos::PerTeam(team), [&] { dweight(a) = dot; });
+      });
+}
+
+#define MESHTRAIN_INSTANTIATE_PERMUTE(T)                                                        \
+  template void dispatch_forward<T>(const ExecSpace&, const DispatchPlan&, View1<const T>,      \
+                                    View1<T>, int);                                             \
+  template void dispatch_backward<T>(const ExecSpace&, const DispatchPlan&, View1<const T>,     \
+                                     View1<T>, int);                                            \
+  template void combine_forward<T>(const ExecSpace&, const DispatchPlan&, View1<const T>,       \
+                                   View1<const T>, View1<T>, int);                              \
+  template void combine_backward<T>(const ExecSpace&, const DispatchPlan&, View1<const T>,      \
+                                    View1<const T>, View1<const T>, View1<T>, View1<T>, int);
+MESHTRAIN_INSTANTIATE_PERMUTE(float)
+MESHTRAIN_INSTANTIATE_PERMUTE(double)
+#undef MESHTRAIN_INSTANTIATE_PERMUTE
+
+}  // namespace meshtrain::moe
