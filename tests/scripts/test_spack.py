@@ -52,6 +52,16 @@ def openblas():
     return model.Spec("openblas", provides={"blas", "lapack"}, package=pkg)
 
 
+def debian_openblas():
+    """Debian's OpenBLAS as an external at /usr: the headers sit below include/."""
+    pkg = model.DependencyPackage(
+        libs=model.LibraryList(["/usr/lib/x86_64-linux-gnu/libopenblas.so"]),
+        headers=model.HeaderList(["/usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h",
+                                  "/usr/include/x86_64-linux-gnu/cblas.h",
+                                  "/usr/include/x86_64-linux-gnu/openblas-pthread/lapacke.h"]))
+    return model.Spec("openblas", provides={"blas", "lapack"}, package=pkg, prefix="/usr")
+
+
 def mkl():
     """oneMKL as a blas provider: several libraries, headers in two directories, no cblas.h."""
     libs = ["/mkl/lib/libmkl_intel_lp64.so", "/mkl/lib/libmkl_sequential.so",
@@ -211,12 +221,17 @@ class Recipe(unittest.TestCase):
         args = self.cmake_args(meshtrain_spec())
         self.assertIn("-DMESHTRAIN_BLAS_LIBRARIES=/ob/lib/libopenblas.so", args)
         self.assertIn("-DMESHTRAIN_BLAS_INCLUDE_DIRS=/ob/include", args)
+        # Not headers.directories (/usr/include here): the folders that hold cblas.h.
+        self.assertEqual(debian_openblas().package.headers.directories, ["/usr/include"])
+        args = self.cmake_args(meshtrain_spec(blas=debian_openblas()))
+        self.assertIn("-DMESHTRAIN_BLAS_INCLUDE_DIRS=/usr/include/x86_64-linux-gnu/"
+                      "openblas-pthread;/usr/include/x86_64-linux-gnu", args)
         provider = mkl()
         args = self.cmake_args(meshtrain_spec(blas=provider))
         self.assertIn("-DMESHTRAIN_BLAS_LIBRARIES=/mkl/lib/libmkl_intel_lp64.so;"
                       "/mkl/lib/libmkl_sequential.so;/mkl/lib/libmkl_core.so;"
                       "/usr/lib/libpthread.so;/usr/lib/libm.so", args)
-        self.assertIn("-DMESHTRAIN_BLAS_INCLUDE_DIRS=/mkl/include;/mkl/include/fftw", args)
+        self.assertIn("-DMESHTRAIN_BLAS_INCLUDE_DIRS=/mkl/include", args)  # mkl_cblas.h's
         # netlib keeps cblas in its own library: the recipe asks for the C interface.
         self.assertEqual(provider.last_query, ("blas", ("c",)))
 

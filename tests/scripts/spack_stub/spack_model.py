@@ -9,6 +9,7 @@ the real one where recipes go wrong:
   - `which(path)` returns an executable that records its calls in CALLS and prints `output`.
 """
 import os
+import re
 
 DIRECTIVES = []  # (kind, args, kwargs) of every directive, in the order a recipe declared them
 CALLS = []  # [argv] of every executable run through which()
@@ -33,9 +34,18 @@ class LibraryList(list):
 
 
 class HeaderList(list):
+    """Spack's HeaderList: `directories` are the files' folders cut after an `include` component
+    (.../include/x86_64-linux-gnu/cblas.h gives .../include), unless a package sets them."""
+
     def __init__(self, files, directories=None):
         super().__init__(files)
-        self.directories = directories or sorted({os.path.dirname(p) for p in files})
+        if directories is None:
+            directories = []
+            for f in files:
+                d = re.sub(r"^(.*?\binclude\b).*$", r"\1", os.path.dirname(f))
+                if d not in directories:
+                    directories.append(d)
+        self.directories = directories
 
 
 class Variant:

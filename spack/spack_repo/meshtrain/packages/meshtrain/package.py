@@ -5,6 +5,8 @@
 # The `git` URL below is a placeholder: a site points it at its mirror of the repository in
 # packages.yaml (`packages: meshtrain: package_attributes: git: ...`, docs/spack.md). To build a
 # checkout as it is, use `spack develop --path . meshtrain@main` in an environment instead.
+import os
+
 from spack_repo.builtin.build_systems.cmake import CMakePackage
 from spack_repo.builtin.build_systems.cuda import CudaPackage
 
@@ -85,7 +87,7 @@ class Meshtrain(CMakePackage, CudaPackage):
             # The provider Spack chose, exactly (cmake/MeshtrainBlas.cmake): FindBLAS would
             # look for OpenBLAS first and might pick up another BLAS on the system.
             self.define("MESHTRAIN_BLAS_LIBRARIES", blas.libs.joined(";")),
-            self.define("MESHTRAIN_BLAS_INCLUDE_DIRS", blas.headers.directories),
+            self.define("MESHTRAIN_BLAS_INCLUDE_DIRS", self._cblas_header_dirs(blas.headers)),
         ]
         if self.spec.satisfies("+cuda"):
             # kokkos_cxx is a property of the kokkos package (nvcc_wrapper with +wrapper), not
@@ -94,6 +96,18 @@ class Meshtrain(CMakePackage, CudaPackage):
         if self.run_tests:
             args += self._mpi_test_args()
         return args
+
+    @staticmethod
+    def _cblas_header_dirs(headers):
+        """The folders holding the provider's cblas.h (or oneMKL's mkl_cblas.h), in its order.
+        Not headers.directories: Spack cuts those at `include`, which for Debian's OpenBLAS
+        (include/x86_64-linux-gnu/openblas-pthread/cblas.h) names a folder without the header."""
+        dirs = []
+        for h in headers:
+            d = os.path.dirname(h)
+            if os.path.basename(h) in ("cblas.h", "mkl_cblas.h") and d not in dirs:
+                dirs.append(d)
+        return dirs or headers.directories
 
     def _mpi_test_args(self):
         """MPI tests run up to 8 ranks on whatever node builds (MeshtrainTesting.cmake registers
