@@ -48,9 +48,11 @@ class Meshtrain(CMakePackage, CudaPackage):
     depends_on("py-pyyaml", type="test")
     depends_on("shellcheck", type="test")
 
-    # Kokkos: the range meshtrain has been built and tested against, C++20 like meshtrain
-    # (Kokkos 4 defaults to cxxstd=17). Widen it only when a version has been tested; Kokkos 5
-    # also drops the cuda_lambda variant (lambdas are always on there).
+    # Kokkos 4.2-4.7 in C++20 like meshtrain (Kokkos 4 defaults to cxxstd=17): the GPU build
+    # is tested with a 4.6.99 snapshot (legacy View), the CPU build with Debian's 3.4, which
+    # Spack does not have; a Serial Kokkos 4 build needs the half-type fix of docs/spack.md.
+    # Widen the range only when a version has been tested; Kokkos 5 also drops the cuda_lambda
+    # variant (lambdas are always on there).
     depends_on("kokkos@4.2:4.7 +serial cxxstd=20")
     depends_on("kokkos ~cuda", when="~cuda")
     # GPU builds: Kokkos compiles for the same architecture through its nvcc_wrapper, with
