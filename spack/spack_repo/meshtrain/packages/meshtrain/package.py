@@ -21,7 +21,7 @@ class Meshtrain(CMakePackage, CudaPackage):
     git = "https://git.example.org/meshtrain/meshtrain.git"
 
     # No maintainers() or license() yet: the project has no published GitHub handles and no
-    # licence file. Spack's audit wants both before a recipe goes upstream (docs/spack.md).
+    # licence file. Spack's package review asks for both before a recipe goes upstream.
 
     version("main", branch="main")
     # project(VERSION 0.1.0) of CMakeLists.txt at this commit of main. A release adds
