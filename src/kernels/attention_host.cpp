@@ -9,14 +9,13 @@
 // kBlock x T (never T x T). Heads run one after another on the calling thread, like gemm's
 // CBLAS calls; every dk/dv row is accumulated over query blocks in a fixed order, so the
 // results are the same bits on every run.
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
 
 #include "attention_host.hpp"
 #include "meshtrain/kernels/workspace.hpp"
+#include "cblas.hpp"
 #include "common.hpp"
 
 namespace meshtrain::kernels::detail {

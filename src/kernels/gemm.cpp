@@ -3,11 +3,10 @@
 // kernel below is the oracle for both and the fallback for element types BLAS does not take.
 #include "meshtrain/kernels/gemm.hpp"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <type_traits>
 
+#include "cblas.hpp"
 #include "common.hpp"
 #include "gemm_detail.hpp"
 

@@ -27,7 +27,16 @@ if(Python3_Interpreter_FOUND)
     ${PROJECT_SOURCE_DIR})
   meshtrain_script_test(scaling ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/scripts/test_scaling.py
     ${PROJECT_SOURCE_DIR})
+  # cmake/MeshtrainBlas.cmake with the BLAS given as the Spack recipe gives it (a few configures).
+  meshtrain_script_test(spack_blas ${Python3_EXECUTABLE}
+    ${CMAKE_CURRENT_SOURCE_DIR}/scripts/test_spack_blas.py
+    --source ${PROJECT_SOURCE_DIR} --work ${CMAKE_CURRENT_BINARY_DIR}/scripts_spack_blas
+    --cmake ${CMAKE_COMMAND} --cc ${CMAKE_C_COMPILER} --cxx ${CMAKE_CXX_COMPILER}
+    --cblas-include ${MESHTRAIN_CBLAS_INCLUDE_DIR} --cblas-header ${MESHTRAIN_CBLAS_HEADER}
+    --libs ${MESHTRAIN_BLAS_LINK_LIBRARIES})
+  set_tests_properties(scripts_spack_blas PROPERTIES TIMEOUT 300)
 else()
   meshtrain_script_test(spack ${_missing} python3)
+  meshtrain_script_test(spack_blas ${_missing} python3)
   meshtrain_script_test(scaling ${_missing} python3)
 endif()

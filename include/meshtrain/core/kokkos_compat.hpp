@@ -20,8 +20,10 @@ using HostExecSpace = Kokkos::DefaultHostExecutionSpace;
 using HostSpace = Kokkos::HostSpace;
 
 // bf16 storage type for mixed precision: Kokkos 4 only (Debian's 3.4 has none; the CPU build
-// trains in fp32). Same bits as CUDA's __nv_bfloat16.
-#if MESHTRAIN_KOKKOS4
+// trains in fp32). Same bits as CUDA's __nv_bfloat16. A Kokkos 4 without a GPU backend (Spack's
+// kokkos +serial) makes half_t and bhalf_t plain float (KOKKOS_*HALF_T_IS_FLOAT true): no
+// 16-bit types there, as with 3.4, or dtype_of<bf16> would redefine dtype_of<float>.
+#if MESHTRAIN_KOKKOS4 && !KOKKOS_HALF_T_IS_FLOAT && !KOKKOS_BHALF_T_IS_FLOAT
 #define MESHTRAIN_HAVE_BF16 1
 using bf16 = Kokkos::Experimental::bhalf_t;
 #else
