@@ -6,7 +6,7 @@
 # A case the old build has no option for ends in its usage error; a hang is killed at the bound.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
-old=$1 new=$2 data=$3 bound=${4:-60}
+old=$(realpath "$1") new=$(realpath "$2") data=$3 bound=${4:-60}  # the cases run in their own folders
 [ "$(id -u)" -ne 0 ] || export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 cases=(shard_one_rank metrics_no_folder out_dir_one_rank ckpt_unwritable one_rank_throws
        diverge_stop diverge_scaling nan_stop nan_skip nan_rollback watchdog_stall watchdog_skip
