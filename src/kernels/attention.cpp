@@ -21,6 +21,7 @@
 #include <type_traits>
 
 #include "attention_cuda.hpp"
+#include "attention_cudnn.hpp"
 #include "attention_host.hpp"
 #include "common.hpp"
 
@@ -226,6 +227,7 @@ void attention_forward(const ExecSpace& exec, View1<T> out, View1<float> lse, Vi
     return;
   }
 #if defined(KOKKOS_ENABLE_CUDA)
+  if (detail::attention_forward_cudnn<T>(exec, out, lse, qkv, B, Tlen, NH, HS, NKV)) return;
   if constexpr (detail::kCudaAttentionType<T>) {
     const detail::ToolRegion region(
         [] { return std::string("meshtrain::attention_forward_cuda"); });
@@ -245,6 +247,8 @@ void attention_backward(const ExecSpace& exec, View1<T> dqkv, View1<const T> dou
     return;
   }
 #if defined(KOKKOS_ENABLE_CUDA)
+  if (detail::attention_backward_cudnn<T>(exec, dqkv, dout, qkv, out, lse, B, Tlen, NH, HS, NKV))
+    return;
   if constexpr (detail::kCudaAttentionType<T>) {
     const detail::ToolRegion region(
         [] { return std::string("meshtrain::attention_backward_cuda"); });

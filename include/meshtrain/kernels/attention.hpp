@@ -15,9 +15,34 @@
 // out: [B, T, NH*HS], head h at columns [h*HS, (h+1)*HS).
 // lse: [B, NH, T] fp32, log(sum_j exp(s_ij)) of the scaled scores s = q.k / sqrt(HS).
 // The backward's dK and dV of a kv head are sums over the query heads that share it.
+#include <string>
+
 #include "meshtrain/core/view.hpp"
 
 namespace meshtrain::kernels {
+
+// Which implementation attention_forward/backward run on a CUDA device (--attn.impl):
+// automatic: cuDNN's fused flash attention where the library loaded and supports the call
+//   (bf16/fp16, HS in {64, 128}), else ours; cudnn: the same, but a missing or unusable
+//   libcudnn is an error (check_attention_backend); meshtrain: always ours. Host builds and
+//   host memory always run ours.
+enum class AttentionImpl { automatic, cudnn, meshtrain };
+struct AttentionOptions {
+  AttentionImpl impl = AttentionImpl::automatic;
+  // cuDNN's deterministic backward (--attn.deterministic): the same bits on every run, at some
+  // cost in speed. Our kernels are deterministic in either mode (no atomics).
+  bool deterministic = false;
+};
+// Process-wide, set once before training (parallel::Engine does it from EngineOptions).
+void set_attention_options(const AttentionOptions& options);
+const AttentionOptions& attention_options();
+// "auto" | "cudnn" | "meshtrain"; anything else throws a ConfigError naming `option`.
+AttentionImpl parse_attention_impl(const std::string& text, const std::string& option);
+const char* to_string(AttentionImpl impl);
+// Loads libcudnn.so.9 on first use (CUDA builds with MESHTRAIN_ENABLE_CUDNN). "" when cuDNN
+// attention can run; otherwise why not (no CUDA, built without cuDNN, library not found, too
+// old), for the log and for --attn.impl cudnn's error.
+std::string cudnn_attention_unavailable_reason();
 
 template <class T>
 void attention_forward(const ExecSpace& exec, View1<T> out, View1<float> lse, View1<const T> qkv,
