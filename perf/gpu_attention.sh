@@ -36,7 +36,8 @@ python3 -c 'import torch; print("torch", torch.__version__, "cuDNN", torch.backe
 if has tests; then
   for t in test_kernels_attention test_kernels_attention_gqa test_kernels_attention_cudnn; do
     [ -x "$bundle/bin/$t" ] || { note "== $t: missing from the bundle"; status=1; continue; }
-    run "$t" 240 "$bundle/bin/$t"
+    # cuDNN's own error log (CUDNN_LOGERR_DBG) says why a graph or engine was refused.
+    run "$t" 240 env CUDNN_LOGERR_DBG=1 CUDNN_LOGDEST_DBG=stderr "$bundle/bin/$t"
     grep -E "test cases|passed|failed|REQUIRE|CHECK|with expansion|FAILED" "$out/$t.log" | tail -8 | tee -a "$sum"
   done
 fi
