@@ -9,6 +9,8 @@
 //
 // Descriptor is an owning handle of one backend descriptor; the set/get helpers check every
 // status and throw with the call, the attribute and cuDNN's own last error message.
+#include <Kokkos_Macros.hpp>  // KOKKOS_ENABLE_CUDA
+
 #if defined(KOKKOS_ENABLE_CUDA) && defined(MESHTRAIN_HAVE_CUDNN)
 #include <cudnn_graph.h>
 #include <cuda_runtime.h>

@@ -3,6 +3,8 @@
 // pointwise, reduction, matmul and reshape operations), the engine search that turns one into
 // an execution plan, and the variant pack that runs it. What attention_cudnn.cpp composes the
 // SDPA graphs from; nothing here knows about attention.
+#include <Kokkos_Macros.hpp>  // KOKKOS_ENABLE_CUDA
+
 #if defined(KOKKOS_ENABLE_CUDA) && defined(MESHTRAIN_HAVE_CUDNN)
 #include <map>
 #include <vector>

@@ -23,10 +23,13 @@ struct Shape {
   std::size_t lse() const { return std::size_t(B) * NH * T; }
 };
 
-// T from 64 to 4096, HS 64 and 128, MHA and GQA (NKV = 1, 2 of 4 and 8), a ragged T.
-const Shape kShapes[] = {{2, 64, 4, 4, 64},    {2, 64, 4, 2, 128},  {2, 256, 4, 1, 64},
+// T from 64 to 4096, HS 64 and 128, MHA and GQA (NKV = 1, 2 of 4 and 8), a ragged T. The last
+// two have a B NH T^2 bf16 dP above 256 MiB, so the default backward takes the dQ-accumulator
+// form (attention_cudnn.cpp, dq_accum_form); the others the dP-workspace form.
+const Shape kShapes[] = {{2, 64, 4, 4, 64},    {2, 64, 4, 2, 128},   {2, 256, 4, 1, 64},
                          {2, 333, 4, 2, 64},   {2, 1024, 4, 4, 128}, {2, 1024, 8, 2, 64},
-                         {1, 4096, 2, 2, 64},  {1, 4096, 4, 2, 128}};
+                         {1, 4096, 2, 2, 64},  {1, 4096, 4, 2, 128}, {4, 2048, 12, 12, 64},
+                         {4, 2048, 16, 4, 128}};
 
 std::string label(const Shape& s) {
   return cat("B=", s.B, " T=", s.T, " NH=", s.NH, " NKV=", s.NKV, " HS=", s.HS);
@@ -121,7 +124,8 @@ void check_shape(const Shape& s, double out_tol, double grad_tol) {
 
   // Backward: every side takes the fp32 forward's lse and its out rounded to E.
   const auto out_h = round_to<E>(kt::to_host(out_f));
-  const auto out_e = kt::to_device(out_h), out_w = kt::to_device(widen(out_h));
+  const auto out_e = kt::to_device(out_h);
+  const auto out_w = kt::to_device(widen(out_h));
   auto dqkv_ref = kt::nan_view<float>(s.qkv());
   attention_backward_flash<float>(exec, dqkv_ref, dout_f, qkv_f, out_w, lse_f, s.B, s.T, s.NH,
                                   s.HS, s.NKV);
