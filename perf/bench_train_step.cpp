@@ -49,6 +49,8 @@ struct Args {
   int steps = 10, warmup = 2, profile_steps = 3;
   std::uint64_t seed = 1234;
   std::string precision = "fp32";  // bf16: bf16 compute, fp32 master weights (GPU builds)
+  std::string attn_impl = "auto";  // --attn.impl of meshtrain train
+  bool attn_deterministic = false;
 };
 
 Args parse(int argc, char** argv) {
@@ -64,6 +66,10 @@ Args parse(int argc, char** argv) {
     else if (k == "--seed") a.seed = std::stoull(v);
     else if (k == "--precision")
       a.precision = v;
+    else if (k == "--attn-impl")
+      a.attn_impl = v;
+    else if (k == "--attn-deterministic")
+      a.attn_deterministic = v == "1" || v == "true";
     else {
       std::fprintf(stderr, "bench_train_step: unknown option %s\n", k.c_str());
       std::exit(2);
@@ -202,6 +208,8 @@ void run(const Args& a) {
     eo.micro_batch = B;
     eo.seq_len = T;
     eo.adamw = ocfg;
+    eo.attention.impl = kernels::parse_attention_impl(a.attn_impl, "--attn-impl");
+    eo.attention.deterministic = a.attn_deterministic;
     parallel::Engine<CT> engine(MPI_COMM_SELF, cfg, eo);
     engine.init_parameters(a.seed);
 
@@ -228,8 +236,9 @@ void run(const Args& a) {
 
     std::printf(
         "# bench_train_step: %s, micro-batch %d x seq %d = %d tokens/step, 1 rank, %s, "
-        "%s\n",
-        cfg.describe().c_str(), B, T, N, ExecSpace::name(), a.precision.c_str());
+        "%s, attention %s%s\n",
+        cfg.describe().c_str(), B, T, N, ExecSpace::name(), a.precision.c_str(),
+        a.attn_impl.c_str(), a.attn_deterministic ? " (deterministic)" : "");
     train_step();
     const double peak_gib = double(tracker->peak()) / double(1 << 30);
     tracker.reset();

@@ -10,6 +10,8 @@
 #include "meshtrain/app/options.hpp"
 #include "meshtrain/app/preflight.hpp"
 #include "meshtrain/comm/factory.hpp"
+#include "meshtrain/core/agree.hpp"
+#include "meshtrain/kernels/attention.hpp"
 #include "meshtrain/core/log.hpp"
 #include "meshtrain/core/signals.hpp"
 #include "meshtrain/io/dataset.hpp"
@@ -125,8 +127,17 @@ po::options_description train_options() {
        "run of the file, collective otherwise), collective or independent")
       ("ckpt.verify", po::value<bool>()->default_value(true)->implicit_value(true),
        "verify the per-tensor checksums when restoring");
-  d.add(data).add(t).add(c).add(mesh_options()).add(parallel_options()).add(comm_options())
-      .add(watchdog_options()).add(log_options());
+  po::options_description a("Attention [attn]");
+  a.add_options()
+      ("attn.impl", po::value<std::string>()->default_value("auto"),
+       "attention backend on a GPU: auto (cuDNN's fused flash attention where libcudnn.so.9 "
+       "loads and the call suits it: bf16/fp16, head size 64 or 128; else meshtrain's), cudnn "
+       "(the same, but no cuDNN is an error) or meshtrain (always ours)")
+      ("attn.deterministic", po::value<bool>()->default_value(false)->implicit_value(true),
+       "cuDNN's deterministic attention backward (bitwise repeatable, slower); meshtrain's "
+       "kernels are deterministic either way");
+  d.add(data).add(t).add(c).add(a).add(mesh_options()).add(parallel_options())
+      .add(comm_options()).add(watchdog_options()).add(log_options());
   return d;
 }
 
@@ -323,6 +334,22 @@ int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
   tc.divergence.on_nonfinite = train::parse_on_nonfinite(p.vm["train.on_nonfinite"].as<std::string>());
   tc.divergence.max_rollbacks = p.vm["train.max_rollbacks"].as<int>();
   tc.divergence.max_skipped_steps = p.vm["train.max_skipped_steps"].as<int>();
+  kernels::AttentionOptions attn;
+  attn.impl = kernels::parse_attention_impl(p.vm["attn.impl"].as<std::string>(), "attn.impl");
+  attn.deterministic = p.vm["attn.deterministic"].as<bool>();
+  // Whether libcudnn loads can differ between nodes: agreed, so every rank stops together.
+  agree(rt.world(), "attn.impl=cudnn", [&] {
+    if (attn.impl != kernels::AttentionImpl::cudnn) return;
+    const std::string why = kernels::cudnn_attention_unavailable_reason();
+    MESHTRAIN_CONFIG_CHECK(why.empty(), why, " (or run with --attn.impl auto / meshtrain)");
+  });
+  if (attn.impl != kernels::AttentionImpl::meshtrain && !kDeviceIsHost) {
+    const std::string why = kernels::cudnn_attention_unavailable_reason();
+    logging::info("attention: ", why.empty() ? "cuDNN fused flash attention for bf16/fp16 at "
+                                                 "head size 64/128, meshtrain's kernels otherwise"
+                                               : "meshtrain's kernels (" + why + ")",
+                  attn.deterministic ? ", deterministic backward" : "");
+  }
   tc.config_text = config::resolved_ini(p.vm, desc);
   set_fault_hooks();
 
@@ -343,8 +370,8 @@ int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
   // SIGUSR1 / SIGTERM (Slurm's warning before the time limit, scancel, pre-emption) set a flag
   // that the trainer agrees on at the next step boundary: save, then exit with kExitRequeue.
   signals::install_stop_handlers();
-  const parallel::EngineOptions eo =
-      train::engine_options(tc, pc, p.vm["train.recompute"].as<bool>());
+  parallel::EngineOptions eo = train::engine_options(tc, pc, p.vm["train.recompute"].as<bool>());
+  eo.attention = attn;
   bool finished = true;
   if (precision == "fp32")
     finished = train_and_sample<float>(p.vm, mc, tc, train_data, val_data, out_dir, tok_kind,

@@ -3,6 +3,7 @@ target_sources(meshtrain_lib PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/adamw.cpp
   ${CMAKE_CURRENT_LIST_DIR}/attention.cpp
   ${CMAKE_CURRENT_LIST_DIR}/attention_host.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/attention_options.cpp
   ${CMAKE_CURRENT_LIST_DIR}/common.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cross_entropy.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cross_entropy_vp.cpp
@@ -31,6 +32,14 @@ if(MESHTRAIN_ENABLE_CUDA)
     ${CMAKE_CURRENT_LIST_DIR}/cross_entropy_cuda.cpp
     ${CMAKE_CURRENT_LIST_DIR}/layernorm_cuda.cpp
     ${CMAKE_CURRENT_LIST_DIR}/rmsnorm_cuda.cpp
+  )
+endif()
+# cuDNN fused attention (empty unless MESHTRAIN_HAVE_CUDNN and KOKKOS_ENABLE_CUDA).
+if(MESHTRAIN_ENABLE_CUDNN)
+  target_sources(meshtrain_lib PRIVATE
+    ${CMAKE_CURRENT_LIST_DIR}/attention_cudnn.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/cudnn_backend.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/cudnn_graph.cpp
   )
 endif()
 # The kernels never read errno. Without -fno-math-errno GCC must treat every exp/sqrt call as a

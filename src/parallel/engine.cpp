@@ -24,6 +24,8 @@ Engine<T>::Engine(MPI_Comm world, const model::GptConfig& cfg, const EngineOptio
                          " must be positive");
   MESHTRAIN_CONFIG_CHECK(opt_.n_micro > 0, "train.grad_accum=", opt_.n_micro,
                          " must be positive");
+  // The attention kernels read their backend choice process-wide (one engine per process).
+  kernels::set_attention_options(opt_.attention);
   // 1. the mesh and its groups, the schedule and the pipeline pieces
   ctx_ = std::make_unique<ParallelContext>(world, opt_.parallel, cfg_, opt_.seq_len, opt_.n_micro);
   // 2. this rank's slice of the model: its stage's chunks, split over tp inside the model

@@ -105,7 +105,11 @@ set_tests_properties(cli_train_seq_too_long PROPERTIES FIXTURES_REQUIRED kjv_sha
 if(NOT MESHTRAIN_ENABLE_CUDA)
   meshtrain_cli_test(train_bf16_on_cpu 1 2 "train.precision=bf16 needs a GPU build" train
     --train.precision bf16)
+  meshtrain_cli_test(train_cudnn_on_cpu 1 2 "attn.impl=cudnn: cuDNN attention needs the CUDA build"
+    train --attn.impl cudnn)
 endif()
+meshtrain_cli_test(train_bad_attn_impl 1 2 "attn.impl='flash' is not one of auto, cudnn, meshtrain"
+  train --attn.impl flash)
 meshtrain_cli_test(train_bad_precision 1 2 "train.precision='fp8' is not one of fp32, bf16, fp16"
   train --train.precision fp8)
 

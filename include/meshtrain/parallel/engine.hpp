@@ -21,6 +21,7 @@
 #include <mpi.h>
 
 #include "meshtrain/io/checkpoint.hpp"
+#include "meshtrain/kernels/attention.hpp"
 #include "meshtrain/model/config.hpp"
 #include "meshtrain/model/gpt.hpp"
 #include "meshtrain/optim/adamw.hpp"
@@ -43,6 +44,7 @@ struct EngineOptions {
   int n_micro = 1;           // micro-batches per step on each data-parallel rank
   bool recompute = false;    // activation checkpointing per block
   optim::AdamWConfig adamw;
+  kernels::AttentionOptions attention;  // attention backend (--attn.*), set process-wide
 };
 
 // Writes `count` sequences of the batch being assembled, starting at sequence `first`, into

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Issue 18's attention figures in one device call: the attention tests of the GPU set (ours,
+# grouped-query, cuDNN against ours and fp32), bench_attention (ours vs cuDNN per shape), GPT-2
+# 124M bf16 training steps at micro-batch 16 and 32 with --attn.impl meshtrain and cudnn, and
+# PyTorch (perf/torch_gpt2_gpu.py) compile and eager at the same sizes. Each part has its own
+# timeout, so one that hangs or runs long costs only its share of the call.
+#   jobs/bundle-gpu.sh BUNDLE build/cuda/perf/bench_{attention,train_step} \
+#     build/cuda/tests/test_kernels_attention{,_gqa,_cudnn}
+#   perf/gpu_attention.sh BUNDLE OUT [tests,bench,train,torch]
+# BUNDLE holds bin/, lib/ and env.sh (which finds cuDNN: the machine's or the nvidia-cudnn-cu13
+# wheel's); OUT receives one log per part and summary.txt.
+set -uo pipefail
+bundle=$(cd "$1" && pwd); out=$2; what=${3:-tests,bench,train,torch}
+mkdir -p "$out"
+# shellcheck disable=SC1091
+source "$bundle/env.sh"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+sum=$out/summary.txt
+status=0
+has() { [[ ",$what," == *",$1,"* ]]; }
+note() { echo "$*" | tee -a "$sum"; }
+# run NAME SECONDS CMD...: CMD's output to OUT/NAME.log; a line in the summary.
+run() {
+  local name=$1 secs=$2; shift 2
+  local t0=$SECONDS rc=0
+  timeout -k 5 "$secs" "$@" > "$out/$name.log" 2>&1 || rc=$?
+  [ $rc -eq 0 ] || status=1
+  note "== $name: rc $rc ($((SECONDS - t0)) s)"
+}
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$sum"
+python3 -c 'import torch; print("torch", torch.__version__, "cuDNN", torch.backends.cudnn.version())' \
+  2>/dev/null | tee -a "$sum"
+
+if has tests; then
+  for t in test_kernels_attention test_kernels_attention_gqa test_kernels_attention_cudnn; do
+    [ -x "$bundle/bin/$t" ] || { note "== $t: missing from the bundle"; status=1; continue; }
+    # cuDNN's own error log (CUDNN_LOGERR_DBG) says why a graph or engine was refused.
+    run "$t" 240 env CUDNN_LOGERR_DBG=1 CUDNN_LOGDEST_DBG=stderr "$bundle/bin/$t"
+    grep -E "test cases|passed|failed|REQUIRE|CHECK|with expansion|FAILED" "$out/$t.log" | tail -8 | tee -a "$sum"
+  done
+fi
+
+if has bench; then
+  run bench_attention 120 "$bundle/bin/bench_attention" --iters 20 --warmup 3 --flash-iters 1
+  grep -E "^(bf16|fp32)" "$out/bench_attention.log" | tee -a "$sum"
+  run bench_attention_table 200 "$bundle/bin/bench_attention" --table 1 --iters 10 --warmup 2
+  grep -E "^\||cuDNN" "$out/bench_attention_table.log" | tee -a "$sum"
+fi
+
+if has train; then
+  for mb in 16 32; do
+    for impl in meshtrain cudnn; do
+      run "train_${impl}_mb$mb" 150 "$bundle/bin/bench_train_step" --preset gpt2-124m \
+        --precision bf16 --micro-batch "$mb" --seq-len 1024 --steps 20 --warmup 3 \
+        --profile-steps 0 --attn-impl "$impl"
+      grep -E "^peak|^step_ms|^tokens/s|attention:|rror" "$out/train_${impl}_mb$mb.log" |
+        sed "s/^/$impl mb$mb: /" | tee -a "$sum"
+    done
+  done
+fi
+
+if has torch; then
+  for mode in compile eager; do
+    run "torch_$mode" 300 python3 "$here/torch_gpt2_gpu.py" --micro-batch 16,32 --mode "$mode" \
+      --steps 20 --warmup 5
+    grep -E "^pytorch" "$out/torch_$mode.log" | tee -a "$sum"
+  done
+fi
+exit $status
