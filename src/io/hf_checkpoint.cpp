@@ -27,6 +27,14 @@ model::GptConfig read_hf_config(const std::string& dir, int vocab_pad) {
   const Json j = json::parse(read_file(path, "HuggingFace config"), path);
   model::GptConfig c;
   c.name = std::filesystem::path(dir).filename().string();
+  // Only GPT2LMHeadModel folders are read here (LlamaForCausalLM interop is not implemented
+  // yet): any other architecture is named instead of failing on a missing key.
+  if (const Json* t = json::find(j, "model_type")) {
+    const std::string& type = json::as_string(*t, path + ": model_type");
+    MESHTRAIN_CONFIG_CHECK(type == "gpt2", path, ": model_type '", type,
+                           "' is not supported (meshtrain reads GPT2LMHeadModel folders, "
+                           "model_type gpt2)");
+  }
   auto int_of = [&](const char* key) {
     return static_cast<int>(json::as_int(json::at(j, key, path), cat(path, ": ", key)));
   };
@@ -58,6 +66,8 @@ std::string read_hf_tokenizer(const std::string& dir) {
 template <class T>
 void import_hf(model::GptT<T>& m, const std::string& dir) {
   const std::string path = dir + "/model.safetensors";
+  MESHTRAIN_CONFIG_CHECK(m.config().is_gpt2(), "importing a HuggingFace folder into model.family=",
+                         model::family_name(m.config().family), " is not implemented (", dir, ")");
   SafetensorsReader f(path);
   const auto& reg = m.registry();
   MESHTRAIN_CHECK(reg.tp_size() == 1, "import_hf loads whole tensors (tensor parallelism 1)");
@@ -114,6 +124,9 @@ void write_hf_config(const model::GptConfig& c, const std::string& dir,
 template <class T>
 void export_hf(const model::GptT<T>& m, const std::string& dir, const std::string& tokenizer) {
   const auto& reg = m.registry();
+  MESHTRAIN_CONFIG_CHECK(m.config().is_gpt2(), "exporting model.family=",
+                         model::family_name(m.config().family),
+                         " as a HuggingFace folder is not implemented (", dir, ")");
   MESHTRAIN_CHECK(reg.tp_size() == 1, "export_hf writes whole tensors (tensor parallelism 1)");
   std::filesystem::create_directories(dir);
   auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, m.params());

@@ -35,7 +35,10 @@ Engine<T>::Engine(MPI_Comm world, const model::GptConfig& cfg, const EngineOptio
   // The runner drives the hooks without a call between micro-batches: ZeRO 0/1 reduce a bucket
   // once its units have completed every micro-batch's backward.
   sync_->set_micro_batches(opt_.n_micro);
-  if (ctx_->config().shape.pp > 1) sync_->set_embedding_group(ctx_->embedding());
+  // A tied head: the last stage's copy of the embedding and the first stage's are one
+  // parameter, summed over the embedding group (an untied head has no copy).
+  if (ctx_->config().shape.pp > 1 && cfg_.tied_head)
+    sync_->set_embedding_group(ctx_->embedding());
   // 4. the optimizer over what ZeRO leaves this rank
   zopt_ = std::make_unique<ZeroOptimizer<T>>(*sync_, opt_.adamw, &ctx_->model_parallel(), exec);
   // 5. the schedule's executor
