@@ -27,29 +27,34 @@
 namespace meshtrain::kernels {
 
 namespace detail {
+// Row layout of the packed qkv buffer: C = NH*HS query columns, then Ckv = NKV*HS key and Ckv
+// value columns; ld = C + 2*Ckv is the row stride. Query head h reads kv head h / G.
 struct AttnShape {
-  detail::Index T, C, C3, NH, HS;
+  detail::Index T, C, Ckv, ld, NH, NKV, G, HS;
 };
 
-inline AttnShape check_attention(const char* fn, int B, int Tlen, int NH, int HS) {
-  MESHTRAIN_CHECK(B >= 0 && Tlen >= 0 && NH > 0 && HS > 0, fn, ": bad shape B=", B, ", T=", Tlen,
-                  ", NH=", NH, ", HS=", HS);
-  const Index C = Index(NH) * HS;
-  return AttnShape{Tlen, C, 3 * C, NH, HS};
+inline AttnShape check_attention(const char* fn, int B, int Tlen, int NH, int HS, int& NKV) {
+  if (NKV == 0) NKV = NH;
+  MESHTRAIN_CHECK(B >= 0 && Tlen >= 0 && NH > 0 && HS > 0 && NKV > 0, fn, ": bad shape B=", B,
+                  ", T=", Tlen, ", NH=", NH, ", HS=", HS, ", NKV=", NKV);
+  MESHTRAIN_CHECK(NH % NKV == 0, fn, ": NKV=", NKV, " key/value heads do not divide NH=", NH,
+                  " query heads (model.n_kv_head must divide model.n_head)");
+  const Index C = Index(NH) * HS, Ckv = Index(NKV) * HS;
+  return AttnShape{Tlen, C, Ckv, C + 2 * Ckv, NH, NKV, NH / NKV, HS};
 }
 }  // namespace detail
 
 template <class T>
 void attention_forward_flash(const ExecSpace& exec, View1<T> out, View1<float> lse,
-                             View1<const T> qkv, int B, int Tlen, int NH, int HS) {
+                             View1<const T> qkv, int B, int Tlen, int NH, int HS, int NKV) {
   using Acc = detail::acc_t<T>;
   using detail::acc;
   using detail::Index;
   const char* fn = "attention_forward";
-  const detail::AttnShape s = detail::check_attention(fn, B, Tlen, NH, HS);
+  const detail::AttnShape s = detail::check_attention(fn, B, Tlen, NH, HS, NKV);
   const std::size_t rows = std::size_t(B) * Tlen;
   detail::check_extent(out, rows * s.C, fn, "out");
-  detail::check_extent(qkv, rows * s.C3, fn, "qkv");
+  detail::check_extent(qkv, rows * s.ld, fn, "qkv");
   detail::check_extent(lse, rows * NH, fn, "lse");
   const Acc scale = Acc(1) / kc::sqrt(Acc(HS));
   const Acc lowest = detail::kLowest<Acc>;
@@ -61,12 +66,12 @@ void attention_forward_flash(const ExecSpace& exec, View1<T> out, View1<float> l
         // league rank = (b*NH + h)*T + i, which is also the row's index in lse.
         const Index r = m.league_rank();
         const Index i = r % s.T, bh = r / s.T, h = bh % s.NH, b = bh / s.NH;
-        const Index q0 = (b * s.T + i) * s.C3 + h * s.HS;
+        const Index q0 = (b * s.T + i) * s.ld + h * s.HS, kvh = h / s.G;
         Scratch o(m.team_scratch(0), s.HS);
         Kokkos::parallel_for(Kokkos::ThreadVectorRange(m, s.HS), [&](Index d) { o(d) = 0; });
         Acc mx = lowest, l = 0;
         for (Index j = 0; j <= i; ++j) {
-          const Index k0 = (b * s.T + j) * s.C3 + s.C + h * s.HS, v0 = k0 + s.C;
+          const Index k0 = (b * s.T + j) * s.ld + s.C + kvh * s.HS, v0 = k0 + s.Ckv;
           Acc dot = 0;
           Kokkos::parallel_reduce(
               Kokkos::ThreadVectorRange(m, s.HS),
@@ -90,16 +95,16 @@ void attention_forward_flash(const ExecSpace& exec, View1<T> out, View1<float> l
 template <class T>
 void attention_backward_flash(const ExecSpace& exec, View1<T> dqkv, View1<const T> dout,
                               View1<const T> qkv, View1<const T> out, View1<const float> lse,
-                              int B, int Tlen, int NH, int HS) {
+                              int B, int Tlen, int NH, int HS, int NKV) {
   using Acc = detail::acc_t<T>;
   using detail::acc;
   using detail::Index;
   const char* fn = "attention_backward";
-  const detail::AttnShape s = detail::check_attention(fn, B, Tlen, NH, HS);
+  const detail::AttnShape s = detail::check_attention(fn, B, Tlen, NH, HS, NKV);
   const std::size_t rows = std::size_t(B) * Tlen;
-  detail::check_extent(dqkv, rows * s.C3, fn, "dqkv");
+  detail::check_extent(dqkv, rows * s.ld, fn, "dqkv");
   detail::check_extent(dout, rows * s.C, fn, "dout");
-  detail::check_extent(qkv, rows * s.C3, fn, "qkv");
+  detail::check_extent(qkv, rows * s.ld, fn, "qkv");
   detail::check_extent(out, rows * s.C, fn, "out");
   detail::check_extent(lse, rows * NH, fn, "lse");
   const Acc scale = Acc(1) / kc::sqrt(Acc(HS));
@@ -115,7 +120,7 @@ void attention_backward_flash(const ExecSpace& exec, View1<T> dqkv, View1<const 
       "meshtrain::attention_backward_dq", rows_policy, KOKKOS_LAMBDA(const detail::Member& m) {
         const Index r = m.league_rank();
         const Index i = r % s.T, bh = r / s.T, h = bh % s.NH, b = bh / s.NH;
-        const Index q0 = (b * s.T + i) * s.C3 + h * s.HS;
+        const Index q0 = (b * s.T + i) * s.ld + h * s.HS, kvh = h / s.G;
         const Index o0 = (b * s.T + i) * s.C + h * s.HS;
         Scratch dq(m.team_scratch(0), s.HS);
         Acc Di = 0;
@@ -125,7 +130,7 @@ void attention_backward_flash(const ExecSpace& exec, View1<T> dqkv, View1<const 
         Kokkos::parallel_for(Kokkos::ThreadVectorRange(m, s.HS), [&](Index d) { dq(d) = 0; });
         const Acc lse_i = lse(r);
         for (Index j = 0; j <= i; ++j) {
-          const Index k0 = (b * s.T + j) * s.C3 + s.C + h * s.HS, v0 = k0 + s.C;
+          const Index k0 = (b * s.T + j) * s.ld + s.C + kvh * s.HS, v0 = k0 + s.Ckv;
           Acc qk = 0, dp = 0;
           Kokkos::parallel_reduce(
               Kokkos::ThreadVectorRange(m, s.HS),
@@ -142,34 +147,36 @@ void attention_backward_flash(const ExecSpace& exec, View1<T> dqkv, View1<const 
         Kokkos::single(Kokkos::PerTeam(m), [&]() { Dbuf(r) = Di; });
       });
 
-  // Pass 2: per key row j (league rank (b*NH + h)*T + j), dk_j and dv_j over queries i >= j.
-  detail::Team keys_policy(exec, B * NH * Tlen, 1, vlen);
+  // Pass 2: per key row j of kv head kvh (league rank (b*NKV + kvh)*T + j), dk_j and dv_j over
+  // the G query heads that share it (in head order) and their queries i >= j.
+  detail::Team keys_policy(exec, B * s.NKV * Tlen, 1, vlen);
   keys_policy.set_scratch_size(0, Kokkos::PerTeam(Scratch::shmem_size(2 * HS)));
   Kokkos::parallel_for(
       "meshtrain::attention_backward_dkv", keys_policy, KOKKOS_LAMBDA(const detail::Member& m) {
         const Index r = m.league_rank();
-        const Index j = r % s.T, bh = r / s.T, h = bh % s.NH, b = bh / s.NH;
-        const Index k0 = (b * s.T + j) * s.C3 + s.C + h * s.HS, v0 = k0 + s.C;
+        const Index j = r % s.T, bk = r / s.T, kvh = bk % s.NKV, b = bk / s.NKV;
+        const Index k0 = (b * s.T + j) * s.ld + s.C + kvh * s.HS, v0 = k0 + s.Ckv;
         Scratch dk(m.team_scratch(0), 2 * s.HS);  // [dk | dv]
         Kokkos::parallel_for(Kokkos::ThreadVectorRange(m, 2 * s.HS), [&](Index d) { dk(d) = 0; });
-        for (Index i = j; i < s.T; ++i) {
-          const Index q0 = (b * s.T + i) * s.C3 + h * s.HS;
-          const Index o0 = (b * s.T + i) * s.C + h * s.HS;
-          const Index ri = bh * s.T + i;
-          Acc qk = 0, dp = 0;
-          Kokkos::parallel_reduce(
-              Kokkos::ThreadVectorRange(m, s.HS),
-              [&](Index d, Acc& a) { a += acc(qkv(q0 + d)) * acc(qkv(k0 + d)); }, qk);
-          Kokkos::parallel_reduce(
-              Kokkos::ThreadVectorRange(m, s.HS),
-              [&](Index d, Acc& a) { a += acc(dout(o0 + d)) * acc(qkv(v0 + d)); }, dp);
-          const Acc p = kc::exp(qk * scale - Acc(lse(ri)));
-          const Acc ds = p * (dp - Dbuf(ri));
-          Kokkos::parallel_for(Kokkos::ThreadVectorRange(m, s.HS), [&](Index d) {
-            dk(d) += ds * acc(qkv(q0 + d));
-            dk(s.HS + d) += p * acc(dout(o0 + d));
-          });
-        }
+        for (Index h = kvh * s.G; h < (kvh + 1) * s.G; ++h)
+          for (Index i = j; i < s.T; ++i) {
+            const Index q0 = (b * s.T + i) * s.ld + h * s.HS;
+            const Index o0 = (b * s.T + i) * s.C + h * s.HS;
+            const Index ri = (b * s.NH + h) * s.T + i;
+            Acc qk = 0, dp = 0;
+            Kokkos::parallel_reduce(
+                Kokkos::ThreadVectorRange(m, s.HS),
+                [&](Index d, Acc& a) { a += acc(qkv(q0 + d)) * acc(qkv(k0 + d)); }, qk);
+            Kokkos::parallel_reduce(
+                Kokkos::ThreadVectorRange(m, s.HS),
+                [&](Index d, Acc& a) { a += acc(dout(o0 + d)) * acc(qkv(v0 + d)); }, dp);
+            const Acc p = kc::exp(qk * scale - Acc(lse(ri)));
+            const Acc ds = p * (dp - Dbuf(ri));
+            Kokkos::parallel_for(Kokkos::ThreadVectorRange(m, s.HS), [&](Index d) {
+              dk(d) += ds * acc(qkv(q0 + d));
+              dk(s.HS + d) += p * acc(dout(o0 + d));
+            });
+          }
         Kokkos::parallel_for(Kokkos::ThreadVectorRange(m, s.HS), [&](Index d) {
           dqkv(k0 + d) = static_cast<T>(dk(d) * scale);
           dqkv(v0 + d) = static_cast<T>(dk(s.HS + d));
@@ -188,22 +195,23 @@ inline constexpr bool kHostBlasType = std::is_same_v<T, float> || std::is_same_v
 
 template <class T>
 void check_forward(const char* fn, View1<T> out, View1<float> lse, View1<const T> qkv, int B,
-                   int Tlen, int NH, int HS) {
-  const AttnShape s = check_attention(fn, B, Tlen, NH, HS);
+                   int Tlen, int NH, int HS, int& NKV) {
+  const AttnShape s = check_attention(fn, B, Tlen, NH, HS, NKV);
   const std::size_t rows = std::size_t(B) * Tlen;
   check_extent(out, rows * s.C, fn, "out");
-  check_extent(qkv, rows * s.C3, fn, "qkv");
+  check_extent(qkv, rows * s.ld, fn, "qkv");
   check_extent(lse, rows * NH, fn, "lse");
 }
 
 template <class T>
 void check_backward(const char* fn, View1<T> dqkv, View1<const T> dout, View1<const T> qkv,
-                    View1<const T> out, View1<const float> lse, int B, int Tlen, int NH, int HS) {
-  const AttnShape s = check_attention(fn, B, Tlen, NH, HS);
+                    View1<const T> out, View1<const float> lse, int B, int Tlen, int NH, int HS,
+                    int& NKV) {
+  const AttnShape s = check_attention(fn, B, Tlen, NH, HS, NKV);
   const std::size_t rows = std::size_t(B) * Tlen;
-  check_extent(dqkv, rows * s.C3, fn, "dqkv");
+  check_extent(dqkv, rows * s.ld, fn, "dqkv");
   check_extent(dout, rows * s.C, fn, "dout");
-  check_extent(qkv, rows * s.C3, fn, "qkv");
+  check_extent(qkv, rows * s.ld, fn, "qkv");
   check_extent(out, rows * s.C, fn, "out");
   check_extent(lse, rows * NH, fn, "lse");
 }
@@ -211,55 +219,53 @@ void check_backward(const char* fn, View1<T> dqkv, View1<const T> dout, View1<co
 
 template <class T>
 void attention_forward(const ExecSpace& exec, View1<T> out, View1<float> lse, View1<const T> qkv,
-                       int B, int Tlen, int NH, int HS) {
+                       int B, int Tlen, int NH, int HS, int NKV) {
+  detail::check_forward("attention_forward", out, lse, qkv, B, Tlen, NH, HS, NKV);
   if constexpr (kDeviceIsHost && detail::kHostBlasType<T>) {
-    detail::check_forward("attention_forward", out, lse, qkv, B, Tlen, NH, HS);
-    detail::attention_forward_host<T>(exec, out, lse, qkv, B, Tlen, NH, HS);
+    detail::attention_forward_host<T>(exec, out, lse, qkv, B, Tlen, NH, HS, NKV);
     return;
   }
 #if defined(KOKKOS_ENABLE_CUDA)
   if constexpr (detail::kCudaAttentionType<T>) {
-    detail::check_forward("attention_forward", out, lse, qkv, B, Tlen, NH, HS);
     const detail::ToolRegion region(
         [] { return std::string("meshtrain::attention_forward_cuda"); });
-    if (detail::attention_forward_cuda<T>(exec, out, lse, qkv, B, Tlen, NH, HS)) return;
+    if (detail::attention_forward_cuda<T>(exec, out, lse, qkv, B, Tlen, NH, HS, NKV)) return;
   }
 #endif
-  attention_forward_flash<T>(exec, out, lse, qkv, B, Tlen, NH, HS);
+  attention_forward_flash<T>(exec, out, lse, qkv, B, Tlen, NH, HS, NKV);
 }
 
 template <class T>
 void attention_backward(const ExecSpace& exec, View1<T> dqkv, View1<const T> dout,
                         View1<const T> qkv, View1<const T> out, View1<const float> lse, int B,
-                        int Tlen, int NH, int HS) {
+                        int Tlen, int NH, int HS, int NKV) {
+  detail::check_backward("attention_backward", dqkv, dout, qkv, out, lse, B, Tlen, NH, HS, NKV);
   if constexpr (kDeviceIsHost && detail::kHostBlasType<T>) {
-    detail::check_backward("attention_backward", dqkv, dout, qkv, out, lse, B, Tlen, NH, HS);
-    detail::attention_backward_host<T>(exec, dqkv, dout, qkv, out, lse, B, Tlen, NH, HS);
+    detail::attention_backward_host<T>(exec, dqkv, dout, qkv, out, lse, B, Tlen, NH, HS, NKV);
     return;
   }
 #if defined(KOKKOS_ENABLE_CUDA)
   if constexpr (detail::kCudaAttentionType<T>) {
-    detail::check_backward("attention_backward", dqkv, dout, qkv, out, lse, B, Tlen, NH, HS);
     const detail::ToolRegion region(
         [] { return std::string("meshtrain::attention_backward_cuda"); });
-    if (detail::attention_backward_cuda<T>(exec, dqkv, dout, qkv, out, lse, B, Tlen, NH, HS))
+    if (detail::attention_backward_cuda<T>(exec, dqkv, dout, qkv, out, lse, B, Tlen, NH, HS, NKV))
       return;
   }
 #endif
-  attention_backward_flash<T>(exec, dqkv, dout, qkv, out, lse, B, Tlen, NH, HS);
+  attention_backward_flash<T>(exec, dqkv, dout, qkv, out, lse, B, Tlen, NH, HS, NKV);
 }
 
 template <class T>
 void attention_forward_reference(const ExecSpace& exec, View1<T> out, View1<const T> qkv, int B,
-                                 int Tlen, int NH, int HS) {
+                                 int Tlen, int NH, int HS, int NKV) {
   using Acc = detail::acc_t<T>;
   using detail::acc;
   using detail::Index;
   const char* fn = "attention_forward_reference";
-  const detail::AttnShape s = detail::check_attention(fn, B, Tlen, NH, HS);
+  const detail::AttnShape s = detail::check_attention(fn, B, Tlen, NH, HS, NKV);
   const std::size_t rows = std::size_t(B) * Tlen;
   detail::check_extent(out, rows * s.C, fn, "out");
-  detail::check_extent(qkv, rows * s.C3, fn, "qkv");
+  detail::check_extent(qkv, rows * s.ld, fn, "qkv");
   const Acc scale = Acc(1) / kc::sqrt(Acc(HS));
   // The textbook form: materialise the probabilities (two-pass softmax), then P @ V.
   View1<Acc> att = alloc<Acc>("attention_reference_probs", rows * NH * std::size_t(Tlen));
@@ -267,11 +273,11 @@ void attention_forward_reference(const ExecSpace& exec, View1<T> out, View1<cons
       "meshtrain::attention_forward_reference", detail::Range(exec, 0, Index(rows) * NH),
       KOKKOS_LAMBDA(Index r) {
         const Index i = r % s.T, bh = r / s.T, h = bh % s.NH, b = bh / s.NH;
-        const Index q0 = (b * s.T + i) * s.C3 + h * s.HS;
+        const Index q0 = (b * s.T + i) * s.ld + h * s.HS, kvh = h / s.G;
         const Index a0 = r * s.T;
         Acc mx = 0;
         for (Index j = 0; j <= i; ++j) {
-          const Index k0 = (b * s.T + j) * s.C3 + s.C + h * s.HS;
+          const Index k0 = (b * s.T + j) * s.ld + s.C + kvh * s.HS;
           Acc dot = 0;
           for (Index d = 0; d < s.HS; ++d) dot += acc(qkv(q0 + d)) * acc(qkv(k0 + d));
           att(a0 + j) = dot * scale;
@@ -287,7 +293,7 @@ void attention_forward_reference(const ExecSpace& exec, View1<T> out, View1<cons
         for (Index d = 0; d < s.HS; ++d) {
           Acc o = 0;
           for (Index j = 0; j <= i; ++j)
-            o += att(a0 + j) * acc(qkv((b * s.T + j) * s.C3 + 2 * s.C + h * s.HS + d));
+            o += att(a0 + j) * acc(qkv((b * s.T + j) * s.ld + s.C + s.Ckv + kvh * s.HS + d));
           out(o0 + d) = static_cast<T>(o);
         }
       });
@@ -295,17 +301,17 @@ void attention_forward_reference(const ExecSpace& exec, View1<T> out, View1<cons
 
 #define MESHTRAIN_INSTANTIATE_ATTENTION(T)                                                      \
   template void attention_forward<T>(const ExecSpace&, View1<T>, View1<float>, View1<const T>,  \
-                                     int, int, int, int);                                       \
+                                     int, int, int, int, int);                                  \
   template void attention_backward<T>(const ExecSpace&, View1<T>, View1<const T>,               \
                                       View1<const T>, View1<const T>, View1<const float>, int,  \
-                                      int, int, int);                                           \
+                                      int, int, int, int);                                      \
   template void attention_forward_flash<T>(const ExecSpace&, View1<T>, View1<float>,            \
-                                           View1<const T>, int, int, int, int);                 \
+                                           View1<const T>, int, int, int, int, int);            \
   template void attention_backward_flash<T>(const ExecSpace&, View1<T>, View1<const T>,         \
                                             View1<const T>, View1<const T>, View1<const float>, \
-                                            int, int, int, int);                                \
+                                            int, int, int, int, int);                           \
   template void attention_forward_reference<T>(const ExecSpace&, View1<T>, View1<const T>, int, \
-                                               int, int, int);
+                                               int, int, int, int);
 MESHTRAIN_INSTANTIATE_ATTENTION(float)
 MESHTRAIN_INSTANTIATE_ATTENTION(double)
 // bf16 (the same bits as CUDA's __nv_bfloat16): tensor-core kernels on CUDA, the portable

@@ -47,7 +47,7 @@ __device__ __forceinline__ float dot8(const uint4& a, const uint4& b, const __nv
 // reading 16 bytes each, summed by shuffles.
 template <class E>
 __global__ void row_dot_kernel(const E* __restrict__ dout, const E* __restrict__ out, E* dqkv,
-                               int NH, int HS, long nrows) {
+                               int NH, int HS, long ld, long nrows) {
   constexpr int kVec = 16 / int(sizeof(E));
   const int lanes = HS / kVec;
   const long gid = long(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -63,18 +63,19 @@ __global__ void row_dot_kernel(const E* __restrict__ dout, const E* __restrict__
   if (r < nrows && l == 0) {
     const long bi = r / NH;
     const int h = int(r % NH);
-    *reinterpret_cast<float*>(dqkv + bi * 3 * NH * HS + long(h) * HS) = acc;
+    *reinterpret_cast<float*>(dqkv + bi * ld + long(h) * HS) = acc;
   }
 }
 
 template <class E>
 void row_dot(cudaStream_t st, const E* dout, const E* out, E* dqkv, int B, int T, int NH,
-             int HS) {
+             int HS, int NKV) {
+  const long ld = long(NH + 2 * NKV) * HS;  // dqkv's row stride
   const long nrows = long(B) * T * NH;
   const long threads = nrows * (HS * long(sizeof(E)) / 16);
   constexpr int kBlock = 256;
   row_dot_kernel<E><<<unsigned((threads + kBlock - 1) / kBlock), kBlock, 0, st>>>(dout, out, dqkv,
-                                                                                 NH, HS, nrows);
+                                                                                 NH, HS, ld, nrows);
   MESHTRAIN_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -82,42 +83,45 @@ void row_dot(cudaStream_t st, const E* dout, const E* out, E* dqkv, int B, int T
 
 template <class T>
 bool attention_forward_cuda(const ExecSpace& exec, View1<T> out, View1<float> lse,
-                            View1<const T> qkv, int B, int Tlen, int NH, int HS) {
+                            View1<const T> qkv, int B, int Tlen, int NH, int HS, int NKV) {
   if (!supported(HS, {out.data(), qkv.data()})) return false;
   if (B == 0 || Tlen == 0) return true;
+  cudaStream_t st = exec.cuda_stream();
   if constexpr (std::is_same_v<T, float>)
-    cuda::forward_f32(exec.cuda_stream(), qkv.data(), out.data(), lse.data(), B, Tlen, NH, HS);
+    cuda::forward_f32(st, qkv.data(), out.data(), lse.data(), B, Tlen, NH, HS, NKV);
   else
-    cuda::forward_bf16(exec.cuda_stream(), qkv.data(), out.data(), lse.data(), B, Tlen, NH, HS);
+    cuda::forward_bf16(st, qkv.data(), out.data(), lse.data(), B, Tlen, NH, HS, NKV);
   return true;
 }
 
 template <class T>
 bool attention_backward_cuda(const ExecSpace& exec, View1<T> dqkv, View1<const T> dout,
                              View1<const T> qkv, View1<const T> out, View1<const float> lse,
-                             int B, int Tlen, int NH, int HS) {
+                             int B, int Tlen, int NH, int HS, int NKV) {
   if (!supported(HS, {dqkv.data(), dout.data(), qkv.data(), out.data()})) return false;
   if (B == 0 || Tlen == 0) return true;
   cudaStream_t st = exec.cuda_stream();
   if constexpr (std::is_same_v<T, float>) {
-    row_dot<float>(st, dout.data(), out.data(), dqkv.data(), B, Tlen, NH, HS);
-    cuda::backward_f32(st, qkv.data(), dout.data(), lse.data(), dqkv.data(), B, Tlen, NH, HS);
+    row_dot<float>(st, dout.data(), out.data(), dqkv.data(), B, Tlen, NH, HS, NKV);
+    cuda::backward_f32(st, qkv.data(), dout.data(), lse.data(), dqkv.data(), B, Tlen, NH, HS,
+                       NKV);
   } else {
     using E = __nv_bfloat16;
     static_assert(sizeof(T) == sizeof(E), "bf16 storage must be CUDA's __nv_bfloat16 bits");
     row_dot<E>(st, reinterpret_cast<const E*>(dout.data()), reinterpret_cast<const E*>(out.data()),
-               reinterpret_cast<E*>(dqkv.data()), B, Tlen, NH, HS);
-    cuda::backward_bf16(st, qkv.data(), dout.data(), lse.data(), dqkv.data(), B, Tlen, NH, HS);
+               reinterpret_cast<E*>(dqkv.data()), B, Tlen, NH, HS, NKV);
+    cuda::backward_bf16(st, qkv.data(), dout.data(), lse.data(), dqkv.data(), B, Tlen, NH, HS,
+                        NKV);
   }
   return true;
 }
 
 #define MESHTRAIN_INSTANTIATE_ATTENTION_CUDA(T)                                                \
   template bool attention_forward_cuda<T>(const ExecSpace&, View1<T>, View1<float>,            \
-                                          View1<const T>, int, int, int, int);                 \
+                                          View1<const T>, int, int, int, int, int);            \
   template bool attention_backward_cuda<T>(const ExecSpace&, View1<T>, View1<const T>,         \
                                            View1<const T>, View1<const T>, View1<const float>, \
-                                           int, int, int, int);
+                                           int, int, int, int, int);
 MESHTRAIN_INSTANTIATE_ATTENTION_CUDA(float)
 MESHTRAIN_INSTANTIATE_ATTENTION_CUDA(Kokkos::Experimental::bhalf_t)
 #undef MESHTRAIN_INSTANTIATE_ATTENTION_CUDA

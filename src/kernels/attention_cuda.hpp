@@ -31,24 +31,25 @@ inline constexpr bool kCudaAttentionType =
 // runs the portable kernels. Shapes and extents are the caller's to check.
 template <class T>
 bool attention_forward_cuda(const ExecSpace& exec, View1<T> out, View1<float> lse,
-                            View1<const T> qkv, int B, int Tlen, int NH, int HS);
+                            View1<const T> qkv, int B, int Tlen, int NH, int HS, int NKV);
 template <class T>
 bool attention_backward_cuda(const ExecSpace& exec, View1<T> dqkv, View1<const T> dout,
                              View1<const T> qkv, View1<const T> out, View1<const float> lse,
-                             int B, int Tlen, int NH, int HS);
+                             int B, int Tlen, int NH, int HS, int NKV);
 
 namespace cuda {
 // Raw launchers, one per element type (bf16 as CUDA's __nv_bfloat16, the same bits as
 // Kokkos' bhalf_t). The backward expects D_i = dO_i . O_i already in dqkv's q slots
-// (attention_cuda_device.hpp, d_slot).
+// (attention_cuda_device.hpp, d_slot). NKV (>= 1) divides NH: grouped-query attention, the
+// dK/dV kernels run one CTA per key block of a kv head and loop over its query heads.
 void forward_f32(cudaStream_t st, const float* qkv, float* out, float* lse, int B, int T, int NH,
-                 int HS);
+                 int HS, int NKV);
 void backward_f32(cudaStream_t st, const float* qkv, const float* dout, const float* lse,
-                  float* dqkv, int B, int T, int NH, int HS);
+                  float* dqkv, int B, int T, int NH, int HS, int NKV);
 void forward_bf16(cudaStream_t st, const void* qkv, void* out, float* lse, int B, int T, int NH,
-                  int HS);
+                  int HS, int NKV);
 void backward_bf16(cudaStream_t st, const void* qkv, const void* dout, const float* lse,
-                   void* dqkv, int B, int T, int NH, int HS);
+                   void* dqkv, int B, int T, int NH, int HS, int NKV);
 
 // Tile shapes of the bf16 kernels at HS = 64 (bench_attention --variants explores them; 0 keeps
 // the default): forward warps (16 query rows each), dK/dV warps (16 keys each) and query tile,

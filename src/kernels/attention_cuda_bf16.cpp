@@ -39,7 +39,7 @@ struct Fwd {
 template <int D, int kWarps, int kKeys = kBN>
 __global__ void __launch_bounds__(32 * kWarps)
     fwd_kernel(const bf16_t* __restrict__ qkv, bf16_t* __restrict__ out, float* __restrict__ lse,
-               int T, int NH, float scale_log2) {
+               int T, int NH, int G, float scale_log2) {
   using Cfg = Fwd<D, kWarps, kKeys>;
   constexpr int BM = Cfg::BM, BN = Cfg::BN, SD = Cfg::SD, NT = Cfg::kThreads;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -50,10 +50,10 @@ __global__ void __launch_bounds__(32 * kWarps)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int qb = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int m0 = qb * BM;
-  const long C = long(NH) * D, ld = 3 * C;
+  const long C = long(NH) * D, Ckv = C / G, ld = C + 2 * Ckv;  // G query heads per kv head
   const bf16_t* Qg = qkv + (long(b) * T + m0) * ld + h * D;
-  const bf16_t* Kg = qkv + long(b) * T * ld + C + h * D;  // key row 0 of this head
-  const bf16_t* Vg = Kg + C;
+  const bf16_t* Kg = qkv + long(b) * T * ld + C + (h / G) * D;  // key row 0 of the kv head
+  const bf16_t* Vg = Kg + Ckv;
   const int nkb = (min(m0 + BM, T) - 1) / BN + 1;  // key tiles holding keys <= the last row
 
   load_tile_async<bf16_t, BM, D, SD, NT>(sQ, Qg, ld, T - m0);
@@ -180,7 +180,7 @@ struct Dkdv {
 template <int D, int kWarps, int BQ>
 __global__ void __launch_bounds__(32 * kWarps)
     dkdv_kernel(const bf16_t* __restrict__ qkv, const bf16_t* __restrict__ dout,
-                const float* __restrict__ lse, bf16_t* dqkv, int T, int NH, float scale,
+                const float* __restrict__ lse, bf16_t* dqkv, int T, int NH, int G, float scale,
                 float scale_log2) {
   using Cfg = Dkdv<D, kWarps, BQ>;
   constexpr int BN = Cfg::BN, SD = Cfg::SD, NT = Cfg::kThreads;
@@ -193,18 +193,23 @@ __global__ void __launch_bounds__(32 * kWarps)
   float* sD = sL + 2 * BQ;                                  // D, [2][BQ]
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-  const int kb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;  // key block 0 (most work) first
+  // kvh: the key/value head; key block 0 (most work) first.
+  const int kb = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
   const int n0 = kb * BN;
-  const long C = long(NH) * D, ld = 3 * C;
-  const bf16_t* Qg = qkv + long(b) * T * ld + h * D;
-  const bf16_t* Og = dout + long(b) * T * C + h * D;
-  const float* Lg = lse + (long(b) * NH + h) * T;
-  const float* Dg = d_slot(dqkv, b, h, T, ld, D);
-  const int qb0 = n0 / BQ, nqb = (T + BQ - 1) / BQ;
+  const long C = long(NH) * D, Ckv = C / G, ld = C + 2 * Ckv;
+  const bf16_t* Kg = qkv + long(b) * T * ld + C + kvh * D;
+  const int qb0 = n0 / BQ, nqb = (T + BQ - 1) / BQ, per_head = nqb - qb0;
+  // The tiles visited: (query head kvh*G + it / per_head, query tile qb0 + it % per_head) for
+  // it = 0 .. G*per_head - 1, so dK and dV sum over the group's heads in head order.
+  const int ntiles = G * per_head;
 
-  // Query tile qb into buffer buf: rows past T are zero, with lse = +inf so that P = 0.
-  auto load_q = [&](int qb, int buf) {
-    const int q0 = qb * BQ;
+  // Tile `it` into buffer buf: rows past T are zero, with lse = +inf so that P = 0.
+  auto load_q = [&](int it, int buf) {
+    const int h = kvh * G + it / per_head, q0 = (qb0 + it % per_head) * BQ;
+    const bf16_t* Qg = qkv + long(b) * T * ld + h * D;
+    const bf16_t* Og = dout + long(b) * T * C + h * D;
+    const float* Lg = lse + (long(b) * NH + h) * T;
+    const float* Dg = d_slot(dqkv, b, h, T, ld, D);
     load_tile_async<bf16_t, BQ, D, SD, NT>(sQ + buf * BQ * SD, Qg + q0 * ld, ld, T - q0);
     load_tile_async<bf16_t, BQ, D, SD, NT>(sO + buf * BQ * SD, Og + q0 * C, C, T - q0);
     for (int i = threadIdx.x; i < BQ; i += NT) {
@@ -213,9 +218,9 @@ __global__ void __launch_bounds__(32 * kWarps)
       sD[buf * BQ + i] = ok ? Dg[(q0 + i) * (ld / 2)] : 0.f;
     }
   };
-  load_tile_async<bf16_t, BN, D, SD, NT>(sK, Qg + C + n0 * ld, ld, T - n0);
-  load_tile_async<bf16_t, BN, D, SD, NT>(sV, Qg + 2 * C + n0 * ld, ld, T - n0);
-  load_q(qb0, 0);
+  load_tile_async<bf16_t, BN, D, SD, NT>(sK, Kg + n0 * ld, ld, T - n0);
+  load_tile_async<bf16_t, BN, D, SD, NT>(sV, Kg + Ckv + n0 * ld, ld, T - n0);
+  load_q(0, 0);
   cp_async_commit();
 
   const int j0 = n0 + 16 * warp;  // this warp's first key
@@ -225,15 +230,15 @@ __global__ void __launch_bounds__(32 * kWarps)
 #pragma unroll
     for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.f;
 
-  for (int qb = qb0; qb < nqb; ++qb) {
-    const int buf = (qb - qb0) & 1;
+  for (int it = 0; it < ntiles; ++it) {
+    const int buf = it & 1;
     cp_async_wait<0>();
     __syncthreads();
-    if (qb + 1 < nqb) {
-      load_q(qb + 1, buf ^ 1);
+    if (it + 1 < ntiles) {
+      load_q(it + 1, buf ^ 1);
       cp_async_commit();
     }
-    const int q0 = qb * BQ;
+    const int q0 = (qb0 + it % per_head) * BQ;
     if (q0 + BQ - 1 < j0) continue;  // every query of the tile precedes this warp's keys
     const bf16_t* Qs = sQ + buf * BQ * SD;
     const bf16_t* Os = sO + buf * BQ * SD;
@@ -297,12 +302,12 @@ __global__ void __launch_bounds__(32 * kWarps)
   for (int i = 0; i < 2; ++i) {
     const int j = j0 + g + 8 * i;
     if (j >= T) continue;
-    bf16_t* krow = dqkv + (long(b) * T + j) * ld + C + h * D;
+    bf16_t* krow = dqkv + (long(b) * T + j) * ld + C + kvh * D;
 #pragma unroll
     for (int dt = 0; dt < D / 8; ++dt) {
       *reinterpret_cast<unsigned*>(krow + 8 * dt + 2 * t) =
           pack_bf16(dk[dt][2 * i] * scale, dk[dt][2 * i + 1] * scale);
-      *reinterpret_cast<unsigned*>(krow + C + 8 * dt + 2 * t) =
+      *reinterpret_cast<unsigned*>(krow + Ckv + 8 * dt + 2 * t) =
           pack_bf16(dv[dt][2 * i], dv[dt][2 * i + 1]);
     }
   }
@@ -319,7 +324,7 @@ struct Dq {
 template <int D, int kWarps, int BN>
 __global__ void __launch_bounds__(32 * kWarps)
     dq_kernel(const bf16_t* __restrict__ qkv, const bf16_t* __restrict__ dout,
-              const float* __restrict__ lse, bf16_t* dqkv, int T, int NH, float scale,
+              const float* __restrict__ lse, bf16_t* dqkv, int T, int NH, int G, float scale,
               float scale_log2) {
   using Cfg = Dq<D, kWarps, BN>;
   constexpr int BM = Cfg::BM, SD = Cfg::SD, NT = Cfg::kThreads;
@@ -332,10 +337,10 @@ __global__ void __launch_bounds__(32 * kWarps)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int qb = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int m0 = qb * BM;
-  const long C = long(NH) * D, ld = 3 * C;
+  const long C = long(NH) * D, Ckv = C / G, ld = C + 2 * Ckv;
   const bf16_t* Qg = qkv + (long(b) * T + m0) * ld + h * D;
-  const bf16_t* Kg = qkv + long(b) * T * ld + C + h * D;
-  const bf16_t* Vg = Kg + C;
+  const bf16_t* Kg = qkv + long(b) * T * ld + C + (h / G) * D;
+  const bf16_t* Vg = Kg + Ckv;
   const int nkb = (min(m0 + BM, T) - 1) / BN + 1;
 
   load_tile_async<bf16_t, BM, D, SD, NT>(sQ, Qg, ld, T - m0);
@@ -443,13 +448,13 @@ Bf16Tiles g_tiles;  // bench_attention's variants; zeros: the defaults below
 
 template <int D, int kWarps, int kKeys = kBN>
 void forward_tiles(cudaStream_t st, const bf16_t* qkv, bf16_t* out, float* lse, int B, int T,
-                   int NH) {
+                   int NH, int G) {
   using Cfg = Fwd<D, kWarps, kKeys>;
   auto kernel = fwd_kernel<D, kWarps, kKeys>;
   set_smem(kernel, Cfg::kSmem);
   const float scale = 1.f / std::sqrt(float(D));
   const dim3 grid((T + Cfg::BM - 1) / Cfg::BM, NH, B);
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmem, st>>>(qkv, out, lse, T, NH, scale * kLog2e);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmem, st>>>(qkv, out, lse, T, NH, G, scale * kLog2e);
   MESHTRAIN_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -457,67 +462,68 @@ void forward_tiles(cudaStream_t st, const bf16_t* qkv, bf16_t* out, float* lse, 
 // on an H200 (B = 16 and 32, T = 1024, 12 heads) measured the forward 2 % and the backward 10 %
 // faster than 8 warps / 64 keys, with the same bits (perf/README.md).
 template <int D>
-void forward(cudaStream_t st, const bf16_t* qkv, bf16_t* out, float* lse, int B, int T, int NH) {
+void forward(cudaStream_t st, const bf16_t* qkv, bf16_t* out, float* lse, int B, int T, int NH,
+             int G) {
   if constexpr (D == 64) {
     const int w = g_tiles.fwd_warps, bn = g_tiles.fwd_bn;
-    if (w == 8 && bn == 128) return forward_tiles<D, 8, 128>(st, qkv, out, lse, B, T, NH);
-    if (w == 8) return forward_tiles<D, 8>(st, qkv, out, lse, B, T, NH);
-    if (bn == 128) return forward_tiles<D, 4, 128>(st, qkv, out, lse, B, T, NH);
-    if (bn == 32) return forward_tiles<D, 4, 32>(st, qkv, out, lse, B, T, NH);
-    return forward_tiles<D, 4>(st, qkv, out, lse, B, T, NH);
+    if (w == 8 && bn == 128) return forward_tiles<D, 8, 128>(st, qkv, out, lse, B, T, NH, G);
+    if (w == 8) return forward_tiles<D, 8>(st, qkv, out, lse, B, T, NH, G);
+    if (bn == 128) return forward_tiles<D, 4, 128>(st, qkv, out, lse, B, T, NH, G);
+    if (bn == 32) return forward_tiles<D, 4, 32>(st, qkv, out, lse, B, T, NH, G);
+    return forward_tiles<D, 4>(st, qkv, out, lse, B, T, NH, G);
   }
-  forward_tiles<D, D <= 64 ? 8 : 4>(st, qkv, out, lse, B, T, NH);
+  forward_tiles<D, D <= 64 ? 8 : 4>(st, qkv, out, lse, B, T, NH, G);
 }
 
 template <int D, int kWarps, int BQ>
 void dkdv_tiles(cudaStream_t st, const bf16_t* qkv, const bf16_t* dout, const float* lse,
-                bf16_t* dqkv, int B, int T, int NH, float scale) {
+                bf16_t* dqkv, int B, int T, int NH, int G, float scale) {
   using Cfg = Dkdv<D, kWarps, BQ>;
   auto kernel = dkdv_kernel<D, kWarps, BQ>;
   set_smem(kernel, Cfg::kSmem);
-  const dim3 grid((T + Cfg::BN - 1) / Cfg::BN, NH, B);
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmem, st>>>(qkv, dout, lse, dqkv, T, NH, scale,
+  const dim3 grid((T + Cfg::BN - 1) / Cfg::BN, NH / G, B);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmem, st>>>(qkv, dout, lse, dqkv, T, NH, G, scale,
                                                   scale * kLog2e);
   MESHTRAIN_CUDA_CHECK(cudaGetLastError());
 }
 
 template <int D, int kWarps, int BN>
 void dq_tiles(cudaStream_t st, const bf16_t* qkv, const bf16_t* dout, const float* lse,
-              bf16_t* dqkv, int B, int T, int NH, float scale) {
+              bf16_t* dqkv, int B, int T, int NH, int G, float scale) {
   using Cfg = Dq<D, kWarps, BN>;
   auto kernel = dq_kernel<D, kWarps, BN>;
   set_smem(kernel, Cfg::kSmem);
   const dim3 grid((T + Cfg::BM - 1) / Cfg::BM, NH, B);
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmem, st>>>(qkv, dout, lse, dqkv, T, NH, scale,
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmem, st>>>(qkv, dout, lse, dqkv, T, NH, G, scale,
                                                   scale * kLog2e);
   MESHTRAIN_CUDA_CHECK(cudaGetLastError());
 }
 
 template <int D>
 void backward(cudaStream_t st, const bf16_t* qkv, const bf16_t* dout, const float* lse,
-              bf16_t* dqkv, int B, int T, int NH) {
+              bf16_t* dqkv, int B, int T, int NH, int G) {
   const float scale = 1.f / std::sqrt(float(D));
   const auto* q = qkv;
   bool done = false;
   if constexpr (D == 64) {
     const int w = g_tiles.dkdv_warps, bq = g_tiles.dkdv_bq;
-    if (w == 8 && bq == 64) dkdv_tiles<D, 8, 64>(st, q, dout, lse, dqkv, B, T, NH, scale);
-    else if (w == 8 && bq == 32) dkdv_tiles<D, 8, 32>(st, q, dout, lse, dqkv, B, T, NH, scale);
-    else if (w == 4 && bq == 32) dkdv_tiles<D, 4, 32>(st, q, dout, lse, dqkv, B, T, NH, scale);
+    if (w == 8 && bq == 64) dkdv_tiles<D, 8, 64>(st, q, dout, lse, dqkv, B, T, NH, G, scale);
+    else if (w == 8 && bq == 32) dkdv_tiles<D, 8, 32>(st, q, dout, lse, dqkv, B, T, NH, G, scale);
+    else if (w == 4 && bq == 32) dkdv_tiles<D, 4, 32>(st, q, dout, lse, dqkv, B, T, NH, G, scale);
     done = (w == 8 && (bq == 64 || bq == 32)) || (w == 4 && bq == 32);
   }
-  if (!done) dkdv_tiles<D, 4, D <= 64 ? 64 : 32>(st, q, dout, lse, dqkv, B, T, NH, scale);
+  if (!done) dkdv_tiles<D, 4, D <= 64 ? 64 : 32>(st, q, dout, lse, dqkv, B, T, NH, G, scale);
   done = false;
   if constexpr (D == 64) {
     const int w = g_tiles.dq_warps, bn = g_tiles.dq_bn;
-    if (w == 8 && bn == 64) dq_tiles<D, 8, 64>(st, q, dout, lse, dqkv, B, T, NH, scale);
-    else if (w == 8 && bn == 32) dq_tiles<D, 8, 32>(st, q, dout, lse, dqkv, B, T, NH, scale);
-    else if (w == 4 && bn == 64) dq_tiles<D, 4, 64>(st, q, dout, lse, dqkv, B, T, NH, scale);
-    else if (w == 4 && bn == 16) dq_tiles<D, 4, 16>(st, q, dout, lse, dqkv, B, T, NH, scale);
-    else dq_tiles<D, 4, 32>(st, q, dout, lse, dqkv, B, T, NH, scale);  // the default
+    if (w == 8 && bn == 64) dq_tiles<D, 8, 64>(st, q, dout, lse, dqkv, B, T, NH, G, scale);
+    else if (w == 8 && bn == 32) dq_tiles<D, 8, 32>(st, q, dout, lse, dqkv, B, T, NH, G, scale);
+    else if (w == 4 && bn == 64) dq_tiles<D, 4, 64>(st, q, dout, lse, dqkv, B, T, NH, G, scale);
+    else if (w == 4 && bn == 16) dq_tiles<D, 4, 16>(st, q, dout, lse, dqkv, B, T, NH, G, scale);
+    else dq_tiles<D, 4, 32>(st, q, dout, lse, dqkv, B, T, NH, G, scale);  // the default
     done = true;
   }
-  if (!done) dq_tiles<D, 4, D <= 64 ? 64 : 32>(st, q, dout, lse, dqkv, B, T, NH, scale);
+  if (!done) dq_tiles<D, 4, D <= 64 ? 64 : 32>(st, q, dout, lse, dqkv, B, T, NH, G, scale);
 }
 
 }  // namespace
@@ -525,26 +531,28 @@ void backward(cudaStream_t st, const bf16_t* qkv, const bf16_t* dout, const floa
 void set_bf16_tiles(const Bf16Tiles& tiles) { g_tiles = tiles; }
 
 void forward_bf16(cudaStream_t st, const void* qkv, void* out, float* lse, int B, int T, int NH,
-                  int HS) {
+                  int HS, int NKV) {
+  const int G = NH / NKV;
   const auto* q = static_cast<const bf16_t*>(qkv);
   auto* o = static_cast<bf16_t*>(out);
   switch (HS) {
-    case 32: return forward<32>(st, q, o, lse, B, T, NH);
-    case 64: return forward<64>(st, q, o, lse, B, T, NH);
-    case 128: return forward<128>(st, q, o, lse, B, T, NH);
+    case 32: return forward<32>(st, q, o, lse, B, T, NH, G);
+    case 64: return forward<64>(st, q, o, lse, B, T, NH, G);
+    case 128: return forward<128>(st, q, o, lse, B, T, NH, G);
   }
   MESHTRAIN_CHECK(false, "attention forward_bf16: unsupported HS=", HS);
 }
 
 void backward_bf16(cudaStream_t st, const void* qkv, const void* dout, const float* lse,
-                   void* dqkv, int B, int T, int NH, int HS) {
+                   void* dqkv, int B, int T, int NH, int HS, int NKV) {
+  const int G = NH / NKV;
   const auto* q = static_cast<const bf16_t*>(qkv);
   const auto* o = static_cast<const bf16_t*>(dout);
   auto* dq = static_cast<bf16_t*>(dqkv);
   switch (HS) {
-    case 32: return backward<32>(st, q, o, lse, dq, B, T, NH);
-    case 64: return backward<64>(st, q, o, lse, dq, B, T, NH);
-    case 128: return backward<128>(st, q, o, lse, dq, B, T, NH);
+    case 32: return backward<32>(st, q, o, lse, dq, B, T, NH, G);
+    case 64: return backward<64>(st, q, o, lse, dq, B, T, NH, G);
+    case 128: return backward<128>(st, q, o, lse, dq, B, T, NH, G);
   }
   MESHTRAIN_CHECK(false, "attention backward_bf16: unsupported HS=", HS);
 }

@@ -124,7 +124,7 @@ __device__ __forceinline__ void store_row(float* dst, const float4 (&o)[Tile<D>:
 template <int D>
 __global__ void __launch_bounds__(Tile<D>::NT)
     fwd_kernel(const float* __restrict__ qkv, float* __restrict__ out, float* __restrict__ lse,
-               int T, int NH, float scale) {
+               int T, int NH, int G, float scale) {
   using Tl = Tile<D>;
   constexpr int R = Tl::R, BN = Tl::B, SD = Tl::SD, NT = Tl::NT;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -136,14 +136,15 @@ __global__ void __launch_bounds__(Tile<D>::NT)
   const int tx = threadIdx.x % 8, ty = threadIdx.x / 8;
   const int qb = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int m0 = qb * Tl::B;
-  const long C = long(NH) * D, ld = 3 * C;
-  const float* Kg = qkv + long(b) * T * ld + C + h * D;
-  const float* Vg = Kg + C;
+  const long C = long(NH) * D, Ckv = C / G, ld = C + 2 * Ckv;  // G query heads per kv head
+  const float* Qg = qkv + long(b) * T * ld + h * D;
+  const float* Kg = qkv + long(b) * T * ld + C + (h / G) * D;
+  const float* Vg = Kg + Ckv;
   const int nkb = (min(m0 + Tl::B, T) - 1) / BN + 1;
 
   // Groups in flight: {Q, K0}, {V0}; then each iteration commits K(kb+1), V(kb+1) (possibly
   // empty), so wait_group<1> always means "everything but the newest group has landed".
-  load_tile_async<float, Tl::B, D, SD, NT>(sQ, Kg - C + long(m0) * ld, ld, T - m0);
+  load_tile_async<float, Tl::B, D, SD, NT>(sQ, Qg + long(m0) * ld, ld, T - m0);
   load_tile_async<float, BN, D, SD, NT>(sK, Kg, ld, T);
   cp_async_commit();
   load_tile_async<float, BN, D, SD, NT>(sV, Vg, ld, T);
@@ -219,7 +220,7 @@ __global__ void __launch_bounds__(Tile<D>::NT)
 template <int D>
 __global__ void __launch_bounds__(Tile<D>::NT)
     dkdv_kernel(const float* __restrict__ qkv, const float* __restrict__ dout,
-                const float* __restrict__ lse, float* dqkv, int T, int NH, float scale) {
+                const float* __restrict__ lse, float* dqkv, int T, int NH, int G, float scale) {
   using Tl = Tile<D>;
   constexpr int R = Tl::R, BQ = Tl::B, SD = Tl::SD, NT = Tl::NT;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -233,21 +234,24 @@ __global__ void __launch_bounds__(Tile<D>::NT)
   float* sD = sL + BQ;
 
   const int tx = threadIdx.x % 8, ty = threadIdx.x / 8;
-  const int kb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int kb = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;  // kvh: the key/value head
   const int n0 = kb * Tl::B;
-  const long C = long(NH) * D, ld = 3 * C;
-  const float* Qg = qkv + long(b) * T * ld + h * D;
-  const float* Og = dout + long(b) * T * C + h * D;
-  const float* Lg = lse + (long(b) * NH + h) * T;
-  const float* Dg = d_slot(dqkv, b, h, T, ld, D);
+  const long C = long(NH) * D, Ckv = C / G, ld = C + 2 * Ckv;
+  const float* Kg = qkv + long(b) * T * ld + C + kvh * D;
 
-  load_tile_async<float, Tl::B, D, SD, NT>(sK, Qg + C + n0 * ld, ld, T - n0);
-  load_tile_async<float, Tl::B, D, SD, NT>(sV, Qg + 2 * C + n0 * ld, ld, T - n0);
+  load_tile_async<float, Tl::B, D, SD, NT>(sK, Kg + n0 * ld, ld, T - n0);
+  load_tile_async<float, Tl::B, D, SD, NT>(sV, Kg + Ckv + n0 * ld, ld, T - n0);
   float4 dk[R][Tl::DV], dv[R][Tl::DV];
   zero<D>(dk);
   zero<D>(dv);
 
+  // dK and dV sum over the G query heads that share this kv head, in head order.
+  for (int h = kvh * G; h < (kvh + 1) * G; ++h)
   for (int q0 = n0 / BQ * BQ; q0 < T; q0 += BQ) {
+    const float* Qg = qkv + long(b) * T * ld + h * D;
+    const float* Og = dout + long(b) * T * C + h * D;
+    const float* Lg = lse + (long(b) * NH + h) * T;
+    const float* Dg = d_slot(dqkv, b, h, T, ld, D);
     __syncthreads();  // the previous tile's Q, dO, P, dS are no longer read
     load_tile_async<float, BQ, D, SD, NT>(sQ, Qg + q0 * ld, ld, T - q0);
     load_tile_async<float, BQ, D, SD, NT>(sO, Og + q0 * C, C, T - q0);
@@ -283,9 +287,9 @@ __global__ void __launch_bounds__(Tile<D>::NT)
   for (int r = 0; r < R; ++r) {
     const int j = n0 + ty * R + r;
     if (j >= T) continue;
-    float* krow = dqkv + (long(b) * T + j) * ld + C + h * D;
+    float* krow = dqkv + (long(b) * T + j) * ld + C + kvh * D;
     store_row<D>(krow, dk[r], scale, tx);
-    store_row<D>(krow + C, dv[r], 1.f, tx);
+    store_row<D>(krow + Ckv, dv[r], 1.f, tx);
   }
 }
 
@@ -293,7 +297,7 @@ __global__ void __launch_bounds__(Tile<D>::NT)
 template <int D>
 __global__ void __launch_bounds__(Tile<D>::NT)
     dq_kernel(const float* __restrict__ qkv, const float* __restrict__ dout,
-              const float* __restrict__ lse, float* dqkv, int T, int NH, float scale) {
+              const float* __restrict__ lse, float* dqkv, int T, int NH, int G, float scale) {
   using Tl = Tile<D>;
   constexpr int R = Tl::R, BN = Tl::B, SD = Tl::SD, NT = Tl::NT;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -306,10 +310,11 @@ __global__ void __launch_bounds__(Tile<D>::NT)
   const int tx = threadIdx.x % 8, ty = threadIdx.x / 8;
   const int qb = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int m0 = qb * Tl::B;
-  const long C = long(NH) * D, ld = 3 * C;
-  const float* Kg = qkv + long(b) * T * ld + C + h * D;
-  const float* Vg = Kg + C;
-  load_tile_async<float, Tl::B, D, SD, NT>(sQ, Kg - C + long(m0) * ld, ld, T - m0);
+  const long C = long(NH) * D, Ckv = C / G, ld = C + 2 * Ckv;  // G query heads per kv head
+  const float* Qg = qkv + long(b) * T * ld + h * D;
+  const float* Kg = qkv + long(b) * T * ld + C + (h / G) * D;
+  const float* Vg = Kg + Ckv;
+  load_tile_async<float, Tl::B, D, SD, NT>(sQ, Qg + long(m0) * ld, ld, T - m0);
   load_tile_async<float, Tl::B, D, SD, NT>(sO, dout + (long(b) * T + m0) * C + h * D, C, T - m0);
 
   // D is read before this block overwrites its slot with dq (see d_slot).
@@ -360,49 +365,53 @@ __global__ void __launch_bounds__(Tile<D>::NT)
 
 // ---------------------------------------------------------------------------------------------
 template <int D>
-void forward(cudaStream_t st, const float* qkv, float* out, float* lse, int B, int T, int NH) {
+void forward(cudaStream_t st, const float* qkv, float* out, float* lse, int B, int T, int NH,
+             int G) {
   using Tl = Tile<D>;
   constexpr int kSmem = (3 * Tl::kTile + Tl::kPTile) * int(sizeof(float));
   set_smem(fwd_kernel<D>, kSmem);
   const dim3 grid((T + Tl::B - 1) / Tl::B, NH, B);
-  fwd_kernel<D><<<grid, Tl::NT, kSmem, st>>>(qkv, out, lse, T, NH, 1.f / std::sqrt(float(D)));
+  fwd_kernel<D><<<grid, Tl::NT, kSmem, st>>>(qkv, out, lse, T, NH, G,
+                                             1.f / std::sqrt(float(D)));
   MESHTRAIN_CUDA_CHECK(cudaGetLastError());
 }
 
 template <int D>
 void backward(cudaStream_t st, const float* qkv, const float* dout, const float* lse,
-              float* dqkv, int B, int T, int NH) {
+              float* dqkv, int B, int T, int NH, int G) {
   using Tl = Tile<D>;
   const float scale = 1.f / std::sqrt(float(D));
-  const dim3 grid((T + Tl::B - 1) / Tl::B, NH, B);
+  const dim3 grid((T + Tl::B - 1) / Tl::B, NH, B), grid_kv((T + Tl::B - 1) / Tl::B, NH / G, B);
   constexpr int kSmemKV = (4 * Tl::kTile + 2 * Tl::kPTile + 2 * Tl::B) * int(sizeof(float));
   set_smem(dkdv_kernel<D>, kSmemKV);
-  dkdv_kernel<D><<<grid, Tl::NT, kSmemKV, st>>>(qkv, dout, lse, dqkv, T, NH, scale);
+  dkdv_kernel<D><<<grid_kv, Tl::NT, kSmemKV, st>>>(qkv, dout, lse, dqkv, T, NH, G, scale);
   MESHTRAIN_CUDA_CHECK(cudaGetLastError());
   constexpr int kSmemQ = (4 * Tl::kTile + Tl::kPTile) * int(sizeof(float));
   set_smem(dq_kernel<D>, kSmemQ);
-  dq_kernel<D><<<grid, Tl::NT, kSmemQ, st>>>(qkv, dout, lse, dqkv, T, NH, scale);
+  dq_kernel<D><<<grid, Tl::NT, kSmemQ, st>>>(qkv, dout, lse, dqkv, T, NH, G, scale);
   MESHTRAIN_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace
 
 void forward_f32(cudaStream_t st, const float* qkv, float* out, float* lse, int B, int T, int NH,
-                 int HS) {
+                 int HS, int NKV) {
+  const int G = NH / NKV;
   switch (HS) {
-    case 32: return forward<32>(st, qkv, out, lse, B, T, NH);
-    case 64: return forward<64>(st, qkv, out, lse, B, T, NH);
-    case 128: return forward<128>(st, qkv, out, lse, B, T, NH);
+    case 32: return forward<32>(st, qkv, out, lse, B, T, NH, G);
+    case 64: return forward<64>(st, qkv, out, lse, B, T, NH, G);
+    case 128: return forward<128>(st, qkv, out, lse, B, T, NH, G);
   }
   MESHTRAIN_CHECK(false, "attention forward_f32: unsupported HS=", HS);
 }
 
 void backward_f32(cudaStream_t st, const float* qkv, const float* dout, const float* lse,
-                  float* dqkv, int B, int T, int NH, int HS) {
+                  float* dqkv, int B, int T, int NH, int HS, int NKV) {
+  const int G = NH / NKV;
   switch (HS) {
-    case 32: return backward<32>(st, qkv, dout, lse, dqkv, B, T, NH);
-    case 64: return backward<64>(st, qkv, dout, lse, dqkv, B, T, NH);
-    case 128: return backward<128>(st, qkv, dout, lse, dqkv, B, T, NH);
+    case 32: return backward<32>(st, qkv, dout, lse, dqkv, B, T, NH, G);
+    case 64: return backward<64>(st, qkv, dout, lse, dqkv, B, T, NH, G);
+    case 128: return backward<128>(st, qkv, dout, lse, dqkv, B, T, NH, G);
   }
   MESHTRAIN_CHECK(false, "attention backward_f32: unsupported HS=", HS);
 }

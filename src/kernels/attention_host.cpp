@@ -39,7 +39,8 @@ void blas(bool ta, bool tb, int M, int N, int K, double alpha, const double* A, 
               K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-// Pointers to one head's q, k, v (row stride 3C) and its out rows (row stride C).
+// Pointers to one head's q, k, v (row stride ld = C + 2*Ckv; k and v are those of the kv head
+// the query head reads) and its out rows (row stride C).
 template <class P>
 struct Head {
   P q, k, v;
@@ -49,18 +50,19 @@ struct Head {
 
 template <class T>
 void attention_forward_host(const ExecSpace& exec, View1<T> out, View1<float> lse,
-                            View1<const T> qkv, int B, int Tlen, int NH, int HS) {
+                            View1<const T> qkv, int B, int Tlen, int NH, int HS, int NKV) {
   using Acc = acc_t<T>;
   kc::fence(exec, "meshtrain::attention_forward: before host BLAS");
   Kokkos::Profiling::pushRegion("meshtrain::attention_forward");
-  const int C = NH * HS, C3 = 3 * C;
+  const int C = NH * HS, Ckv = NKV * HS, C3 = C + 2 * Ckv, G = NH / NKV;
   const T scale = T(1) / std::sqrt(T(HS));
   View1<T> sbuf = alloc<T>("attention_forward_scores", std::size_t(kBlock) * Tlen);
   T* S = sbuf.data();
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < NH; ++h) {
-      const T* base = qkv.data() + std::size_t(b) * Tlen * C3 + h * HS;
-      const Head<const T*> hd{base, base + C, base + 2 * C};
+      const T* row0 = qkv.data() + std::size_t(b) * Tlen * C3;
+      const Head<const T*> hd{row0 + h * HS, row0 + C + (h / G) * HS,
+                              row0 + C + Ckv + (h / G) * HS};
       for (int i0 = 0; i0 < Tlen; i0 += kBlock) {
         const int nq = std::min(kBlock, Tlen - i0), e = i0 + nq;  // keys 0 .. e-1 are visible
         // S = scale Q K^T, [nq, e]
@@ -90,29 +92,34 @@ void attention_forward_host(const ExecSpace& exec, View1<T> out, View1<float> ls
 }
 
 // With s_ij = scale q_i.k_j, P_ij = exp(s_ij - lse_i), dP = dO V^T, D_i = dO_i.O_i,
-// dS = P (dP - D):  dq = scale dS K,  dk = scale dS^T Q,  dv = P^T dO.
+// dS = P (dP - D):  dq = scale dS K,  dk = scale dS^T Q,  dv = P^T dO. A kv head's dk and dv
+// sum over its G query heads, which come one after another in h (a fixed order).
 template <class T>
 void attention_backward_host(const ExecSpace& exec, View1<T> dqkv, View1<const T> dout,
                              View1<const T> qkv, View1<const T> out, View1<const float> lse,
-                             int B, int Tlen, int NH, int HS) {
+                             int B, int Tlen, int NH, int HS, int NKV) {
   using Acc = acc_t<T>;
   kc::fence(exec, "meshtrain::attention_backward: before host BLAS");
   Kokkos::Profiling::pushRegion("meshtrain::attention_backward");
-  const int C = NH * HS, C3 = 3 * C;
+  const int C = NH * HS, Ckv = NKV * HS, C3 = C + 2 * Ckv, G = NH / NKV;
   const T scale = T(1) / std::sqrt(T(HS));
   View1<T> buf = alloc<T>("attention_backward_scores", 2 * std::size_t(kBlock) * Tlen);
   T* P = buf.data();
   T* dS = P + std::size_t(kBlock) * Tlen;
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < NH; ++h) {
-      const std::size_t off = std::size_t(b) * Tlen * C3 + h * HS;
-      const Head<const T*> hd{qkv.data() + off, qkv.data() + off + C, qkv.data() + off + 2 * C};
-      const Head<T*> dh{dqkv.data() + off, dqkv.data() + off + C, dqkv.data() + off + 2 * C};
+      const std::size_t row0 = std::size_t(b) * Tlen * C3;
+      const std::size_t qo = row0 + std::size_t(h) * HS, ko = row0 + C + std::size_t(h / G) * HS,
+                        vo = ko + Ckv;
+      const Head<const T*> hd{qkv.data() + qo, qkv.data() + ko, qkv.data() + vo};
+      const Head<T*> dh{dqkv.data() + qo, dqkv.data() + ko, dqkv.data() + vo};
       const T* dO = dout.data() + std::size_t(b) * Tlen * C + h * HS;
       const T* O = out.data() + std::size_t(b) * Tlen * C + h * HS;
       const float* L = lse.data() + (std::size_t(b) * NH + h) * Tlen;
-      // dk and dv are sums over query blocks: start from zero.
-      for (int j = 0; j < Tlen; ++j)
+      // dk and dv are sums over query blocks and the group's query heads: start from zero at
+      // the group's first head.
+      if (h % G == 0)
+        for (int j = 0; j < Tlen; ++j)
         for (int d = 0; d < HS; ++d) dh.k[std::size_t(j) * C3 + d] = dh.v[std::size_t(j) * C3 + d] = T(0);
       for (int i0 = 0; i0 < Tlen; i0 += kBlock) {
         const int nq = std::min(kBlock, Tlen - i0), e = i0 + nq;
@@ -146,10 +153,10 @@ void attention_backward_host(const ExecSpace& exec, View1<T> dqkv, View1<const T
 
 #define MESHTRAIN_INSTANTIATE_ATTENTION_HOST(T)                                                 \
   template void attention_forward_host<T>(const ExecSpace&, View1<T>, View1<float>,             \
-                                          View1<const T>, int, int, int, int);                 \
+                                          View1<const T>, int, int, int, int, int);            \
   template void attention_backward_host<T>(const ExecSpace&, View1<T>, View1<const T>,          \
                                            View1<const T>, View1<const T>, View1<const float>, \
-                                           int, int, int, int);
+                                           int, int, int, int, int);
 MESHTRAIN_INSTANTIATE_ATTENTION_HOST(float)
 MESHTRAIN_INSTANTIATE_ATTENTION_HOST(double)
 #undef MESHTRAIN_INSTANTIATE_ATTENTION_HOST

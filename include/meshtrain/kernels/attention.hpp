@@ -4,24 +4,30 @@
 // T x T score matrix is never stored; only the per-row log-sum-exp is saved, and the backward
 // pass recomputes the probabilities from it.
 //
-// qkv: [B, T, 3*C] rows laid out as [q | k | v], each C = NH * HS wide with head h at columns
-//      [h*HS, (h+1)*HS) of its part (HF GPT-2's c_attn output; with tensor parallelism NH is the
-//      number of local heads).
-// out: [B, T, C], head h at columns [h*HS, (h+1)*HS).
+// Grouped-query attention (Ainslie et al. 2023): NKV key/value heads, each shared by
+// NH / NKV consecutive query heads (query head h reads kv head h / (NH / NKV)); NKV = NH is
+// plain multi-head attention (GPT-2), NKV = 1 multi-query attention. NKV = 0 means NH.
+//
+// qkv: [B, T, (NH + 2*NKV)*HS] rows laid out as [q | k | v]: q is NH*HS wide, k and v NKV*HS
+//      each, head h at columns [h*HS, (h+1)*HS) of its part (HF GPT-2's c_attn output, or a
+//      Llama q/k/v projection packed in one GEMM; with tensor parallelism NH and NKV are the
+//      local head counts).
+// out: [B, T, NH*HS], head h at columns [h*HS, (h+1)*HS).
 // lse: [B, NH, T] fp32, log(sum_j exp(s_ij)) of the scaled scores s = q.k / sqrt(HS).
+// The backward's dK and dV of a kv head are sums over the query heads that share it.
 #include "meshtrain/core/view.hpp"
 
 namespace meshtrain::kernels {
 
 template <class T>
 void attention_forward(const ExecSpace& exec, View1<T> out, View1<float> lse, View1<const T> qkv,
-                       int B, int Tlen, int NH, int HS);
+                       int B, int Tlen, int NH, int HS, int NKV = 0);
 
 // dqkv = gradient wrt qkv (overwrites), from dout, the forward inputs/outputs and lse.
 template <class T>
 void attention_backward(const ExecSpace& exec, View1<T> dqkv, View1<const T> dout,
                         View1<const T> qkv, View1<const T> out, View1<const float> lse, int B,
-                        int Tlen, int NH, int HS);
+                        int Tlen, int NH, int HS, int NKV = 0);
 
 // attention_forward/backward dispatch like gemm: on host memory to a blocked CBLAS version of
 // the same algorithm (src/kernels/attention_host.cpp); on a CUDA device, for float and bf16 with
@@ -30,15 +36,15 @@ void attention_backward(const ExecSpace& exec, View1<T> dqkv, View1<const T> dou
 // backend can also call directly (the tests' oracle for the other two paths).
 template <class T>
 void attention_forward_flash(const ExecSpace& exec, View1<T> out, View1<float> lse,
-                             View1<const T> qkv, int B, int Tlen, int NH, int HS);
+                             View1<const T> qkv, int B, int Tlen, int NH, int HS, int NKV = 0);
 template <class T>
 void attention_backward_flash(const ExecSpace& exec, View1<T> dqkv, View1<const T> dout,
                               View1<const T> qkv, View1<const T> out, View1<const float> lse,
-                              int B, int Tlen, int NH, int HS);
+                              int B, int Tlen, int NH, int HS, int NKV = 0);
 
 // The plain formulation (materialises the T x T probabilities): test oracle only.
 template <class T>
 void attention_forward_reference(const ExecSpace& exec, View1<T> out, View1<const T> qkv, int B,
-                                 int Tlen, int NH, int HS);
+                                 int Tlen, int NH, int HS, int NKV = 0);
 
 }  // namespace meshtrain::kernels
