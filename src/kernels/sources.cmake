@@ -10,7 +10,6 @@ target_sources(meshtrain_lib PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/gelu.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm_ex.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/kv_heads.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layernorm.cpp
   ${CMAKE_CURRENT_LIST_DIR}/linear.cpp
   ${CMAKE_CURRENT_LIST_DIR}/residual.cpp
@@ -47,7 +46,6 @@ if(NOT MESHTRAIN_ENABLE_CUDA AND CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
     ${CMAKE_CURRENT_LIST_DIR}/cross_entropy.cpp
     ${CMAKE_CURRENT_LIST_DIR}/gelu.cpp
     ${CMAKE_CURRENT_LIST_DIR}/gemm_ex.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/kv_heads.cpp
     ${CMAKE_CURRENT_LIST_DIR}/layernorm.cpp
     ${CMAKE_CURRENT_LIST_DIR}/rmsnorm.cpp
     ${CMAKE_CURRENT_LIST_DIR}/swiglu.cpp
@@ -59,6 +57,5 @@ if(NOT MESHTRAIN_ENABLE_CUDA AND CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
     ${CMAKE_CURRENT_LIST_DIR}/cross_entropy.cpp
     ${CMAKE_CURRENT_LIST_DIR}/gelu.cpp
     ${CMAKE_CURRENT_LIST_DIR}/gemm_ex.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/kv_heads.cpp
     APPEND PROPERTY COMPILE_OPTIONS -fno-trapping-math)
 endif()

@@ -16,7 +16,7 @@ BlockActivations<T>::BlockActivations(const BlockShape& s) {
   ln1 = alloc<T>("act.ln1", N * C);
   if (s.norm_mean) ln1_mean = alloc<float>("act.ln1_mean", Nl);
   ln1_rstd = alloc<float>("act.ln1_rstd", Nl);
-  qkv = alloc<T>("act.qkv", N * 3 * s.QW);
+  qkv = alloc<T>("act.qkv", N * (s.QW + 2 * s.KW));
   atty = alloc<T>("act.atty", N * s.QW);
   lse = alloc<float>("act.lse", static_cast<std::size_t>(s.B) * s.NHl * s.T);
   res2 = alloc<T>("act.res2", Nl * C);
@@ -105,8 +105,8 @@ GptT<T>::GptT(const GptConfig& cfg, int micro_batch, int seq_len, const ModelLay
   block_grads_.resize(static_cast<std::size_t>(cfg_.n_layer));
   bind_all();
 
-  const BlockShape shape{B_,  T_, N_, Nl_, cfg_.n_embd, NHl_, P, QW_, swiglu ? 2 * Il_ : Il_,
-                         Il_, cfg_.norm == Norm::layernorm};
+  const BlockShape shape{B_,  T_,   N_,  Nl_, cfg_.n_embd, NHl_, P,
+                         QW_, KW_, swiglu ? 2 * Il_ : Il_, Il_, cfg_.norm == Norm::layernorm};
   if (cfg_.positions == Positions::rotary) rope_ = kernels::rope_table(exec_, T_, HS_, cfg_.rope);
   if (layout_.recompute) shared_acts_ = std::make_unique<BlockActivations<T>>(shape);
   const int n_chunks = static_cast<int>(layout_.chunks.size());
@@ -145,11 +145,10 @@ GptT<T>::GptT(const GptConfig& cfg, int micro_batch, int seq_len, const ModelLay
   }
   dres_ = alloc<T>("grad.dres", Nl * C);
   dln_ = alloc<T>("grad.dln", N * C);
-  dqkv_ = alloc<T>("grad.dqkv", N * 3 * QW_);
+  dqkv_ = alloc<T>("grad.dqkv", N * (QW_ + 2 * KW_));
   datty_ = alloc<T>("grad.datty", N * QW_);
   dfch_ = alloc<T>("grad.dfch", N * shape.FW);
   if (swiglu) dh_ = alloc<T>("grad.dh", N * Il_);
-  if (NKVl_ != NHl_) qkv_compact_ = alloc<T>("act.qkv_compact", N * (QW_ + 2 * KW_));
   if (reg_.kv_replicated() && P > 1)
     kv_dw_ = alloc<T>("tp.kv_dw", 2 * static_cast<std::size_t>(cfg_.kv_heads()) * HS_ * C);
   if (tp_active()) {

@@ -8,12 +8,13 @@ namespace meshtrain::model {
 namespace {
 
 // BlockActivations: what one block keeps for backward for one micro-batch (widths as
-// BlockShape: QW local query width, FW the MLP's first output, HW its activation).
+// BlockShape: QW local query width, KW key-value width, FW the MLP's first output, HW its
+// activation).
 double block_activation_bytes(std::size_t B, std::size_t T, std::size_t N, std::size_t Nl,
-                              std::size_t C, std::size_t NHl, std::size_t QW, std::size_t FW,
-                              std::size_t HW, bool norm_mean, std::size_t E) {
+                              std::size_t C, std::size_t NHl, std::size_t QW, std::size_t KW,
+                              std::size_t FW, std::size_t HW, bool norm_mean, std::size_t E) {
   const std::size_t compute = N * C       // ln1 (gathered under SP)
-                              + N * 3 * QW  // qkv
+                              + N * (QW + 2 * KW)  // qkv
                               + N * QW      // atty
                               + Nl * C      // res2
                               + N * C       // ln2
@@ -41,7 +42,8 @@ ModelFootprint model_footprint(const GptConfig& cfg, int micro_batch, int seq_le
   ModelFootprint f;
 
   // ---- activations: the slots of every chunk ----
-  const double block = block_activation_bytes(B, T, N, Nl, C, NHl, QW, FW, I, norm_mean, E);
+  const std::size_t KW = KVl * HS;
+  const double block = block_activation_bytes(B, T, N, Nl, C, NHl, QW, KW, FW, I, norm_mean, E);
   if (layout.recompute) f.activations += block;  // one shared set, recomputed per block
   for (std::size_t c = 0; c < chunks.size(); ++c) {
     const bool embed = c == 0 && layout.has_embedding;
@@ -63,9 +65,8 @@ ModelFootprint model_footprint(const GptConfig& cfg, int micro_batch, int seq_le
   }
   // ---- backward scratch: dres, dln, dqkv, datty, dfch (the GELU derivative is a GEMM
   // epilogue: no separate gradient of the GELU output; SwiGLU's is dh) ----
-  f.scratch = static_cast<double>((Nl * C + N * C + N * 3 * QW + N * QW + N * FW) * E);
+  f.scratch = static_cast<double>((Nl * C + N * C + N * (QW + 2 * KW) + N * QW + N * FW) * E);
   if (swiglu) f.scratch += static_cast<double>(N * I * E);
-  if (KVl != NHl) f.scratch += static_cast<double>(N * (QW + 2 * KVl * HS) * E);  // compact qkv
   if (KV < P) f.scratch += static_cast<double>(2 * KV * HS * C * E);  // replicated kv grads
   if (cfg.positions == Positions::rotary) f.scratch += static_cast<double>(T * HS * 4);  // rope
   // row-parallel partial sums and their reduced local rows (before the residual add)

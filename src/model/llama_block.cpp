@@ -14,7 +14,6 @@
 #include "meshtrain/core/timer.hpp"
 #include "meshtrain/kernels/attention.hpp"
 #include "meshtrain/kernels/gemm.hpp"
-#include "meshtrain/kernels/kv_heads.hpp"
 #include "meshtrain/kernels/residual.hpp"
 #include "meshtrain/kernels/rotary.hpp"
 #include "meshtrain/kernels/swiglu.hpp"
@@ -88,10 +87,9 @@ void GptT<T>::llama_block_forward(int l, View1<const T> x, BlockActivations<T>& 
   const BlockTensors<T>& w = block_params_[static_cast<std::size_t>(l)];
   norm_forward(sp ? ln_local_ : a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln_1_w, {});
   if (sp) { TpTimer t(tp_comm_seconds_); layout_.tp->all_gather(ln_local_, a.ln1); }
-  // q, k, v side by side in one row: [q (QW) | k (KW) | v (KW)]. With grouped kv heads into the
-  // compact buffer, expanded below; otherwise straight into the attention input.
-  const bool grouped = NKVl_ != NHl_;
-  View1<T> qkv = grouped ? qkv_compact_ : a.qkv;
+  // q, k, v side by side in one row, [q (QW) | k (KW) | v (KW)]: the attention kernels' grouped
+  // layout (query head h reads kv head h / (NHl / NKVl)).
+  View1<T> qkv = a.qkv;
   const int ld = QW + 2 * KW;
   const std::size_t kv_row = reg_.kv_replicated() ? static_cast<std::size_t>(kv0_) * HS * C : 0;
   const T* ln1 = a.ln1.data();
@@ -102,8 +100,7 @@ void GptT<T>::llama_block_forward(int l, View1<const T> x, BlockActivations<T>& 
   k::gemm<T>(exec_, Trans::N, Trans::T, N, KW, C, 1.0f, ln1, C, w.v_w.data() + kv_row, C, 0.0f,
              qkv.data() + QW + KW, ld);
   k::rotary_forward<T>(exec_, qkv, rope_, B_, T_, NHl_, NKVl_);
-  if (grouped) k::expand_kv_heads<T>(exec_, a.qkv, qkv, N, NHl_, NKVl_, HS);
-  k::attention_forward<T>(exec_, a.atty, a.lse, a.qkv, B_, T_, NHl_, HS);
+  k::attention_forward<T>(exec_, a.atty, a.lse, a.qkv, B_, T_, NHl_, HS, NKVl_);
   row_parallel_forward_nt(a.res2, a.atty, w.attn_proj_w, QW, x);
   norm_forward(sp ? ln_local_ : a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln_2_w, {});
   if (sp) { TpTimer t(tp_comm_seconds_); layout_.tp->all_gather(ln_local_, a.ln2); }
@@ -159,10 +156,9 @@ void GptT<T>::llama_block_backward(int l, View1<const T> x, BlockActivations<T>&
              0.0f, datty_.data(), QW);
   k::gemm<T>(exec_, Trans::T, Trans::N, C, QW, N, 1.0f, dfull.data(), C, a.atty.data(), QW, 1.0f,
              g.attn_proj_w.data(), QW);
-  k::attention_backward<T>(exec_, dqkv_, datty_, a.qkv, a.atty, a.lse, B_, T_, NHl_, HS);
-  const bool grouped = NKVl_ != NHl_;
-  View1<T> dqkv = grouped ? qkv_compact_ : dqkv_;
-  if (grouped) k::reduce_kv_heads<T>(exec_, dqkv, dqkv_, N, NHl_, NKVl_, HS);
+  // dK and dV of each kv head are summed over its query heads by the kernel.
+  k::attention_backward<T>(exec_, dqkv_, datty_, a.qkv, a.atty, a.lse, B_, T_, NHl_, HS, NKVl_);
+  View1<T> dqkv = dqkv_;
   k::rotary_backward<T>(exec_, dqkv, rope_, B_, T_, NHl_, NKVl_);
   // Replicated kv heads: this rank's rows of the k/v weight gradients land in a zeroed scratch
   // that is summed over tp before it is added.

@@ -12,5 +12,4 @@ meshtrain_add_test(NAME test_kernels_rotary SOURCES ${CMAKE_CURRENT_LIST_DIR}/te
 meshtrain_add_test(NAME test_kernels_swiglu SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_swiglu.cpp)
 # The rotary table against the fp32 frequencies and angles of tests/fixtures/llama_tiny_v1.
 target_compile_definitions(test_kernels_rotary PRIVATE MESHTRAIN_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
-meshtrain_add_test(NAME test_kernels_kv_heads SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_kv_heads.cpp)
 meshtrain_add_test(NAME test_kernels_attention_gqa SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_attention_gqa.cpp)

@@ -23,12 +23,12 @@ struct BlockTensors {
 
 // Shapes of one rank's share of a block: N rows of the micro-batch (B*T), Nl local rows (N / tp
 // under sequence parallelism, else N), C channels, and the tp-local widths: QW = local query
-// heads x head size, the attention input qkv = 3 QW (key-value heads expanded to one per query
-// head), the MLP's first output FW (GELU: I / tp; SwiGLU: gate and up, 2 I / tp) and its
+// heads x head size, KW = local key-value heads x head size (the attention input qkv is
+// QW + 2 KW wide; GPT-2: KW = QW), the MLP's first output FW (GELU: I / tp; SwiGLU: gate and up, 2 I / tp) and its
 // activation HW = I / tp.
 struct BlockShape {
   int B = 0, T = 0, N = 0, Nl = 0, C = 0, NHl = 0, tp = 1;
-  int QW = 0, FW = 0, HW = 0;
+  int QW = 0, KW = 0, FW = 0, HW = 0;
   bool norm_mean = true;  // LayerNorm keeps its mean; RMSNorm has none
 };
 
@@ -36,7 +36,7 @@ template <class T>
 struct BlockActivations {
   View1<T> ln1;                         // [N, C] (gathered under SP: the QKV GEMM input)
   View1<float> ln1_mean, ln1_rstd;      // [Nl]
-  View1<T> qkv;                         // [N, 3 QW] (rotated q and k under rotary)
+  View1<T> qkv;                         // [N, QW + 2 KW] (rotated q and k under rotary)
   View1<T> atty;                        // [N, QW]
   View1<float> lse;                     // [B, NH/tp, T]
   View1<T> res2;                        // [Nl, C] x + attention projection
