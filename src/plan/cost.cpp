@@ -303,7 +303,7 @@ StepCost step_cost(const model::GptConfig& cfg, int seq_len, const Layout& l,
         dp_total = m * total;
       }
     }
-    if (l.pp > 1 && (embed || has_head)) {  // tied wte gradient over the embedding group
+    if (l.pp > 1 && cfg.tied_head && (embed || has_head)) {  // tied wte over the embedding group
       const double c = all_reduce(ppl, 2, s.Vl * s.C * s.E);
       dp_exposed += c;
       dp_total += c;
