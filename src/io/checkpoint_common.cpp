@@ -145,9 +145,10 @@ std::vector<std::pair<std::string, std::string>> block_attributes(const model::G
           {"model.norm", model::norm_name(c.norm)},
           {"model.positions", model::positions_name(c.positions)},
           {"model.mlp", model::mlp_name(c.mlp)},
-          {"model.n_kv_head", std::to_string(c.n_kv_head)},
-          {"model.head_dim", std::to_string(c.head_dim)},
-          {"model.intermediate_size", std::to_string(c.intermediate_size)},
+          // resolved: a configuration that spells out a default is the same model
+          {"model.n_kv_head", std::to_string(c.kv_heads())},
+          {"model.head_dim", std::to_string(c.head_size())},
+          {"model.intermediate_size", std::to_string(c.mlp_width())},
           {"model.bias", c.bias ? "true" : "false"},
           {"model.tied_head", c.tied_head ? "true" : "false"},
           {"model.norm_eps", num(c.norm_eps)},

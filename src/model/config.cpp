@@ -110,7 +110,7 @@ std::string GptConfig::describe() const {
 std::string GptConfig::key() const {
   return cat(n_layer, ' ', n_head, ' ', n_embd, ' ', vocab_size, ' ', vocab_pad, ' ', block_size,
              ' ', family_name(family), ' ', norm_name(norm), ' ', positions_name(positions), ' ',
-             mlp_name(mlp), ' ', n_kv_head, ' ', head_dim, ' ', intermediate_size, ' ', bias, ' ',
+             mlp_name(mlp), ' ', kv_heads(), ' ', head_size(), ' ', mlp_width(), ' ', bias, ' ',
              tied_head, ' ', norm_eps, ' ', rope.theta, ' ', rope.llama3_scaling, ' ', rope.factor,
              ' ', rope.low_freq_factor, ' ', rope.high_freq_factor, ' ',
              rope.original_max_position_embeddings);

@@ -5,10 +5,12 @@
 #include <cmath>
 
 #include "meshtrain/comm/flight_recorder.hpp"
+#include "meshtrain/core/agree.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/mpi_check.hpp"
 #include "meshtrain/core/signals.hpp"
 #include "meshtrain/io/hf_checkpoint.hpp"
+#include "meshtrain/io/hf_import.hpp"
 #include "meshtrain/parallel/grad_sync.hpp"
 #include "meshtrain/parallel/model_transfer.hpp"
 #include "meshtrain/parallel/pipeline_runner.hpp"
@@ -70,11 +72,12 @@ void Engine<T>::init_parameters(std::uint64_t seed) {
 
 template <class T>
 void Engine<T>::import_hf(const std::string& dir) {
+  // Each rank reads its own stage's tp slices (io/hf_import.hpp); ranks read different tensors,
+  // so a failure on one is agreed before the scatter's collectives.
   View1<T> full = model_->params();
   if (full.span() == 0) full = zeros<T>("init.params", model_->registry().size());
-  model::Gpt whole(cfg_, 1, opt_.seq_len);
-  io::import_hf(whole, dir);
-  take_slice(whole, *model_, full);
+  agree(ctx_->mesh().world().get(), cat("model.init_from '", dir, "'"),
+        [&] { io::import_hf_slices(model_->registry(), dir, full); });
   sync_->scatter_params(full);
   zopt_->init_master();
 }

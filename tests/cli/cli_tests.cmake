@@ -98,8 +98,13 @@ meshtrain_cli_test(train_bad_block 0 2 "model.norm='batchnorm' is not one of lay
   train --model.norm batchnorm)
 meshtrain_cli_test(train_gpt2_gqa 0 2 "model.family=gpt2 has n_head key-value heads" train
   --model.n_kv_head 2 ${_train_base})
-meshtrain_cli_test(train_hf_llama_folder 0 2 "hf_llama_folder/config.json: model_type 'llama' is not supported"
-  train --model.init_from ${PROJECT_SOURCE_DIR}/tests/io/data/hf_llama_folder)
+meshtrain_cli_test(train_hf_unsupported 0 2 "hf_mistral_folder/config.json: model_type 'mistral' is not supported"
+  train --model.init_from ${PROJECT_SOURCE_DIR}/tests/io/data/hf_mistral_folder)
+meshtrain_cli_test(train_hf_llama_no_weights 2 2 "model.init_from .*hf_llama_no_weights' has neither model.safetensors.index.json nor model.safetensors"
+  train --model.init_from ${PROJECT_SOURCE_DIR}/tests/io/data/hf_llama_no_weights --train.save false
+  --train.seq_len 16 --train.steps 1 --mesh.tp 2 --data.train ${CMAKE_BINARY_DIR}/cli_prep/kjv_train_*.bin
+  --data.val ${CMAKE_BINARY_DIR}/cli_prep/kjv_val_*.bin --train.out_dir ${CMAKE_BINARY_DIR}/cli_hf_llama)
+set_tests_properties(cli_train_hf_llama_no_weights PROPERTIES FIXTURES_REQUIRED kjv_shards)
 # Parallel layouts: a 3D run end to end (export and sample gathered on rank 0) and the
 # configuration checks, which must fail on every rank with one message instead of hanging.
 meshtrain_cli_test(train_3d 8 0

@@ -62,7 +62,8 @@ struct GptConfig {
   // Throws ConfigError naming model.* options when inconsistent or not implemented.
   void validate() const;
   std::string describe() const;
-  // Every field but the name, as text: equal keys are the same model (caches key on it).
+  // Every field but the name, as text, with the 0 defaults resolved (n_kv_head 0 and n_head
+  // are one model): equal keys are the same model (caches and tests key on it).
   std::string key() const;
 };
 
