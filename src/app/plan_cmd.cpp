@@ -64,12 +64,36 @@ po::options_description plan_options() {
 
 namespace {
 
+// The block description where it is not GPT-2's defaults (every GPT-2 configuration stays as
+// it was written before the Llama family existed).
+std::string block_section(const model::GptConfig& c) {
+  const model::GptConfig d;
+  if (c.key() == [&] {
+        model::GptConfig g = d;
+        g.n_layer = c.n_layer, g.n_head = c.n_head, g.n_embd = c.n_embd;
+        g.vocab_size = c.vocab_size, g.vocab_pad = c.vocab_pad, g.block_size = c.block_size;
+        return g.key();
+      }())
+    return "";
+  return cat("family = ", model::family_name(c.family), "\nnorm = ", model::norm_name(c.norm),
+             "\npositions = ", model::positions_name(c.positions), "\nmlp = ",
+             model::mlp_name(c.mlp), "\nn_kv_head = ", c.n_kv_head, "\nhead_dim = ", c.head_dim,
+             "\nintermediate_size = ", c.intermediate_size, "\nbias = ", c.bias ? "true" : "false",
+             "\ntied_head = ", c.tied_head ? "true" : "false", "\nnorm_eps = ", c.norm_eps,
+             "\nrope_theta = ", c.rope.theta, "\nrope_scaling = ",
+             c.rope.llama3_scaling ? "llama3" : "none", "\nrope_factor = ", c.rope.factor,
+             "\nrope_low_freq_factor = ", c.rope.low_freq_factor, "\nrope_high_freq_factor = ",
+             c.rope.high_freq_factor, "\nrope_original_max_position = ",
+             c.rope.original_max_position_embeddings, "\n");
+}
+
 std::string model_section(const po::variables_map& vm, const model::GptConfig& c) {
   const std::string init = vm["model.init_from"].as<std::string>();
   if (!init.empty()) return cat("[model]\ninit_from = ", init, "\n");
   return cat("[model]\npreset = ", vm["model.preset"].as<std::string>(), "\nn_layer = ",
              c.n_layer, "\nn_head = ", c.n_head, "\nn_embd = ", c.n_embd, "\nvocab_size = ",
-             c.vocab_size, "\nvocab_pad = ", c.vocab_pad, "\nblock_size = ", c.block_size, "\n");
+             c.vocab_size, "\nvocab_pad = ", c.vocab_pad, "\nblock_size = ", c.block_size, "\n",
+             block_section(c));
 }
 
 void write_file(const std::string& path, const std::string& text, const char* option) {

@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <type_traits>
 
 #include "meshtrain/app/option_checks.hpp"
 #include "meshtrain/app/options.hpp"
@@ -29,7 +30,8 @@ po::options_description model_options() {
   po::options_description d("Model [model]");
   d.add_options()
       ("model.preset", po::value<std::string>()->default_value("demo"),
-       "gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b, cpu-bench, demo")
+       "gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b, cpu-bench, demo, llama-tiny, llama-150m, "
+       "llama3.2-1b, llama3.1-8b, llama3.1-70b")
       ("model.init_from", po::value<std::string>()->default_value(""),
        "HuggingFace folder (config.json + model.safetensors) to start from; overrides preset")
       ("model.n_layer", po::value<int>(), "override the preset's layer count")
@@ -37,7 +39,25 @@ po::options_description model_options() {
       ("model.n_embd", po::value<int>(), "override the preset's width")
       ("model.vocab_size", po::value<int>(), "override the preset's vocabulary size")
       ("model.vocab_pad", po::value<int>(), "pad the vocabulary to a multiple of this")
-      ("model.block_size", po::value<int>(), "override the preset's maximum sequence length");
+      ("model.block_size", po::value<int>(), "override the preset's maximum sequence length")
+      // The block description (config.hpp); each overrides the preset's.
+      ("model.family", po::value<std::string>(), "gpt2 or llama: parameter names and layout")
+      ("model.norm", po::value<std::string>(), "layernorm or rmsnorm")
+      ("model.positions", po::value<std::string>(), "learned or rotary")
+      ("model.mlp", po::value<std::string>(), "gelu or swiglu")
+      ("model.n_kv_head", po::value<int>(), "key-value heads (grouped-query attention); 0: n_head")
+      ("model.head_dim", po::value<int>(), "head size; 0: n_embd / n_head")
+      ("model.intermediate_size", po::value<int>(), "MLP width; 0: 4 n_embd")
+      ("model.bias", po::value<bool>(), "biases of the linears and norms")
+      ("model.tied_head", po::value<bool>(), "LM head shares the token embedding")
+      ("model.norm_eps", po::value<double>(), "epsilon of the norms")
+      ("model.rope_theta", po::value<double>(), "rotary base frequency")
+      ("model.rope_scaling", po::value<std::string>(), "none or llama3 (Llama 3 frequency scaling)")
+      ("model.rope_factor", po::value<double>(), "llama3 scaling: factor")
+      ("model.rope_low_freq_factor", po::value<double>(), "llama3 scaling: low_freq_factor")
+      ("model.rope_high_freq_factor", po::value<double>(), "llama3 scaling: high_freq_factor")
+      ("model.rope_original_max_position", po::value<int>(),
+       "llama3 scaling: original_max_position_embeddings");
   return d;
 }
 
@@ -146,12 +166,38 @@ model::GptConfig model_config(const po::variables_map& vm) {
   const int pad = vm.count("model.vocab_pad") ? vm["model.vocab_pad"].as<int>() : 64;
   model::GptConfig c = init.empty() ? model::preset(vm["model.preset"].as<std::string>())
                                     : io::read_hf_config(init, pad);
-  auto over = [&](const char* key, int& field) {
-    if (vm.count(key)) {
-      MESHTRAIN_CONFIG_CHECK(init.empty(), key, " cannot override model.init_from's config.json");
-      field = vm[key].as<int>();
-    }
+  auto set = [&](const char* key) {
+    if (!vm.count(key)) return false;
+    MESHTRAIN_CONFIG_CHECK(init.empty(), key, " cannot override model.init_from's config.json");
+    return true;
   };
+  auto over = [&](const char* key, auto& field) {
+    if (set(key)) field = vm[key].as<std::remove_reference_t<decltype(field)>>();
+  };
+  auto over_enum = [&](const char* key, auto& field, auto parse) {
+    if (set(key)) field = parse(vm[key].as<std::string>(), key);
+  };
+  over_enum("model.family", c.family, model::parse_family);
+  over_enum("model.norm", c.norm, model::parse_norm);
+  over_enum("model.positions", c.positions, model::parse_positions);
+  over_enum("model.mlp", c.mlp, model::parse_mlp);
+  over("model.n_kv_head", c.n_kv_head);
+  over("model.head_dim", c.head_dim);
+  over("model.intermediate_size", c.intermediate_size);
+  over("model.bias", c.bias);
+  over("model.tied_head", c.tied_head);
+  over("model.norm_eps", c.norm_eps);
+  over("model.rope_theta", c.rope.theta);
+  if (set("model.rope_scaling")) {
+    const std::string s = vm["model.rope_scaling"].as<std::string>();
+    MESHTRAIN_CONFIG_CHECK(s == "none" || s == "llama3", "model.rope_scaling='", s,
+                           "' is not one of none, llama3");
+    c.rope.llama3_scaling = s == "llama3";
+  }
+  over("model.rope_factor", c.rope.factor);
+  over("model.rope_low_freq_factor", c.rope.low_freq_factor);
+  over("model.rope_high_freq_factor", c.rope.high_freq_factor);
+  over("model.rope_original_max_position", c.rope.original_max_position_embeddings);
   over("model.n_layer", c.n_layer);
   over("model.n_head", c.n_head);
   over("model.n_embd", c.n_embd);
@@ -210,6 +256,11 @@ bool train_and_sample(const po::variables_map& vm, const model::GptConfig& mc,
                       const io::TokenDataset* val_data, const std::string& out_dir,
                       const std::string& tok_kind, MPI_Comm world,
                       const parallel::EngineOptions& eo) {
+  // Checked before training, not after it: the export writes GPT2LMHeadModel folders only.
+  MESHTRAIN_CONFIG_CHECK(mc.is_gpt2() || !vm["train.save"].as<bool>(),
+                         "train.save=true exports a HuggingFace GPT-2 folder; exporting "
+                         "model.family=", model::family_name(mc.family),
+                         " is not implemented: set train.save=false (checkpoints hold the model)");
   parallel::Engine<T> engine(world, mc, eo);
   logging::info("layout: ", engine.describe());
   const std::string advice = engine.advice();

@@ -1,6 +1,7 @@
 #include "checkpoint_common.hpp"
 
 #include <algorithm>
+#include <sstream>
 
 #include "meshtrain/core/mpi_check.hpp"
 
@@ -131,6 +132,70 @@ const std::vector<ModelKey>& model_keys() {
       {"model.block_size", &C::block_size}, {"model.vocab_pad", &C::vocab_pad},
   };
   return keys;
+}
+
+std::vector<std::pair<std::string, std::string>> block_attributes(const model::GptConfig& c) {
+  auto num = [](double x) {
+    std::ostringstream o;
+    o.precision(17);
+    o << x;
+    return o.str();
+  };
+  return {{"model.family", model::family_name(c.family)},
+          {"model.norm", model::norm_name(c.norm)},
+          {"model.positions", model::positions_name(c.positions)},
+          {"model.mlp", model::mlp_name(c.mlp)},
+          // resolved: a configuration that spells out a default is the same model
+          {"model.n_kv_head", std::to_string(c.kv_heads())},
+          {"model.head_dim", std::to_string(c.head_size())},
+          {"model.intermediate_size", std::to_string(c.mlp_width())},
+          {"model.bias", c.bias ? "true" : "false"},
+          {"model.tied_head", c.tied_head ? "true" : "false"},
+          {"model.norm_eps", num(c.norm_eps)},
+          {"model.rope_theta", num(c.rope.theta)},
+          {"model.rope_scaling", c.rope.llama3_scaling ? "llama3" : "none"},
+          {"model.rope_factor", num(c.rope.factor)},
+          {"model.rope_low_freq_factor", num(c.rope.low_freq_factor)},
+          {"model.rope_high_freq_factor", num(c.rope.high_freq_factor)},
+          {"model.rope_original_max_position",
+           std::to_string(c.rope.original_max_position_embeddings)}};
+}
+
+void set_block_attribute(model::GptConfig& c, const std::string& key, const std::string& v,
+                         const std::string& where) {
+  const char* k = key.c_str();
+  auto number = [&]() {
+    try {
+      std::size_t used = 0;
+      const double x = std::stod(v, &used);
+      if (used == v.size()) return x;
+    } catch (const std::exception&) {
+    }
+    throw ConfigError(cat(where, ": attribute ", key, "='", v, "' is not a number"));
+  };
+  auto boolean = [&]() {
+    MESHTRAIN_CONFIG_CHECK(v == "true" || v == "false", where, ": attribute ", key, "='", v,
+                           "' is not true or false");
+    return v == "true";
+  };
+  if (key == "model.family") c.family = model::parse_family(v, k);
+  else if (key == "model.norm") c.norm = model::parse_norm(v, k);
+  else if (key == "model.positions") c.positions = model::parse_positions(v, k);
+  else if (key == "model.mlp") c.mlp = model::parse_mlp(v, k);
+  else if (key == "model.n_kv_head") c.n_kv_head = static_cast<int>(number());
+  else if (key == "model.head_dim") c.head_dim = static_cast<int>(number());
+  else if (key == "model.intermediate_size") c.intermediate_size = static_cast<int>(number());
+  else if (key == "model.bias") c.bias = boolean();
+  else if (key == "model.tied_head") c.tied_head = boolean();
+  else if (key == "model.norm_eps") c.norm_eps = number();
+  else if (key == "model.rope_theta") c.rope.theta = number();
+  else if (key == "model.rope_scaling") c.rope.llama3_scaling = v == "llama3";
+  else if (key == "model.rope_factor") c.rope.factor = number();
+  else if (key == "model.rope_low_freq_factor") c.rope.low_freq_factor = number();
+  else if (key == "model.rope_high_freq_factor") c.rope.high_freq_factor = number();
+  else if (key == "model.rope_original_max_position")
+    c.rope.original_max_position_embeddings = static_cast<int>(number());
+  else throw Error(cat("set_block_attribute: unknown key ", key));
 }
 
 }  // namespace meshtrain::io::ckpt

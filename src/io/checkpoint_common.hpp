@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "hdf5_util.hpp"
@@ -87,5 +88,12 @@ struct ModelKey {
   int model::GptConfig::*field;
 };
 const std::vector<ModelKey>& model_keys();
+
+// The block description (model.family, model.norm, ..., model.rope_*) as root attributes, each
+// written as text. A file without them predates them and holds a GPT-2 model: reading fills
+// GptConfig's defaults, which are GPT-2's.
+std::vector<std::pair<std::string, std::string>> block_attributes(const model::GptConfig& c);
+void set_block_attribute(model::GptConfig& c, const std::string& key, const std::string& value,
+                         const std::string& where);
 
 }  // namespace meshtrain::io::ckpt

@@ -89,6 +89,10 @@ CheckpointAttributes read_root(hid_t file, const std::string& where) {
   a.model.name = read_attr_string(file, "model.name", where);
   for (const auto& k : ckpt::model_keys())
     a.model.*k.field = static_cast<int>(read_attr_i64(file, k.attr, where));
+  for (const auto& kv : ckpt::block_attributes(a.model))  // absent: an older file, GPT-2
+    if (has_attr(file, kv.first.c_str()))
+      ckpt::set_block_attribute(a.model, kv.first,
+                                read_attr_string(file, kv.first.c_str(), where), where);
   a.layout.dp = static_cast<int>(read_attr_i64(file, "layout.dp", where));
   a.layout.pp = static_cast<int>(read_attr_i64(file, "layout.pp", where));
   a.layout.tp = static_cast<int>(read_attr_i64(file, "layout.tp", where));
@@ -122,6 +126,13 @@ void check_model(const model::GptConfig& saved, const model::GptConfig& now,
                             " (a checkpoint restores the same model only: set ", k.attr, "=",
                             saved.*k.field, " or start a new run)"));
   }
+  const auto a = ckpt::block_attributes(saved), b = ckpt::block_attributes(now);
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (a[i].second != b[i].second)
+      throw ConfigError(cat(where, " was saved with ", a[i].first, "=", a[i].second,
+                            " but the configuration has ", b[i].first, "=", b[i].second,
+                            " (a checkpoint restores the same model only: set ", a[i].first, "=",
+                            a[i].second, " or start a new run)"));
   if (saved.padded_vocab() != now.padded_vocab())
     throw ConfigError(cat(where, " was saved with model.vocab_pad=", saved.vocab_pad, " (",
                           saved.padded_vocab(), " rows of wte) but the configuration has "
@@ -296,6 +307,9 @@ model::GptConfig export_safetensors_from_checkpoint(const std::string& checkpoin
     throw ConfigError(cat(where, " cannot be read as an HDF5 file: ", h5::error_stack()));
   h5::Handle file(f, H5Fclose);
   const CheckpointAttributes attrs = read_root(file, where);
+  MESHTRAIN_CONFIG_CHECK(attrs.model.is_gpt2(), where, " holds a model.family=",
+                         model::family_name(attrs.model.family),
+                         " model; converting it to a HuggingFace folder is not implemented");
   const model::ParameterRegistry full = ckpt::full_registry(attrs.model);
   SafetensorsWriter w;
   for (const auto& p : full.params()) {

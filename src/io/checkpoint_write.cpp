@@ -73,6 +73,7 @@ AttrList root_attributes(const CheckpointAttributes& a, std::int64_t step) {
   l.emplace_back("model.name", a.model.name);
   for (const auto& k : ckpt::model_keys())
     l.emplace_back(k.attr, static_cast<std::int64_t>(a.model.*k.field));
+  for (auto& [k, v] : ckpt::block_attributes(a.model)) l.emplace_back(k, v);
   l.emplace_back("layout.dp", std::int64_t{a.layout.dp});
   l.emplace_back("layout.pp", std::int64_t{a.layout.pp});
   l.emplace_back("layout.tp", std::int64_t{a.layout.tp});

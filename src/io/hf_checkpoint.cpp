@@ -20,6 +20,65 @@ std::string read_file(const std::string& path, const char* what) {
   return ss.str();
 }
 
+// HF LlamaConfig's fields (defaults as LlamaConfig's: n_kv_head = n_head, head_dim = hidden /
+// heads, rms_norm_eps 1e-6, rope_theta 1e4, untied). rope_theta and rope_scaling at the top
+// level (transformers 4) or in rope_parameters (transformers 5).
+void read_llama_config(const Json& j, const std::string& path, model::GptConfig& c) {
+  auto int_of = [&](const Json& o, const char* key) {
+    return static_cast<int>(json::as_int(json::at(o, key, path), cat(path, ": ", key)));
+  };
+  auto num_of = [&](const Json& o, const char* key) {
+    return json::as_number(json::at(o, key, path), cat(path, ": ", key));
+  };
+  const model::GptConfig base = model::preset("llama-tiny");
+  c.family = base.family;
+  c.norm = base.norm;
+  c.positions = base.positions;
+  c.mlp = base.mlp;
+  c.bias = false;
+  c.n_layer = int_of(j, "num_hidden_layers");
+  c.n_head = int_of(j, "num_attention_heads");
+  c.n_embd = int_of(j, "hidden_size");
+  c.intermediate_size = int_of(j, "intermediate_size");
+  c.vocab_size = int_of(j, "vocab_size");
+  c.block_size = int_of(j, "max_position_embeddings");
+  c.n_kv_head = json::find(j, "num_key_value_heads") ? int_of(j, "num_key_value_heads") : c.n_head;
+  const Json* hd = json::find(j, "head_dim");
+  c.head_dim = hd && !hd->is_null() ? int_of(j, "head_dim") : 0;
+  c.norm_eps = json::find(j, "rms_norm_eps") ? num_of(j, "rms_norm_eps") : 1e-6;
+  const Json* tie = json::find(j, "tie_word_embeddings");
+  c.tied_head = tie && tie->is_boolean() && tie->get<bool>();
+  for (const char* key : {"attention_bias", "mlp_bias"}) {
+    const Json* b = json::find(j, key);
+    MESHTRAIN_CONFIG_CHECK(!b || (b->is_boolean() && !b->get<bool>()), path, ": ", key,
+                           " is set; meshtrain's Llama block has no biases");
+  }
+  if (const Json* act = json::find(j, "hidden_act")) {
+    const std::string& a = json::as_string(*act, path + ": hidden_act");
+    MESHTRAIN_CONFIG_CHECK(a == "silu", path, ": hidden_act '", a,
+                           "' is not the SwiGLU activation meshtrain implements (silu)");
+  }
+  const Json* rp = json::find(j, "rope_parameters");
+  const Json& rope = rp && rp->is_object() ? *rp : j;
+  c.rope = kernels::RopeConfig{};
+  c.rope.theta = json::find(rope, "rope_theta") ? num_of(rope, "rope_theta") : 1e4;
+  const Json* sc = rp && rp->is_object() ? rp : json::find(j, "rope_scaling");
+  if (sc && sc->is_object()) {
+    const Json* type = json::find(*sc, "rope_type");
+    if (!type) type = json::find(*sc, "type");
+    const std::string t = type ? json::as_string(*type, path + ": rope_type") : "default";
+    MESHTRAIN_CONFIG_CHECK(t == "default" || t == "llama3", path, ": rope_type '", t,
+                           "' is not supported (default or llama3)");
+    if (t == "llama3") {
+      c.rope.llama3_scaling = true;
+      c.rope.factor = num_of(*sc, "factor");
+      c.rope.low_freq_factor = num_of(*sc, "low_freq_factor");
+      c.rope.high_freq_factor = num_of(*sc, "high_freq_factor");
+      c.rope.original_max_position_embeddings = int_of(*sc, "original_max_position_embeddings");
+    }
+  }
+}
+
 }  // namespace
 
 model::GptConfig read_hf_config(const std::string& dir, int vocab_pad) {
@@ -27,6 +86,20 @@ model::GptConfig read_hf_config(const std::string& dir, int vocab_pad) {
   const Json j = json::parse(read_file(path, "HuggingFace config"), path);
   model::GptConfig c;
   c.name = std::filesystem::path(dir).filename().string();
+  // GPT2LMHeadModel (model_type gpt2, or none: older files) and LlamaForCausalLM; any other
+  // architecture is named instead of failing on a missing key.
+  if (const Json* t = json::find(j, "model_type")) {
+    const std::string& type = json::as_string(*t, path + ": model_type");
+    MESHTRAIN_CONFIG_CHECK(type == "gpt2" || type == "llama", path, ": model_type '", type,
+                           "' is not supported (meshtrain reads GPT2LMHeadModel, model_type "
+                           "gpt2, and LlamaForCausalLM, model_type llama)");
+    if (type == "llama") {
+      read_llama_config(j, path, c);
+      c.vocab_pad = vocab_pad;
+      c.validate();
+      return c;
+    }
+  }
   auto int_of = [&](const char* key) {
     return static_cast<int>(json::as_int(json::at(j, key, path), cat(path, ": ", key)));
   };
@@ -58,6 +131,8 @@ std::string read_hf_tokenizer(const std::string& dir) {
 template <class T>
 void import_hf(model::GptT<T>& m, const std::string& dir) {
   const std::string path = dir + "/model.safetensors";
+  MESHTRAIN_CONFIG_CHECK(m.config().is_gpt2(), "importing a HuggingFace folder into model.family=",
+                         model::family_name(m.config().family), " is not implemented (", dir, ")");
   SafetensorsReader f(path);
   const auto& reg = m.registry();
   MESHTRAIN_CHECK(reg.tp_size() == 1, "import_hf loads whole tensors (tensor parallelism 1)");
@@ -114,6 +189,9 @@ void write_hf_config(const model::GptConfig& c, const std::string& dir,
 template <class T>
 void export_hf(const model::GptT<T>& m, const std::string& dir, const std::string& tokenizer) {
   const auto& reg = m.registry();
+  MESHTRAIN_CONFIG_CHECK(m.config().is_gpt2(), "exporting model.family=",
+                         model::family_name(m.config().family),
+                         " as a HuggingFace folder is not implemented (", dir, ")");
   MESHTRAIN_CHECK(reg.tp_size() == 1, "export_hf writes whole tensors (tensor parallelism 1)");
   std::filesystem::create_directories(dir);
   auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, m.params());

@@ -12,19 +12,19 @@ namespace meshtrain::model {
 
 template <class T>
 BlockActivations<T>::BlockActivations(const BlockShape& s) {
-  const std::size_t N = s.N, Nl = s.Nl, C = s.C, tp = s.tp;
+  const std::size_t N = s.N, Nl = s.Nl, C = s.C;
   ln1 = alloc<T>("act.ln1", N * C);
-  ln1_mean = alloc<float>("act.ln1_mean", Nl);
+  if (s.norm_mean) ln1_mean = alloc<float>("act.ln1_mean", Nl);
   ln1_rstd = alloc<float>("act.ln1_rstd", Nl);
-  qkv = alloc<T>("act.qkv", N * 3 * C / tp);
-  atty = alloc<T>("act.atty", N * C / tp);
+  qkv = alloc<T>("act.qkv", N * (s.QW + 2 * s.KW));
+  atty = alloc<T>("act.atty", N * s.QW);
   lse = alloc<float>("act.lse", static_cast<std::size_t>(s.B) * s.NHl * s.T);
   res2 = alloc<T>("act.res2", Nl * C);
   ln2 = alloc<T>("act.ln2", N * C);
-  ln2_mean = alloc<float>("act.ln2_mean", Nl);
+  if (s.norm_mean) ln2_mean = alloc<float>("act.ln2_mean", Nl);
   ln2_rstd = alloc<float>("act.ln2_rstd", Nl);
-  fch = alloc<T>("act.fch", N * 4 * C / tp);
-  fch_gelu = alloc<T>("act.fch_gelu", N * 4 * C / tp);
+  fch = alloc<T>("act.fch", N * s.FW);
+  fch_gelu = alloc<T>("act.fch_gelu", N * s.HW);
 }
 
 template <class T>
@@ -89,6 +89,15 @@ GptT<T>::GptT(const GptConfig& cfg, int micro_batch, int seq_len, const ModelLay
   NHl_ = cfg_.n_head / P;
   Vl_ = cfg_.padded_vocab() / P;
   v0_ = tp_rank_ * Vl_;
+  HS_ = cfg_.head_size();
+  QW_ = NHl_ * HS_;
+  NKVl_ = reg_.local_kv_heads();
+  kv0_ = reg_.first_kv_head();
+  KW_ = NKVl_ * HS_;
+  MESHTRAIN_CONFIG_CHECK(cfg_.mlp_width() % P == 0, "mesh.tp=", P, " must divide the MLP width ",
+                         cfg_.mlp_width(), " (model.intermediate_size)");
+  Il_ = cfg_.mlp_width() / P;
+  const bool swiglu = cfg_.mlp == Mlp::swiglu;
   const std::size_t N = N_, Nl = Nl_, C = cfg_.n_embd;
   if (layout_.allocate_params) params_ = zeros<T>("params", reg_.size());
   if (layout_.allocate_grads) grads_ = zeros<T>("grads", reg_.size());
@@ -96,7 +105,9 @@ GptT<T>::GptT(const GptConfig& cfg, int micro_batch, int seq_len, const ModelLay
   block_grads_.resize(static_cast<std::size_t>(cfg_.n_layer));
   bind_all();
 
-  const BlockShape shape{B_, T_, N_, Nl_, cfg_.n_embd, NHl_, P};
+  const BlockShape shape{B_,  T_,   N_,  Nl_, cfg_.n_embd, NHl_, P,
+                         QW_, KW_, swiglu ? 2 * Il_ : Il_, Il_, cfg_.norm == Norm::layernorm};
+  if (cfg_.positions == Positions::rotary) rope_ = kernels::rope_table(exec_, T_, HS_, cfg_.rope);
   if (layout_.recompute) shared_acts_ = std::make_unique<BlockActivations<T>>(shape);
   const int n_chunks = static_cast<int>(layout_.chunks.size());
   for (int c = 0; c < n_chunks; ++c) {
@@ -134,9 +145,12 @@ GptT<T>::GptT(const GptConfig& cfg, int micro_batch, int seq_len, const ModelLay
   }
   dres_ = alloc<T>("grad.dres", Nl * C);
   dln_ = alloc<T>("grad.dln", N * C);
-  dqkv_ = alloc<T>("grad.dqkv", N * 3 * C / P);
-  datty_ = alloc<T>("grad.datty", N * C / P);
-  dfch_ = alloc<T>("grad.dfch", N * 4 * C / P);
+  dqkv_ = alloc<T>("grad.dqkv", N * (QW_ + 2 * KW_));
+  datty_ = alloc<T>("grad.datty", N * QW_);
+  dfch_ = alloc<T>("grad.dfch", N * shape.FW);
+  if (swiglu) dh_ = alloc<T>("grad.dh", N * Il_);
+  if (reg_.kv_replicated() && P > 1)
+    kv_dw_ = alloc<T>("tp.kv_dw", 2 * static_cast<std::size_t>(cfg_.kv_heads()) * HS_ * C);
   if (tp_active()) {
     partial_ = alloc<T>("tp.partial", N * C);
     proj_out_ = alloc<T>("tp.proj_out", Nl * C);
@@ -146,7 +160,7 @@ GptT<T>::GptT(const GptConfig& cfg, int micro_batch, int seq_len, const ModelLay
     dres_full_ = alloc<T>("sp.dres_full", N * C);
     ln_local_ = alloc<T>("sp.ln_local", Nl * C);
     ln_dw_ = alloc<T>("sp.ln_dw", C);
-    ln_db_ = alloc<T>("sp.ln_db", C);
+    if (cfg_.norm == Norm::layernorm) ln_db_ = alloc<T>("sp.ln_db", C);
   }
   loss_sum_ = Scalar<float>("meshtrain::loss_sum");
 }
@@ -211,14 +225,34 @@ void GptT<T>::bind_unit(int u, View1<T> pstore, View1<T> gstore) {
     return View1<T>(slice(store, info.offset - unit.begin, info.numel));
   };
   auto bind_block = [&](const View1<T>& store, BlockTensors<T>& t) {
-    const std::string p = "transformer.h." + std::to_string(unit.layer) + ".";
+    const std::string p = reg_.block_prefix(unit.layer);
     auto at = [&](const char* s) { return view(store, p + s); };
-    t = BlockTensors<T>{at("ln_1.weight"),        at("ln_1.bias"),
-                        at("attn.c_attn.weight"), at("attn.c_attn.bias"),
-                        at("attn.c_proj.weight"), at("attn.c_proj.bias"),
-                        at("ln_2.weight"),        at("ln_2.bias"),
-                        at("mlp.c_fc.weight"),    at("mlp.c_fc.bias"),
-                        at("mlp.c_proj.weight"),  at("mlp.c_proj.bias")};
+    if (cfg_.is_gpt2()) {
+      t = BlockTensors<T>{};
+      t.ln_1_w = at("ln_1.weight");
+      t.ln_1_b = at("ln_1.bias");
+      t.c_attn_w = at("attn.c_attn.weight");
+      t.c_attn_b = at("attn.c_attn.bias");
+      t.attn_proj_w = at("attn.c_proj.weight");
+      t.attn_proj_b = at("attn.c_proj.bias");
+      t.ln_2_w = at("ln_2.weight");
+      t.ln_2_b = at("ln_2.bias");
+      t.c_fc_w = at("mlp.c_fc.weight");
+      t.c_fc_b = at("mlp.c_fc.bias");
+      t.mlp_proj_w = at("mlp.c_proj.weight");
+      t.mlp_proj_b = at("mlp.c_proj.bias");
+      return;
+    }
+    t = BlockTensors<T>{};
+    t.ln_1_w = at("input_layernorm.weight");
+    t.ln_2_w = at("post_attention_layernorm.weight");
+    t.q_w = at("self_attn.q_proj.weight");
+    t.k_w = at("self_attn.k_proj.weight");
+    t.v_w = at("self_attn.v_proj.weight");
+    t.attn_proj_w = at("self_attn.o_proj.weight");
+    t.gate_w = at("mlp.gate_proj.weight");
+    t.up_w = at("mlp.up_proj.weight");
+    t.mlp_proj_w = at("mlp.down_proj.weight");
   };
   for (int which = 0; which < 2; ++which) {
     const View1<T>& store = which == 0 ? pstore : gstore;
@@ -228,11 +262,15 @@ void GptT<T>::bind_unit(int u, View1<T> pstore, View1<T> gstore) {
     if (unit.layer >= 0) {
       bind_block(store, which == 0 ? block_params_[unit.layer] : block_grads_[unit.layer]);
     } else if (u == reg_.embedding_unit()) {
-      (which == 0 ? wte_ : dwte_) = view(store, "transformer.wte.weight");
-      if (layout_.has_embedding) (which == 0 ? wpe_ : dwpe_) = view(store, "transformer.wpe.weight");
-    } else {
+      (which == 0 ? wte_ : dwte_) = view(store, reg_.embedding_name());
+      if (layout_.has_embedding && cfg_.positions == Positions::learned)
+        (which == 0 ? wpe_ : dwpe_) = view(store, "transformer.wpe.weight");
+    } else if (cfg_.is_gpt2()) {
       (which == 0 ? lnf_w_ : dlnf_w_) = view(store, "transformer.ln_f.weight");
       (which == 0 ? lnf_b_ : dlnf_b_) = view(store, "transformer.ln_f.bias");
+    } else {
+      (which == 0 ? lnf_w_ : dlnf_w_) = view(store, "model.norm.weight");
+      if (!cfg_.tied_head) (which == 0 ? lm_head_ : dlm_head_) = view(store, "lm_head.weight");
     }
   }
 }
@@ -253,18 +291,16 @@ void GptT<T>::init_parameters_into(std::uint64_t seed, View1<T> flat) const {
   for (const auto& p : reg_.params()) {
     auto v = slice(flat, p.offset, p.numel);
     const std::string& n = p.name;
-    const bool is_bias = n.size() > 5 && n.compare(n.size() - 5, 5, ".bias") == 0;
-    const bool is_ln = n.find(".ln_") != std::string::npos;
-    if (is_ln && !is_bias) {
+    if (p.init == Init::ones) {
       Kokkos::deep_copy(exec_, v, T(1.0f));
       continue;
     }
-    if (is_bias) continue;  // zeros
-    const bool resid = n.find("c_proj.weight") != std::string::npos;
-    const float std_dev = static_cast<float>(resid ? resid_std : 0.02);
+    if (p.init == Init::zeros) continue;
+    const float std_dev = static_cast<float>(p.init == Init::residual ? resid_std : 0.02);
     const std::uint64_t stream = rng::name_stream(n);
     // Global index per local element, so any tensor-parallel slice draws its own values.
-    const bool is_wte = n == "transformer.wte.weight";
+    // Vocabulary rows (the embedding, an untied head): the padding rows stay zero.
+    const bool is_wte = n == reg_.embedding_name() || n == reg_.head_weight_name();
     const std::int64_t gcols = p.global_shape.size() == 2 ? p.global_shape[1] : 1;
     const std::int64_t real_rows = cfg_.vocab_size;
     const int split = static_cast<int>(p.split);

@@ -7,16 +7,20 @@ namespace meshtrain::model {
 
 namespace {
 
-// BlockActivations: what one block keeps for backward for one micro-batch.
+// BlockActivations: what one block keeps for backward for one micro-batch (widths as
+// BlockShape: QW local query width, KW key-value width, FW the MLP's first output, HW its
+// activation).
 double block_activation_bytes(std::size_t B, std::size_t T, std::size_t N, std::size_t Nl,
-                              std::size_t C, std::size_t NHl, std::size_t tp, std::size_t E) {
-  const std::size_t compute = N * C             // ln1 (gathered under SP)
-                              + N * 3 * C / tp  // qkv
-                              + N * C / tp      // atty
-                              + Nl * C          // res2
-                              + N * C           // ln2
-                              + N * 4 * C / tp * 2;  // fch, fch_gelu
-  const std::size_t stats = 4 * Nl + B * NHl * T;  // ln1/ln2 mean and rstd, attention lse
+                              std::size_t C, std::size_t NHl, std::size_t QW, std::size_t KW,
+                              std::size_t FW, std::size_t HW, bool norm_mean, std::size_t E) {
+  const std::size_t compute = N * C       // ln1 (gathered under SP)
+                              + N * (QW + 2 * KW)  // qkv
+                              + N * QW      // atty
+                              + Nl * C      // res2
+                              + N * C       // ln2
+                              + N * FW + N * HW;  // fch, fch_gelu
+  // ln1/ln2 rstd (and mean for LayerNorm), attention lse
+  const std::size_t stats = (norm_mean ? 4 : 2) * Nl + B * NHl * T;
   return static_cast<double>(compute * E + stats * 4);
 }
 
@@ -29,12 +33,17 @@ ModelFootprint model_footprint(const GptConfig& cfg, int micro_batch, int seq_le
   const bool sp = layout.sequence_parallel && P > 1;
   const std::size_t Nl = sp ? N / P : N;
   const std::size_t NHl = cfg.n_head / P, Vl = cfg.padded_vocab() / P;
+  const std::size_t HS = cfg.head_size(), QW = NHl * HS, I = cfg.mlp_width() / P;
+  const std::size_t KV = cfg.kv_heads(), KVl = KV < P ? 1 : KV / P;
+  const bool swiglu = cfg.mlp == Mlp::swiglu, norm_mean = cfg.norm == Norm::layernorm;
+  const std::size_t FW = swiglu ? 2 * I : I;
   const std::vector<LayerRange> chunks =
       layout.chunks.empty() ? std::vector<LayerRange>{{0, cfg.n_layer}} : layout.chunks;
   ModelFootprint f;
 
   // ---- activations: the slots of every chunk ----
-  const double block = block_activation_bytes(B, T, N, Nl, C, NHl, P, E);
+  const std::size_t KW = KVl * HS;
+  const double block = block_activation_bytes(B, T, N, Nl, C, NHl, QW, KW, FW, I, norm_mean, E);
   if (layout.recompute) f.activations += block;  // one shared set, recomputed per block
   for (std::size_t c = 0; c < chunks.size(); ++c) {
     const bool embed = c == 0 && layout.has_embedding;
@@ -55,11 +64,14 @@ ModelFootprint model_footprint(const GptConfig& cfg, int micro_batch, int seq_le
     if (P > 1) f.head += static_cast<double>(N * 4 + 2 * N * 4);  // vocab-parallel CE
   }
   // ---- backward scratch: dres, dln, dqkv, datty, dfch (the GELU derivative is a GEMM
-  // epilogue: no separate gradient of the GELU output) ----
-  f.scratch = static_cast<double>((Nl * C + N * C + N * 3 * C / P + N * C / P + N * 4 * C / P) * E);
+  // epilogue: no separate gradient of the GELU output; SwiGLU's is dh) ----
+  f.scratch = static_cast<double>((Nl * C + N * C + N * (QW + 2 * KW) + N * QW + N * FW) * E);
+  if (swiglu) f.scratch += static_cast<double>(N * I * E);
+  if (KV < P) f.scratch += static_cast<double>(2 * KV * HS * C * E);  // replicated kv grads
+  if (cfg.positions == Positions::rotary) f.scratch += static_cast<double>(T * HS * 4);  // rope
   // row-parallel partial sums and their reduced local rows (before the residual add)
   if (P > 1) f.scratch += static_cast<double>((N * C + Nl * C) * E);
-  if (sp) f.scratch += static_cast<double>((Nl * C + N * C + Nl * C + 2 * C) * E);
+  if (sp) f.scratch += static_cast<double>((Nl * C + N * C + Nl * C + (norm_mean ? 2 : 1) * C) * E);
   f.scratch += 8;  // the loss sum: a rank-0 View, which Kokkos allocates in 8 bytes
   return f;
 }

@@ -22,6 +22,7 @@
 #include "meshtrain/kernels/layernorm.hpp"
 #include "meshtrain/kernels/linear.hpp"
 #include "meshtrain/kernels/residual.hpp"
+#include "meshtrain/kernels/rmsnorm.hpp"
 #include "meshtrain/model/gpt.hpp"
 #include "meshtrain/model/gpt_activations.hpp"
 
@@ -84,27 +85,46 @@ void GptT<T>::column_parallel_backward(View1<T> dx, View1<T> dw, View1<T> db, Vi
 }
 
 template <class T>
+void GptT<T>::norm_forward(View1<T> out, View1<float> mean, View1<float> rstd, View1<const T> x,
+                           View1<const T> w, View1<const T> b) {
+  if (cfg_.norm == Norm::layernorm)
+    k::layernorm_forward<T>(exec_, out, mean, rstd, x, w, b, Nl_, cfg_.n_embd);
+  else
+    k::rmsnorm_forward<T>(exec_, out, rstd, x, w, Nl_, cfg_.n_embd,
+                          static_cast<float>(cfg_.norm_eps));
+}
+
+template <class T>
 void GptT<T>::layernorm_backward_tp(View1<T> dx, View1<T> dw, View1<T> db, View1<const T> dout,
                                     View1<const T> x, View1<const T> w, View1<const float> mean,
                                     View1<const float> rstd) {
   const int C = cfg_.n_embd;
+  const bool ln = cfg_.norm == Norm::layernorm;
+  auto backward = [&](View1<T> gw, View1<T> gb) {
+    if (ln) k::layernorm_backward<T>(exec_, dx, gw, gb, dout, x, w, mean, rstd, Nl_, C);
+    else k::rmsnorm_backward<T>(exec_, dx, gw, dout, x, w, rstd, Nl_, C);
+  };
   if (!(layout_.sequence_parallel && tp_active())) {
-    k::layernorm_backward<T>(exec_, dx, dw, db, dout, x, w, mean, rstd, Nl_, C);
+    backward(dw, db);
     return;
   }
   // Each rank saw only its rows: the parameter gradients are partial sums over tp.
   Kokkos::deep_copy(exec_, ln_dw_, T(0.0f));
-  Kokkos::deep_copy(exec_, ln_db_, T(0.0f));
-  k::layernorm_backward<T>(exec_, dx, ln_dw_, ln_db_, dout, x, w, mean, rstd, Nl_, C);
+  if (ln) Kokkos::deep_copy(exec_, ln_db_, T(0.0f));
+  backward(ln_dw_, ln_db_);
   { TpTimer t(tp_comm_seconds_); layout_.tp->all_reduce(ln_dw_); }
-  { TpTimer t(tp_comm_seconds_); layout_.tp->all_reduce(ln_db_); }
+  if (ln) { TpTimer t(tp_comm_seconds_); layout_.tp->all_reduce(ln_db_); }
   k::accumulate<T>(exec_, dw, ln_dw_, static_cast<std::size_t>(C));
-  k::accumulate<T>(exec_, db, ln_db_, static_cast<std::size_t>(C));
+  if (ln) k::accumulate<T>(exec_, db, ln_db_, static_cast<std::size_t>(C));
 }
 
 template <class T>
 void GptT<T>::block_forward(int l, View1<const T> x, BlockActivations<T>& a, View1<T> out) {
-  const int N = N_, Nl = Nl_, C = cfg_.n_embd, P = tp_size_, HS = C / cfg_.n_head;
+  if (!cfg_.is_gpt2()) {
+    llama_block_forward(l, x, a, out);
+    return;
+  }
+  const int N = N_, Nl = Nl_, C = cfg_.n_embd, P = tp_size_, HS = HS_, I = Il_;
   const bool sp = layout_.sequence_parallel && P > 1;
   const BlockTensors<T>& w = block_params_[static_cast<std::size_t>(l)];
   k::layernorm_forward<T>(exec_, sp ? ln_local_ : a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln_1_w,
@@ -116,14 +136,18 @@ void GptT<T>::block_forward(int l, View1<const T> x, BlockActivations<T>& a, Vie
   k::layernorm_forward<T>(exec_, sp ? ln_local_ : a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln_2_w,
                           w.ln_2_b, Nl, C);
   if (sp) { TpTimer t(tp_comm_seconds_); layout_.tp->all_gather(ln_local_, a.ln2); }
-  k::linear_gelu_forward<T>(exec_, a.fch_gelu, a.fch, a.ln2, w.c_fc_w, w.c_fc_b, N, C, 4 * C / P);
-  row_parallel_forward(out, a.fch_gelu, w.mlp_proj_w, w.mlp_proj_b, 4 * C / P, a.res2);
+  k::linear_gelu_forward<T>(exec_, a.fch_gelu, a.fch, a.ln2, w.c_fc_w, w.c_fc_b, N, C, I);
+  row_parallel_forward(out, a.fch_gelu, w.mlp_proj_w, w.mlp_proj_b, I, a.res2);
 }
 
 // dres holds d(loss)/d(block output) on entry and d(loss)/d(block input) on exit (local rows).
 template <class T>
 void GptT<T>::block_backward(int l, View1<const T> x, BlockActivations<T>& a, View1<T> dres) {
-  const int N = N_, C = cfg_.n_embd, P = tp_size_, HS = C / cfg_.n_head;
+  if (!cfg_.is_gpt2()) {
+    llama_block_backward(l, x, a, dres);
+    return;
+  }
+  const int N = N_, C = cfg_.n_embd, P = tp_size_, HS = HS_, I = Il_;
   const bool sp = layout_.sequence_parallel && P > 1;
   const BlockTensors<T>& w = block_params_[static_cast<std::size_t>(l)];
   const BlockTensors<T>& g = block_grads_[static_cast<std::size_t>(l)];
@@ -132,8 +156,8 @@ void GptT<T>::block_backward(int l, View1<const T> x, BlockActivations<T>& a, Vi
   View1<const T> dfull = gather_rows(dres, dres_full_);
   // d(pre-GELU) in one GEMM: the GELU derivative is the input-gradient GEMM's epilogue.
   k::linear_backward_dgelu<T>(exec_, dfch_, g.mlp_proj_w, g.mlp_proj_b, dfull, a.fch_gelu,
-                              w.mlp_proj_w, a.fch, N, 4 * C / P, C);
-  column_parallel_backward(dx, g.c_fc_w, g.c_fc_b, dfch_, a.ln2, w.c_fc_w, 4 * C / P);
+                              w.mlp_proj_w, a.fch, N, I, C);
+  column_parallel_backward(dx, g.c_fc_w, g.c_fc_b, dfch_, a.ln2, w.c_fc_w, I);
   layernorm_backward_tp(dres, g.ln_2_w, g.ln_2_b, dx, a.res2, w.ln_2_w, a.ln2_mean, a.ln2_rstd);
   // Attention: res2 = x + proj(attn(c_attn(ln1(x))))
   dfull = gather_rows(dres, dres_full_);
@@ -172,16 +196,19 @@ void GptT<T>::embedding_backward(SlotActivations<T>& s, View1<const T> dres) {
 template <class T>
 void GptT<T>::head_forward(SlotActivations<T>& s, View1<const T> x,
                            View1<const std::int32_t> targets, float grad_scale, Mode mode) {
-  const int N = N_, Nl = Nl_, C = cfg_.n_embd, V = cfg_.vocab_size;
+  const int N = N_, C = cfg_.n_embd, V = cfg_.vocab_size;
   const bool sp = layout_.sequence_parallel && tp_active();
-  const int hu = reg_.head_unit(), eu = reg_.embedding_unit();
+  // eu: the unit of the tied embedding the head reads (-1 for an untied head, whose weight is
+  // in the head unit).
+  const int hu = reg_.head_unit(), eu = cfg_.tied_head ? reg_.embedding_unit() : -1;
   hook_before_forward(hu);
-  hook_before_forward(eu);
-  k::layernorm_forward<T>(exec_, sp ? ln_local_ : lnf_, lnf_mean_, lnf_rstd_, x, lnf_w_, lnf_b_, Nl,
-                          C);
+  if (eu >= 0) hook_before_forward(eu);
+  norm_forward(sp ? ln_local_ : lnf_, lnf_mean_, lnf_rstd_, x, lnf_w_, lnf_b_);
   if (sp) { TpTimer t(tp_comm_seconds_); layout_.tp->all_gather(ln_local_, lnf_); }
-  // LM head tied to wte [Vl, C]: logits[N, Vl] = lnf[N, C] @ wte^T (this rank's vocabulary rows)
-  k::gemm<T>(exec_, k::Trans::N, k::Trans::T, N, Vl_, C, 1.0f, lnf_.data(), C, wte_.data(), C,
+  // LM head [Vl, C] (the tied wte, or lm_head): logits[N, Vl] = lnf[N, C] @ head^T (this rank's
+  // vocabulary rows). Its views are read after the hooks, which may bind their storage.
+  const View1<T> hw = head_w();
+  k::gemm<T>(exec_, k::Trans::N, k::Trans::T, N, Vl_, C, 1.0f, lnf_.data(), C, hw.data(), C,
              0.0f, logits_.data(), Vl_);
   if (mode == Mode::logits) return;
   MESHTRAIN_CHECK(targets.span() == static_cast<std::size_t>(N), "model targets have ",
@@ -206,20 +233,21 @@ void GptT<T>::head_forward(SlotActivations<T>& s, View1<const T> x,
   if (!train) return;
   // The head's backward, now: logits_ holds dlogits.
   hook_before_backward(hu);
-  hook_before_backward(eu);
-  k::gemm<T>(exec_, k::Trans::N, k::Trans::N, N, C, Vl_, 1.0f, logits_.data(), Vl_, wte_.data(),
+  if (eu >= 0) hook_before_backward(eu);
+  const View1<T> dhw = dhead_w();
+  k::gemm<T>(exec_, k::Trans::N, k::Trans::N, N, C, Vl_, 1.0f, logits_.data(), Vl_, head_w().data(),
              C, 0.0f, dln_.data(), C);
   comm::Request r;
   if (tp_active())
     r = sp ? layout_.tp->ireduce_scatter(dln_, dln_local_) : layout_.tp->iall_reduce(dln_);
   k::gemm<T>(exec_, k::Trans::T, k::Trans::N, Vl_, C, N, 1.0f, logits_.data(), Vl_, lnf_.data(),
-             C, 1.0f, dwte_.data(), C);
+             C, 1.0f, dhw.data(), C);
   { TpTimer t(tp_comm_seconds_); r.wait(); }
   Kokkos::deep_copy(exec_, s.dhead, T(0.0f));
   layernorm_backward_tp(s.dhead, dlnf_w_, dlnf_b_, sp ? dln_local_ : dln_, x, lnf_w_, lnf_mean_,
                         lnf_rstd_);
   hook_after_backward(hu);
-  if (!layout_.has_embedding) hook_after_backward(eu);  // the tied copy is complete
+  if (eu >= 0 && !layout_.has_embedding) hook_after_backward(eu);  // the tied copy is complete
 }
 
 #define MESHTRAIN_INSTANTIATE_GPT_LAYERS(T)                                                       \
@@ -231,6 +259,8 @@ void GptT<T>::head_forward(SlotActivations<T>& s, View1<const T> x,
   template void GptT<T>::layernorm_backward_tp(View1<T>, View1<T>, View1<T>, View1<const T>,      \
                                                View1<const T>, View1<const T>,                    \
                                                View1<const float>, View1<const float>);           \
+  template void GptT<T>::norm_forward(View1<T>, View1<float>, View1<float>, View1<const T>,        \
+                                      View1<const T>, View1<const T>);                            \
   template void GptT<T>::block_forward(int, View1<const T>, BlockActivations<T>&, View1<T>);      \
   template void GptT<T>::block_backward(int, View1<const T>, BlockActivations<T>&, View1<T>);     \
   template void GptT<T>::embedding_forward(SlotActivations<T>&);                                  \

@@ -12,14 +12,16 @@ std::vector<HookCall> forward_hooks(const ParameterRegistry& reg,
   for (int l = chunks[c].first; l < chunks[c].last; ++l)
     add(HookEvent::before_forward, reg.unit_of_layer(l));
   if (c == last && reg.has_head() && hu >= 0) {
-    // The LM head reads the tied wte, and its backward (fused into the forward) writes both.
+    // The LM head reads the tied wte, and its backward (fused into the forward) writes both. An
+    // untied head's weight is in the head unit.
+    const int te = reg.tied_head() ? eu : -1;
     add(HookEvent::before_forward, hu);
-    if (eu >= 0) add(HookEvent::before_forward, eu);
+    if (te >= 0) add(HookEvent::before_forward, te);
     add(HookEvent::before_backward, hu);
-    if (eu >= 0) add(HookEvent::before_backward, eu);
+    if (te >= 0) add(HookEvent::before_backward, te);
     add(HookEvent::after_backward, hu);
     // A last stage without the embedding holds a tied copy, complete after the head.
-    if (eu >= 0 && !reg.has_embedding()) add(HookEvent::after_backward, eu);
+    if (te >= 0 && !reg.has_embedding()) add(HookEvent::after_backward, te);
   }
   return out;
 }

@@ -51,9 +51,30 @@ ParameterRegistry::ParameterRegistry(const GptConfig& cfg, int tp_rank, int tp_s
 
 void ParameterRegistry::build(const std::vector<LayerRange>& chunks) {
   const std::int64_t C = cfg_.n_embd, Vp = cfg_.padded_vocab(), T = cfg_.block_size;
+  const bool gpt2 = cfg_.is_gpt2();
   MESHTRAIN_CONFIG_CHECK(cfg_.n_head % tp_size_ == 0, "mesh.tp=", tp_size_,
                          " must divide model.n_head=", cfg_.n_head,
                          " (attention heads are split across tensor-parallel ranks)");
+  // Key-value heads: split by heads when there are at least tp of them, else every rank holds
+  // them all and uses the one its query heads read (which needs tp a multiple of n_kv_head, so
+  // that no rank's query heads straddle two key-value heads).
+  const int KV = cfg_.kv_heads();
+  kv_replicated_ = KV < tp_size_;
+  if (kv_replicated_) {
+    MESHTRAIN_CONFIG_CHECK(tp_size_ % KV == 0, "mesh.tp=", tp_size_, " must be a multiple of "
+                           "model.n_kv_head=", KV, " when it exceeds it (a rank's query heads "
+                           "must share one key-value head)");
+    kv_local_ = 1;
+    kv_first_ = tp_rank_ / (tp_size_ / KV);
+  } else {
+    MESHTRAIN_CONFIG_CHECK(KV % tp_size_ == 0, "mesh.tp=", tp_size_,
+                           " must divide model.n_kv_head=", KV,
+                           " (key-value heads are split across tensor-parallel ranks)");
+    kv_local_ = KV / tp_size_;
+    kv_first_ = tp_rank_ * kv_local_;
+  }
+  wte_name_ = gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight";
+  head_w_name_ = cfg_.tied_head ? wte_name_ : "lm_head.weight";
   layer_unit_.assign(static_cast<std::size_t>(cfg_.n_layer), -1);
   auto open_unit = [&](std::string name, int layer) {
     UnitInfo u;
@@ -63,12 +84,13 @@ void ParameterRegistry::build(const std::vector<LayerRange>& chunks) {
     units_.push_back(u);
   };
   auto close_unit = [&]() { units_.back().end = total_; };
-  // The first stage embeds; the last stage holds a copy of wte for the tied LM head.
-  if (has_embedding_ || has_head_) {
+  // The first stage embeds; with a tied head the last stage holds a copy of the embedding.
+  if (has_embedding_ || (has_head_ && cfg_.tied_head)) {
     embedding_unit_ = static_cast<int>(units_.size());
     open_unit("embedding", -1);
-    add("transformer.wte.weight", {Vp, C}, Split::rows, -1, true);
-    if (has_embedding_) add("transformer.wpe.weight", {T, C}, Split::replicated, -1, true);
+    add(wte_name_, {Vp, C}, Split::rows, -1, true, Init::normal);
+    if (has_embedding_ && cfg_.positions == Positions::learned)
+      add("transformer.wpe.weight", {T, C}, Split::replicated, -1, true, Init::normal);
     close_unit();
   }
   int prev_last = -1;
@@ -78,33 +100,67 @@ void ParameterRegistry::build(const std::vector<LayerRange>& chunks) {
                     "registry: bad layer range [", ch.first, ", ", ch.last, ")");
     prev_last = ch.last;
     for (int l = ch.first; l < ch.last; ++l) {
-      const std::string p = "transformer.h." + std::to_string(l) + ".";
+      const std::string p = block_prefix(l);
       layer_unit_[static_cast<std::size_t>(l)] = static_cast<int>(units_.size());
-      open_unit("transformer.h." + std::to_string(l), l);
-      // Within a block: weights that decay first, then biases and LayerNorm, so AdamW covers a
-      // block in two contiguous ranges.
-      add(p + "attn.c_attn.weight", {C, 3 * C}, Split::qkv_cols, l, true);
-      add(p + "attn.c_proj.weight", {C, C}, Split::rows, l, true);
-      add(p + "mlp.c_fc.weight", {C, 4 * C}, Split::cols, l, true);
-      add(p + "mlp.c_proj.weight", {4 * C, C}, Split::rows, l, true);
-      add(p + "ln_1.weight", {C}, Split::replicated, l, false);
-      add(p + "ln_1.bias", {C}, Split::replicated, l, false);
-      add(p + "attn.c_attn.bias", {3 * C}, Split::qkv_cols, l, false);
-      add(p + "attn.c_proj.bias", {C}, Split::replicated, l, false);
-      add(p + "ln_2.weight", {C}, Split::replicated, l, false);
-      add(p + "ln_2.bias", {C}, Split::replicated, l, false);
-      add(p + "mlp.c_fc.bias", {4 * C}, Split::cols, l, false);
-      add(p + "mlp.c_proj.bias", {C}, Split::replicated, l, false);
+      open_unit(p.substr(0, p.size() - 1), l);
+      if (gpt2) add_gpt2_block(l);
+      else add_llama_block(l);
       close_unit();
     }
   }
   if (has_head_) {
     head_unit_ = static_cast<int>(units_.size());
     open_unit("head", -1);
-    add("transformer.ln_f.weight", {C}, Split::replicated, -1, false);
-    add("transformer.ln_f.bias", {C}, Split::replicated, -1, false);
+    if (gpt2) {
+      add("transformer.ln_f.weight", {C}, Split::replicated, -1, false, Init::ones);
+      add("transformer.ln_f.bias", {C}, Split::replicated, -1, false, Init::zeros);
+    } else {
+      add("model.norm.weight", {C}, Split::replicated, -1, false, Init::ones);
+    }
+    if (!cfg_.tied_head) add(head_w_name_, {Vp, C}, Split::rows, -1, true, Init::normal);
     close_unit();
   }
+}
+
+std::string ParameterRegistry::block_prefix(int layer) const {
+  return (cfg_.is_gpt2() ? "transformer.h." : "model.layers.") + std::to_string(layer) + ".";
+}
+
+void ParameterRegistry::add_gpt2_block(int l) {
+  const std::int64_t C = cfg_.n_embd, I = cfg_.mlp_width();
+  const std::string p = block_prefix(l);
+  // Within a block: weights that decay first, then biases and LayerNorm, so AdamW covers a
+  // block in two contiguous ranges.
+  add(p + "attn.c_attn.weight", {C, 3 * C}, Split::qkv_cols, l, true, Init::normal);
+  add(p + "attn.c_proj.weight", {C, C}, Split::rows, l, true, Init::residual);
+  add(p + "mlp.c_fc.weight", {C, I}, Split::cols, l, true, Init::normal);
+  add(p + "mlp.c_proj.weight", {I, C}, Split::rows, l, true, Init::residual);
+  add(p + "ln_1.weight", {C}, Split::replicated, l, false, Init::ones);
+  add(p + "ln_1.bias", {C}, Split::replicated, l, false, Init::zeros);
+  add(p + "attn.c_attn.bias", {3 * C}, Split::qkv_cols, l, false, Init::zeros);
+  add(p + "attn.c_proj.bias", {C}, Split::replicated, l, false, Init::zeros);
+  add(p + "ln_2.weight", {C}, Split::replicated, l, false, Init::ones);
+  add(p + "ln_2.bias", {C}, Split::replicated, l, false, Init::zeros);
+  add(p + "mlp.c_fc.bias", {I}, Split::cols, l, false, Init::zeros);
+  add(p + "mlp.c_proj.bias", {C}, Split::replicated, l, false, Init::zeros);
+}
+
+// HF LlamaDecoderLayer's names and nn.Linear shapes [out, in]; HF's init (_init_weights: every
+// linear N(0, initializer_range = 0.02), RMSNorm weights 1). Weights first (decay), then norms.
+void ParameterRegistry::add_llama_block(int l) {
+  const std::int64_t C = cfg_.n_embd, I = cfg_.mlp_width(), HS = cfg_.head_size();
+  const std::int64_t Q = cfg_.n_head * HS, KV = cfg_.kv_heads() * HS;
+  const Split kv = kv_replicated_ ? Split::replicated : Split::rows;
+  const std::string p = block_prefix(l);
+  add(p + "self_attn.q_proj.weight", {Q, C}, Split::rows, l, true, Init::normal);
+  add(p + "self_attn.k_proj.weight", {KV, C}, kv, l, true, Init::normal);
+  add(p + "self_attn.v_proj.weight", {KV, C}, kv, l, true, Init::normal);
+  add(p + "self_attn.o_proj.weight", {C, Q}, Split::cols, l, true, Init::normal);
+  add(p + "mlp.gate_proj.weight", {I, C}, Split::rows, l, true, Init::normal);
+  add(p + "mlp.up_proj.weight", {I, C}, Split::rows, l, true, Init::normal);
+  add(p + "mlp.down_proj.weight", {C, I}, Split::cols, l, true, Init::normal);
+  add(p + "input_layernorm.weight", {C}, Split::replicated, l, false, Init::ones);
+  add(p + "post_attention_layernorm.weight", {C}, Split::replicated, l, false, Init::ones);
 }
 
 int ParameterRegistry::unit_of_layer(int layer) const {
@@ -115,12 +171,12 @@ int ParameterRegistry::unit_of_layer(int layer) const {
 
 bool ParameterRegistry::counts_in_norm(const ParamInfo& p) const {
   if (p.split == Split::replicated && tp_rank_ != 0) return false;
-  if (p.name == "transformer.wte.weight" && !has_embedding_) return false;
+  if (p.name == wte_name_ && !has_embedding_) return false;  // the last stage's tied copy
   return true;
 }
 
 void ParameterRegistry::add(std::string name, std::vector<std::int64_t> shape, Split split,
-                            int layer, bool decay) {
+                            int layer, bool decay, Init init) {
   ParamInfo p;
   p.name = std::move(name);
   p.global_shape = shape;
@@ -129,6 +185,7 @@ void ParameterRegistry::add(std::string name, std::vector<std::int64_t> shape, S
   p.layer = layer;
   p.stage = stage_;
   p.decay = decay;
+  p.init = init;
   if (split != Split::replicated) {
     const std::size_t dim = (split == Split::rows || shape.size() == 1) ? 0 : 1;
     const std::int64_t extent = shape[dim];

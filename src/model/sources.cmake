@@ -4,6 +4,7 @@ target_sources(meshtrain_lib PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/registry.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gpt.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gpt_layers.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/llama_block.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gpt_footprint.cpp
   ${CMAKE_CURRENT_LIST_DIR}/hook_order.cpp
 )

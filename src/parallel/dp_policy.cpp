@@ -69,7 +69,7 @@ DpLayout make_dp_layout(const model::ParameterRegistry& reg, std::size_t elem_by
   p.head_unit = reg.head_unit();
   // The head reads wte (tied LM head): the unit holding wte stays gathered, and its gradient
   // storage bound, from its first use in a micro-batch to its after_backward.
-  p.tied_unit = p.head_unit >= 0 ? p.embedding_unit : -1;
+  p.tied_unit = p.head_unit >= 0 && reg.tied_head() ? p.embedding_unit : -1;
   return out;
 }
 

@@ -5,10 +5,12 @@
 #include <cmath>
 
 #include "meshtrain/comm/flight_recorder.hpp"
+#include "meshtrain/core/agree.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/mpi_check.hpp"
 #include "meshtrain/core/signals.hpp"
 #include "meshtrain/io/hf_checkpoint.hpp"
+#include "meshtrain/io/hf_import.hpp"
 #include "meshtrain/parallel/grad_sync.hpp"
 #include "meshtrain/parallel/model_transfer.hpp"
 #include "meshtrain/parallel/pipeline_runner.hpp"
@@ -37,7 +39,10 @@ Engine<T>::Engine(MPI_Comm world, const model::GptConfig& cfg, const EngineOptio
   // The runner drives the hooks without a call between micro-batches: ZeRO 0/1 reduce a bucket
   // once its units have completed every micro-batch's backward.
   sync_->set_micro_batches(opt_.n_micro);
-  if (ctx_->config().shape.pp > 1) sync_->set_embedding_group(ctx_->embedding());
+  // A tied head: the last stage's copy of the embedding and the first stage's are one
+  // parameter, summed over the embedding group (an untied head has no copy).
+  if (ctx_->config().shape.pp > 1 && cfg_.tied_head)
+    sync_->set_embedding_group(ctx_->embedding());
   // 4. the optimizer over what ZeRO leaves this rank
   zopt_ = std::make_unique<ZeroOptimizer<T>>(*sync_, opt_.adamw, &ctx_->model_parallel(), exec);
   // 5. the schedule's executor
@@ -69,11 +74,12 @@ void Engine<T>::init_parameters(std::uint64_t seed) {
 
 template <class T>
 void Engine<T>::import_hf(const std::string& dir) {
+  // Each rank reads its own stage's tp slices (io/hf_import.hpp); ranks read different tensors,
+  // so a failure on one is agreed before the scatter's collectives.
   View1<T> full = model_->params();
   if (full.span() == 0) full = zeros<T>("init.params", model_->registry().size());
-  model::Gpt whole(cfg_, 1, opt_.seq_len);
-  io::import_hf(whole, dir);
-  take_slice(whole, *model_, full);
+  agree(ctx_->mesh().world().get(), cat("model.init_from '", dir, "'"),
+        [&] { io::import_hf_slices(model_->registry(), dir, full); });
   sync_->scatter_params(full);
   zopt_->init_master();
 }

@@ -10,8 +10,12 @@
 namespace meshtrain::parallel {
 
 PieceCostModel cost_model(const model::GptConfig& cfg, int seq_len) {
-  const double C = cfg.n_embd, T = seq_len, Vp = cfg.padded_vocab();
-  return {24.0 * C * C + 4.0 * T * C, 2.0 * C, 2.0 * C * Vp};
+  // A block: 2 FLOPs per weight and token (q/k/v, output projection, the MLP's two or three
+  // matrices) plus causal attention's 4 T Q (GPT-2: 24 C^2 + 4 T C).
+  const double C = cfg.n_embd, T = seq_len, Vp = cfg.padded_vocab(), I = cfg.mlp_width();
+  const double HS = cfg.head_size(), Q = cfg.n_head * HS, KV = cfg.kv_heads() * HS;
+  const double mlp = (cfg.mlp == model::Mlp::swiglu ? 3.0 : 2.0) * C * I;
+  return {2.0 * (C * (Q + 2 * KV) + Q * C + mlp) + 4.0 * T * Q, 2.0 * C, 2.0 * C * Vp};
 }
 
 namespace {

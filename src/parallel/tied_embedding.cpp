@@ -10,7 +10,7 @@ TiedEmbeddingSum<T>::TiedEmbeddingSum(const model::ParameterRegistry& reg,
                                       comm::Communicator* embedding)
     : embedding_(embedding) {
   if (!active()) return;
-  const model::ParamInfo* wte = reg.find("transformer.wte.weight");
+  const model::ParamInfo* wte = reg.find(reg.embedding_name());
   MESHTRAIN_CHECK(wte, "set_embedding_group: this rank holds no wte");
   wte_offset_ = wte->offset;
   wte_numel_ = wte->numel;

@@ -1,8 +1,10 @@
-// Step-time model (cost.hpp). Shapes are the ones GptT runs (gpt_layers.cpp): per block four
-// linears (c_attn [C, 3C/tp], attn.c_proj [C/tp, C], c_fc [C, 4C/tp], mlp.c_proj [4C/tp, C]),
-// causal attention over n_head/tp heads, two LayerNorms, GELU, two residual adds; the head's
+// Step-time model (cost.hpp). Shapes are the ones GptT runs (gpt_layers.cpp, llama_block.cpp):
+// per block four linears (q/k/v [C, QW + 2 KW], output projection [QW, C], the MLP's first
+// [C, FW] and second [I/tp, C]; GPT-2: QW = KW = C/tp, FW = I/tp = 4C/tp; Llama: grouped kv
+// heads KW = n_kv_head HS / tp (one head when replicated), SwiGLU's FW = 2 I/tp), causal
+// attention over n_head/tp heads, two norms, GELU or SwiGLU, two residual adds; the head's
 // logits [N, V/tp] and fused cross-entropy; N = micro_batch x seq_len rows (N/tp under SP for
-// the LayerNorm/residual region).
+// the norm/residual region).
 #include "meshtrain/plan/cost.hpp"
 
 #include <algorithm>
@@ -37,6 +39,8 @@ double all_gather(const LinkClass& l, int n, double full_bytes) {  // also reduc
 struct Shapes {
   double B, T, N, Nl, C, P, Vl, E;
   bool sp;
+  double QW = 0, KW = 0, FW = 0, I = 0;  // local widths (above)
+  bool bias = true;                       // linears with biases
 };
 
 struct Part {
@@ -60,7 +64,7 @@ double membound(double elems, double bytes_per_elem, double gbs) {
 std::pair<Part, Part> block(const Shapes& s, const Calibration& c, const LinkClass& tpl) {
   using KB = KernelBytes;
   const double N = s.N, Nl = s.Nl, C = s.C, P = s.P, E = s.E;
-  const double lin[4][2] = {{C, 3 * C / P}, {C / P, C}, {C, 4 * C / P}, {C / P * 4, C}};
+  const double lin[4][2] = {{C, s.QW + 2 * s.KW}, {s.QW, C}, {C, s.FW}, {s.I, C}};
   Part f, b;
   double oc_sum = 0, dw[4];
   for (int i = 0; i < 4; ++i) {
@@ -70,7 +74,7 @@ std::pair<Part, Part> block(const Shapes& s, const Calibration& c, const LinkCla
     dw[i] = gemm(c, ic, oc, N);
     b.gemm += gemm(c, N, ic, oc) + dw[i];
   }
-  const double att = 2.0 * s.B * (C / P) * s.T * s.T;  // causal: half of 4 B H T^2 HS
+  const double att = 2.0 * s.B * s.QW * s.T * s.T;  // causal: half of 4 B H T^2 HS
   f.attn = att / (c.attention_fwd_tflops * 1e12);
   b.attn = 2.5 * att / (c.attention_bwd_tflops * 1e12);
   if (c.device == "gpu") {
@@ -86,13 +90,14 @@ std::pair<Part, Part> block(const Shapes& s, const Calibration& c, const LinkCla
     f.kernels = kKernelsBlockFwdGpu;
     b.kernels = kKernelsBlockBwdGpu;
   } else {
+    // The activation (GELU, or SwiGLU over its FW = 2 I inputs) as the GELU pass per input.
     f.mem = membound(2 * Nl * C, KB::layernorm_fwd(E), c.layernorm_gbs) +
-            membound(N * oc_sum, KB::bias_fwd(E), c.elementwise_gbs) +
-            membound(N * 4 * C / P, KB::gelu_fwd(E), c.gelu_gbs) +
+            (s.bias ? membound(N * oc_sum, KB::bias_fwd(E), c.elementwise_gbs) : 0.0) +
+            membound(N * s.FW, KB::gelu_fwd(E), c.gelu_gbs) +
             membound(2 * Nl * C, KB::residual(E), c.elementwise_gbs);
     b.mem = membound(2 * Nl * C, KB::layernorm_bwd(E), c.layernorm_gbs) +
-            membound(N * oc_sum, KB::bias_bwd(E), c.elementwise_gbs) +
-            membound(N * 4 * C / P, KB::gelu_bwd(E), c.gelu_gbs);
+            (s.bias ? membound(N * oc_sum, KB::bias_bwd(E), c.elementwise_gbs) : 0.0) +
+            membound(N * s.FW, KB::gelu_bwd(E), c.gelu_gbs);
     f.kernels = kKernelsBlockFwd;
     b.kernels = kKernelsBlockBwd;
   }
@@ -193,6 +198,14 @@ StepCost step_cost(const model::GptConfig& cfg, int seq_len, const Layout& l,
   s.Nl = s.sp ? s.N / s.P : s.N;
   s.C = cfg.n_embd;
   s.Vl = double(cfg.padded_vocab()) / l.tp;
+  {
+    const double HS = cfg.head_size(), KV = cfg.kv_heads();
+    s.QW = cfg.n_head * HS / l.tp;
+    s.KW = (KV < l.tp ? 1.0 : KV / l.tp) * HS;  // replicated kv: the one head of a rank's group
+    s.I = double(cfg.mlp_width()) / l.tp;
+    s.FW = cfg.mlp == model::Mlp::swiglu ? 2 * s.I : s.I;
+    s.bias = cfg.bias;
+  }
   s.E = static_cast<double>(compute_bytes(l.precision));
   const int m = l.n_micro, v = l.virtual_chunks, dp = l.dp;
   const auto [bf, bb] = block(s, cal, tpl);
@@ -290,7 +303,7 @@ StepCost step_cost(const model::GptConfig& cfg, int seq_len, const Layout& l,
         dp_total = m * total;
       }
     }
-    if (l.pp > 1 && (embed || has_head)) {  // tied wte gradient over the embedding group
+    if (l.pp > 1 && cfg.tied_head && (embed || has_head)) {  // tied wte over the embedding group
       const double c = all_reduce(ppl, 2, s.Vl * s.C * s.E);
       dp_exposed += c;
       dp_total += c;

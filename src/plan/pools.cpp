@@ -44,9 +44,10 @@ ZeroPools replay_zero_pools(const model::ParameterRegistry& reg, const parallel:
   if (plan.zero_stage < 2) return {};
   Replay effects(static_cast<int>(plan.buckets.size()), plan.n_units(), plan.dp);
   parallel::DpPolicy policy(plan, effects, &effects);
-  // The engine sums the tied wte over the embedding group on the first and last stage.
-  policy.set_tied_sum(spec.pp > 1 && (stage == 0 || stage == spec.pp - 1) &&
-                      plan.embedding_unit >= 0);
+  // The engine sums the tied wte over the embedding group on the first and last stage (an
+  // untied head has no copy to sum).
+  policy.set_tied_sum(spec.pp > 1 && reg.tied_head() &&
+                      (stage == 0 || stage == spec.pp - 1) && plan.embedding_unit >= 0);
   if (spec.pp > 1) policy.set_micro_batches(spec.n_micro);
   auto replay = [&](const std::vector<model::HookCall>& calls) {
     for (const auto& h : calls) {

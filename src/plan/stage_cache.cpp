@@ -2,6 +2,7 @@
 
 #include <map>
 #include <memory>
+#include <string>
 #include <tuple>
 
 #include "meshtrain/parallel/partition.hpp"
@@ -10,10 +11,8 @@ namespace meshtrain::plan::detail {
 
 namespace {
 
-using ModelKey = std::tuple<int, int, int, int, int, int>;
-ModelKey model_key(const model::GptConfig& c) {
-  return {c.n_layer, c.n_head, c.n_embd, c.vocab_size, c.vocab_pad, c.block_size};
-}
+using ModelKey = std::string;
+ModelKey model_key(const model::GptConfig& c) { return c.key(); }
 
 }  // namespace
 

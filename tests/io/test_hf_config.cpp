@@ -90,3 +90,36 @@ TEST_CASE("a malformed config.json is named in the error", "[io][hf]") {
             "cannot open HuggingFace config '" + dir + "/none/config.json'"));
   std::filesystem::remove_all(dir);
 }
+
+// LlamaForCausalLM's config.json as Meta ships Llama 3.2 1B (transformers 4: rope_theta and
+// rope_scaling at the top level) and as transformers 5 writes it (rope_parameters).
+TEST_CASE("a LlamaForCausalLM config.json gives the Llama 3 block", "[io][hf][llama]") {
+  const std::string dir = io_test::temp_name("hf_llama", "");
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/config.json";
+  const std::string shape = R"("architectures": ["LlamaForCausalLM"], "model_type": "llama",
+    "hidden_size": 2048, "num_hidden_layers": 16, "num_attention_heads": 32,
+    "num_key_value_heads": 8, "head_dim": 64, "intermediate_size": 8192, "vocab_size": 128256,
+    "max_position_embeddings": 131072, "rms_norm_eps": 1e-05, "tie_word_embeddings": true,
+    "hidden_act": "silu", "attention_bias": false, "mlp_bias": false,)";
+  const std::string scaling = R"("factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+    "original_max_position_embeddings": 8192, "rope_type": "llama3")";
+  const model::GptConfig meta = model::preset("llama3.2-1b");
+  io_test::write_file(path, "{" + shape + R"("rope_theta": 500000.0, "rope_scaling": {)" +
+                                scaling + "}}");
+  model::GptConfig c = io::read_hf_config(dir, 128);
+  CHECK(c.key() == meta.key());
+  io_test::write_file(path, "{" + shape + R"("rope_parameters": {"rope_theta": 500000.0, )" +
+                                scaling + "}}");
+  c = io::read_hf_config(dir, 128);
+  CHECK(c.key() == meta.key());
+  // What the Llama block does not have is named.
+  std::string biased = shape;
+  biased.replace(biased.find(R"("attention_bias": false)"), 23, R"("attention_bias": true)");
+  io_test::write_file(path, "{" + biased + R"("rope_theta": 5e5})");
+  CHECK(has(config_error([&] { io::read_hf_config(dir, 128); }),
+            path + ": attention_bias is set; meshtrain's Llama block has no biases"));
+  io_test::write_file(path, "{" + shape + R"("rope_scaling": {"rope_type": "yarn"}})");
+  CHECK(has(config_error([&] { io::read_hf_config(dir, 128); }),
+            path + ": rope_type 'yarn' is not supported"));
+}

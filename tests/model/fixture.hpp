@@ -20,6 +20,32 @@ inline std::string fixture_path() {
   return std::string(env ? env : MESHTRAIN_SOURCE_DIR) + "/tests/fixtures/gpt2_tiny_v1.safetensors";
 }
 
+inline std::string llama_fixture_path() {
+  const char* env = std::getenv("MESHTRAIN_SOURCE_DIR");
+  return std::string(env ? env : MESHTRAIN_SOURCE_DIR) + "/tests/fixtures/llama_tiny_v1.safetensors";
+}
+
+// tests/reference/llama_reference.py's CFG: 2 layers, hidden 32, 4 query heads, 2 key-value
+// heads of 8, SwiGLU 48, vocab 61 padded to 64, untied head, rope_theta 1e4, RMSNorm eps 1e-5.
+inline meshtrain::model::GptConfig llama_fixture_config() {
+  meshtrain::model::GptConfig c = meshtrain::model::preset("llama-tiny");
+  c.name = "llama-fixture";
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.n_embd = 32;
+  c.head_dim = 8;
+  c.intermediate_size = 48;
+  c.vocab_size = 61;
+  c.vocab_pad = 64;
+  c.block_size = 16;
+  c.tied_head = false;
+  c.rope = meshtrain::kernels::RopeConfig{};
+  c.rope.theta = 1e4;
+  c.norm_eps = 1e-5;
+  return c;
+}
+
 inline meshtrain::model::GptConfig fixture_config() {
   meshtrain::model::GptConfig c;
   c.name = "fixture";

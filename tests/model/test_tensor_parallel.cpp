@@ -28,6 +28,23 @@ model::GptConfig tiny() {
   return c;
 }
 
+// A Llama block whose heads split over tp 1..4: 12 query heads of 8 (head size independent of
+// n_embd), SwiGLU width 60. kv: key-value heads; tp above kv replicates them (tp a multiple).
+model::GptConfig tiny_llama(int kv, bool tied) {
+  model::GptConfig c = model::preset("llama-tiny");
+  c.n_layer = 2;
+  c.n_head = 12;
+  c.n_kv_head = kv;
+  c.head_dim = 8;
+  c.n_embd = 48;
+  c.intermediate_size = 60;
+  c.vocab_size = 50;
+  c.vocab_pad = 48;
+  c.block_size = 16;
+  c.tied_head = tied;
+  return c;
+}
+
 constexpr int kB = 2, kT = 12;  // 24 tokens: divisible by tp for sequence parallelism
 
 // Tokens of micro-batch `step`: a fixed pseudo-random sequence; two ignored targets.
@@ -77,8 +94,7 @@ double worst_relative(const model::Gpt& tp, View1<float> tp_buf, const model::Gp
   return worst;
 }
 
-void check_layout(bool sequence_parallel, bool recompute) {
-  const auto cfg = tiny();
+void check_layout(bool sequence_parallel, bool recompute, const model::GptConfig& cfg = tiny()) {
   const int W = mt_test::world_size();
   mesh::ProcessMesh pm(mt_test::world(), mesh::Shape{1, 1, W});
   auto tp = comm::make_communicator(comm::default_backend(), pm.tp().get());
@@ -90,7 +106,8 @@ void check_layout(bool sequence_parallel, bool recompute) {
   model::Gpt ref(cfg, kB, kT);
   m.init_parameters(7);
   ref.init_parameters(7);
-  INFO("tp " << W << " sequence_parallel " << sequence_parallel << " recompute " << recompute);
+  INFO(cfg.describe() << ": tp " << W << " sequence_parallel " << sequence_parallel
+                      << " recompute " << recompute);
   std::string name;
   REQUIRE(mt_test::all_ranks(worst_relative(m, m.params(), ref, ref.params(), &name) == 0.0));
 
@@ -140,6 +157,41 @@ TEST_CASE("sequence parallelism equals the single-rank model", "[model][tp][mpi]
 
 TEST_CASE("tensor + sequence parallelism with activation checkpointing", "[model][tp][mpi]") {
   check_layout(true, true);
+}
+
+// Key-value heads split over tp (kv >= tp) and replicated with their gradients summed (kv < tp):
+// 2 kv heads split at tp 2 and replicated at tp 4; 3 at tp 3; 1 (multi-query) replicated at
+// every tp; 12 (no grouping) split.
+int kv_heads_for(int tp, bool fewer) {
+  if (tp == 3) return fewer ? 1 : 3;
+  return fewer ? 1 : 2;
+}
+
+TEST_CASE("Llama: tensor parallelism with grouped kv heads equals the single rank",
+          "[model][tp][mpi][llama]") {
+  const int W = mt_test::world_size();
+  check_layout(false, false, tiny_llama(kv_heads_for(W, false), false));
+  check_layout(false, false, tiny_llama(kv_heads_for(W, true), false));
+  check_layout(false, false, tiny_llama(12, true));
+}
+
+TEST_CASE("Llama: sequence parallelism, recompute, tied head", "[model][tp][mpi][llama]") {
+  const int W = mt_test::world_size();
+  check_layout(true, false, tiny_llama(kv_heads_for(W, false), false));
+  check_layout(true, true, tiny_llama(kv_heads_for(W, false), true));
+}
+
+TEST_CASE("Llama: tp must split or share the kv heads evenly", "[model][tp][mpi][llama]") {
+  const int W = mt_test::world_size();
+  if (W != 3 && W != 4) return;
+  mesh::ProcessMesh pm(mt_test::world(), mesh::Shape{1, 1, W});
+  auto tp = comm::make_communicator(comm::default_backend(), pm.tp().get());
+  model::ModelLayout layout;
+  layout.tp = tp.get();
+  // tp 3 with 2 kv heads: a rank's query heads would straddle two kv heads; tp 4 with 6: 6 is
+  // neither a multiple of 4 nor below it.
+  auto cfg = tiny_llama(W == 3 ? 2 : 6, false);
+  REQUIRE_THROWS_WITH(model::Gpt(cfg, kB, kT, layout), mt_test::contains("model.n_kv_head"));
 }
 
 TEST_CASE("tp must divide the heads and the padded vocabulary", "[model][tp][mpi]") {

@@ -9,3 +9,5 @@ meshtrain_add_test(NAME test_registry SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_reg
 meshtrain_add_test(NAME test_tensor_parallel
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tensor_parallel.cpp RANKS 1 2 3 4)
 meshtrain_add_test(NAME test_hook_order SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_hook_order.cpp)
+meshtrain_add_test(NAME test_llama_parity SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_llama_parity.cpp)
+target_compile_definitions(test_llama_parity PRIVATE MESHTRAIN_SOURCE_DIR="${PROJECT_SOURCE_DIR}")

@@ -57,16 +57,16 @@ std::vector<L> grid(int W) {
   return {};
 }
 
-}  // namespace
-
-TEST_CASE("predicted memory per rank matches the CPU build's allocations", "[plan][memory][mpi]") {
-  const auto cfg = plan_test::small_model();
+// skip_sharded_pp: leave out ZeRO 2/3 with pipelines (see the Llama case).
+void check_grid(const model::GptConfig& cfg, const std::string& shard,
+                bool skip_sharded_pp = false) {
   const int seq = cfg.block_size;
-  const io::TokenDataset data(plan_test::make_shard("test_plan_memory"), seq);
+  const io::TokenDataset data(plan_test::make_shard(shard), seq);
   const int W = mt_test::world_size(), me = mt_test::world_rank();
   double worst = 0;
   for (const L& g : grid(W)) {
     const plan::Layout l = g.layout();
+    if (skip_sharded_pp && l.zero_stage >= 2 && l.pp > 1) continue;
     INFO("layout " << l.name());
     const auto run = app::run_layout(mt_test::world(), cfg, seq, l, data, 2);
     const auto mem = plan::memory_per_stage(cfg, seq, l);
@@ -97,6 +97,38 @@ TEST_CASE("predicted memory per rank matches the CPU build's allocations", "[pla
     REQUIRE(worst_here[1] < 1e-9);  // model states and activations are exact
     REQUIRE(worst_here[2] < 1e-9);
   }
-  if (me == 0) std::printf("memory  %d ranks: largest error %.2f%%\n", W, 100 * worst);
+  if (me == 0)
+    std::printf("memory  %s, %d ranks: largest error %.2f%%\n", cfg.name.c_str(), W, 100 * worst);
   REQUIRE(worst <= 0.05);
+}
+
+}  // namespace
+
+TEST_CASE("predicted memory per rank matches the CPU build's allocations", "[plan][memory][mpi]") {
+  check_grid(plan_test::small_model(), "test_plan_memory");
+}
+
+// The Llama block's own widths: 2 kv heads of 16 (split at tp 2, replicated at tp 4), SwiGLU
+// 160, untied head (no tied copy on the last stage), rotary tables, RMSNorm without a mean.
+// Not ZeRO 2/3 with pipelines: there a stage's measured peak depends on how many gradient
+// buckets and parameter gathers overlap at run time, and the replayed pools are the upper
+// bound. On the loaded 2-core CI machine (2, 2, 1) ZeRO-2 GPipe measured up to 12.5 % and
+// (2, 2, 2) ZeRO-3 1F1B 7.8 % below the prediction in some runs (exact in others); GPT-2's
+// (2, 2, 1) ZeRO-3 reached 4.2 %, under its bound only because its units are small. An open
+// item of the memory model, not of the Llama block.
+TEST_CASE("predicted memory per rank matches the allocations of a Llama model",
+          "[plan][memory][mpi][llama]") {
+  model::GptConfig c = model::preset("llama-tiny");
+  const auto g = plan_test::small_model();
+  c.name = "plan-test-llama";
+  c.n_layer = g.n_layer;
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.n_embd = g.n_embd;
+  c.intermediate_size = 160;
+  c.vocab_size = g.vocab_size;
+  c.vocab_pad = g.vocab_pad;
+  c.block_size = g.block_size;
+  c.tied_head = false;
+  check_grid(c, "test_plan_memory_llama", true);
 }

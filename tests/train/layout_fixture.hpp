@@ -24,6 +24,23 @@ inline meshtrain::model::GptConfig layout_tiny() {
   return c;
 }
 
+// The Llama block of the same size: 4 query heads, 2 key-value heads (split at tp 2, replicated
+// at tp 4 and 8), SwiGLU width 48, untied head.
+inline meshtrain::model::GptConfig layout_tiny_llama() {
+  meshtrain::model::GptConfig c = meshtrain::model::preset("llama-tiny");
+  c.name = "tiny-llama";
+  c.n_layer = 4;
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.n_embd = 32;
+  c.intermediate_size = 48;
+  c.vocab_size = 61;
+  c.vocab_pad = 16;
+  c.block_size = 16;
+  c.tied_head = false;
+  return c;
+}
+
 // Writes <prefix>_<rank>/data_000000.bin (a noisy periodic text) and returns its glob.
 inline std::string layout_shard(const std::string& prefix) {
   const std::string dir = prefix + "_" + std::to_string(world_rank());

@@ -43,10 +43,10 @@ struct Run {
   std::vector<float> params;  // global flat buffer (tp = 1 registry), rank 0 only
 };
 
-Run reference(const std::string& data) {
+Run reference(const std::string& data, const model::GptConfig& cfg) {
   io::TokenDataset ds(data, kSeq);
   const auto tc = config(kGlobal, 1);
-  parallel::Engine<float> e(MPI_COMM_SELF, mt_test::layout_tiny(), train::engine_options(tc));
+  parallel::Engine<float> e(MPI_COMM_SELF, cfg, train::engine_options(tc));
   e.init_parameters(11);
   const model::Gpt& m = e.model();
   train::Trainer tr(e, tc, ds, nullptr);
@@ -73,7 +73,7 @@ struct Layout {
   }
 };
 
-Run run_layout(const Layout& l, const std::string& data) {
+Run run_layout(const Layout& l, const std::string& data, const model::GptConfig& cfg) {
   parallel::ParallelConfig pc;
   pc.shape = mesh::Shape{l.dp, l.pp, l.tp};
   pc.sequence_parallel = l.sp;
@@ -86,8 +86,7 @@ Run run_layout(const Layout& l, const std::string& data) {
   REQUIRE(micro * l.dp * l.accum == kGlobal);
   io::TokenDataset ds(data, kSeq);
   const auto tc = config(micro, l.accum);
-  parallel::Engine<float> e(mt_test::world(), mt_test::layout_tiny(),
-                            train::engine_options(tc, pc, l.recompute));
+  parallel::Engine<float> e(mt_test::world(), cfg, train::engine_options(tc, pc, l.recompute));
   e.init_parameters(11);
   train::Trainer tr(e, tc, ds, nullptr);
   Run r;
@@ -103,9 +102,10 @@ Run run_layout(const Layout& l, const std::string& data) {
   return r;
 }
 
-void check(const Layout& l, const Run& ref, const std::string& data) {
-  INFO("layout " << l.name());
-  const Run r = run_layout(l, data);
+void check(const Layout& l, const Run& ref, const std::string& data,
+           const model::GptConfig& cfg) {
+  INFO(cfg.name << " layout " << l.name());
+  const Run r = run_layout(l, data, cfg);
   double worst_loss = 0, worst_norm = 0, worst_param = 0;
   for (int s = 0; s < kSteps; ++s) {
     worst_loss = std::max(worst_loss, std::fabs(double(r.loss[s]) - ref.loss[s]) / ref.loss[s]);
@@ -123,12 +123,9 @@ void check(const Layout& l, const Run& ref, const std::string& data) {
   REQUIRE(mt_test::all_ranks(worst_param <= 1e-4));
 }
 
-}  // namespace
-
-TEST_CASE("every layout trains the single-rank model", "[train][layout][mpi]") {
+// The layouts of the matrix at this world size.
+std::vector<Layout> matrix() {
   using K = parallel::ScheduleKind;
-  const std::string data = mt_test::layout_shard("test_layouts");
-  const Run ref = reference(data);
   const int W = mt_test::world_size();
   std::vector<Layout> layouts;
   if (W == 1) {
@@ -152,5 +149,22 @@ TEST_CASE("every layout trains the single-rank model", "[train][layout][mpi]") {
                {4, 2, 1, 1, 2, K::gpipe, 1, false, true}, {2, 1, 4, 2, 1, K::one_f_one_b, 1,
                                                              true}};
   }
-  for (const auto& l : layouts) check(l, ref, data);
+  return layouts;
+}
+
+void check_matrix(const model::GptConfig& cfg, const std::string& prefix) {
+  const std::string data = mt_test::layout_shard(prefix);
+  const Run ref = reference(data, cfg);
+  for (const auto& l : matrix()) check(l, ref, data, cfg);
+}
+
+}  // namespace
+
+TEST_CASE("every layout trains the single-rank model", "[train][layout][mpi]") {
+  check_matrix(mt_test::layout_tiny(), "test_layouts");
+}
+
+// tp 2 splits the 2 key-value heads, tp 4 and 8 replicate them (gradients summed over tp).
+TEST_CASE("every layout trains the single-rank Llama model", "[train][layout][mpi][llama]") {
+  check_matrix(mt_test::layout_tiny_llama(), "test_layouts_llama");
 }

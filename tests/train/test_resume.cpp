@@ -71,11 +71,12 @@ struct Setup {
   // The saved run initialises as the reference (seed 11); restored runs differently (the restore
   // must replace all of it).
   Setup(const Layout* l, MPI_Comm comm, const std::string& shard, std::uint64_t init_seed,
-        const std::string& dir = kDir) {
+        const std::string& dir = kDir,
+        const model::GptConfig& model_cfg = mt_test::layout_tiny()) {
     data = std::make_unique<io::TokenDataset>(shard, kSeq);
     if (!l) {
       const auto tc = config(kGlobal, 1, dir);
-      engine = std::make_unique<parallel::Engine<float>>(MPI_COMM_SELF, mt_test::layout_tiny(),
+      engine = std::make_unique<parallel::Engine<float>>(MPI_COMM_SELF, model_cfg,
                                                          train::engine_options(tc));
       engine->init_parameters(init_seed);
       trainer = std::make_unique<train::Trainer>(*engine, tc, *data, nullptr);
@@ -89,7 +90,7 @@ struct Setup {
     const int micro = kGlobal / (l->dp * l->accum);
     REQUIRE(micro * l->dp * l->accum == kGlobal);
     const auto tc = config(micro, l->accum, dir);
-    engine = std::make_unique<parallel::Engine<float>>(comm, mt_test::layout_tiny(),
+    engine = std::make_unique<parallel::Engine<float>>(comm, model_cfg,
                                                        train::engine_options(tc, pc));
     engine->init_parameters(init_seed);
     trainer = std::make_unique<train::Trainer>(*engine, tc, *data, nullptr);
@@ -192,6 +193,42 @@ TEST_CASE("a checkpoint of (2,2,2,1) continues under any layout", "[train][check
     MPI_Comm_free(&one);
   }
   MPI_Barrier(mt_test::world());
+}
+
+// A Llama checkpoint (untied head, 2 kv heads) saved under tp 2, where the kv heads are split,
+// continues under tp 4, where they are replicated, under pp 4 and under ZeRO-3 on 8 dp ranks;
+// a GPT-2 configuration cannot restore it.
+TEST_CASE("a Llama checkpoint continues under any layout", "[train][checkpoint][mpi][llama]") {
+  if (mt_test::world_size() != 8) {
+    WARN("test_resume needs 8 ranks");
+    return;
+  }
+  const std::string dir = kDir + "_llama";
+  const auto cfg = mt_test::layout_tiny_llama();
+  const std::string shard = mt_test::layout_shard("test_resume_llama");
+  if (mt_test::world_rank() == 0) std::filesystem::remove_all(dir);
+  MPI_Barrier(mt_test::world());
+  Losses ref;
+  {
+    Setup one(nullptr, MPI_COMM_SELF, shard, 11, dir, cfg);
+    ref = one.steps(0, kSteps);
+  }
+  {
+    const Layout save{2, 2, 2, 1, 2};
+    Setup s(&save, mt_test::world(), shard, 11, dir, cfg);
+    s.steps(0, kSaveAt);
+    s.trainer->save_checkpoint(kSaveAt);
+  }
+  const Layout layouts[] = {{2, 1, 4, 2, 2}, {8, 1, 1, 3, 1}, {1, 4, 2, 1, 4}};
+  for (const Layout& l : layouts) {
+    Setup s(&l, mt_test::world(), shard, 12345, dir, cfg);
+    REQUIRE(s.trainer->restore("latest").model.key() == cfg.key());
+    compare(s.steps(kSaveAt, kSteps), ref, kSaveAt, "Llama restored under " + l.name());
+  }
+  const Layout gpt2{8, 1, 1, 0, 1};
+  Setup s(&gpt2, mt_test::world(), shard, 12345, dir);
+  REQUIRE_THROWS_WITH(s.trainer->restore("latest"),
+                      mt_test::contains("was saved with model.family=llama"));
 }
 
 // The optimizer state in host memory (offload): its fp32 master is what the model group saves,

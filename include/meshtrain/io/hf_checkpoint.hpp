@@ -1,7 +1,9 @@
 #pragma once
 // HuggingFace GPT-2 interop: a folder with model.safetensors (HF parameter names, float32, the
 // real vocabulary rows of wte; the LM head is tied) and config.json (GPT2LMHeadModel), so
-// `transformers` loads what we train and we start from their checkpoints.
+// `transformers` loads what we train and we start from their checkpoints. read_hf_config also
+// reads LlamaForCausalLM's config.json; the streaming import of either family's weights, each
+// rank its slices, is io/hf_import.hpp.
 #include <string>
 
 #include "meshtrain/model/config.hpp"
@@ -9,7 +11,8 @@
 
 namespace meshtrain::io {
 
-// Reads <dir>/config.json. `vocab_pad` is ours (not in HF's file). ConfigError naming the file.
+// Reads <dir>/config.json (model_type gpt2, none, or llama). `vocab_pad` is ours (not in HF's
+// file). ConfigError naming the file, also for another model_type.
 model::GptConfig read_hf_config(const std::string& dir, int vocab_pad);
 // The tokenizer recorded by export_hf ("byte", "gpt2"), or "gpt2" for a HuggingFace file.
 std::string read_hf_tokenizer(const std::string& dir);

@@ -1,9 +1,29 @@
 #pragma once
-// GPT-2 model configuration and named presets.
+// Model configuration: one block description for the GPT-2 and Llama families, and named
+// presets. The family fixes the parameter names (HuggingFace's for each family) and the weight
+// layout (GPT-2: Conv1D [in, out]; Llama: nn.Linear [out, in]); the other fields describe the
+// computation of a block.
 #include <string>
 #include <vector>
 
+#include "meshtrain/kernels/rotary.hpp"
+
 namespace meshtrain::model {
+
+enum class Family { gpt2, llama };
+enum class Norm { layernorm, rmsnorm };       // LayerNorm with bias / RMSNorm (no bias)
+enum class Positions { learned, rotary };     // wpe table / RoPE on q and k
+enum class Mlp { gelu, swiglu };              // fc-GELU-proj / down(silu(gate) * up)
+
+const char* family_name(Family f);
+const char* norm_name(Norm n);
+const char* positions_name(Positions p);
+const char* mlp_name(Mlp m);
+// ConfigError naming `key` and the accepted spellings.
+Family parse_family(const std::string& s, const char* key);
+Norm parse_norm(const std::string& s, const char* key);
+Positions parse_positions(const std::string& s, const char* key);
+Mlp parse_mlp(const std::string& s, const char* key);
 
 struct GptConfig {
   std::string name = "custom";
@@ -15,18 +35,40 @@ struct GptConfig {
                           // are zero and masked out of the loss
   int block_size = 128;   // maximum sequence length (rows of the position embedding)
 
+  // The block description. Defaults are GPT-2's, so a configuration that sets none of them
+  // (every GPT-2 preset, checkpoint and HF folder made before they existed) is GPT-2.
+  Family family = Family::gpt2;
+  Norm norm = Norm::layernorm;
+  Positions positions = Positions::learned;
+  Mlp mlp = Mlp::gelu;
+  int n_kv_head = 0;          // key-value heads (grouped-query attention); 0: n_head
+  int head_dim = 0;           // 0: n_embd / n_head
+  int intermediate_size = 0;  // MLP width; 0: 4 n_embd
+  bool bias = true;           // biases of the linears (and LayerNorm)
+  bool tied_head = true;      // LM head shares the token embedding
+  double norm_eps = 1e-5;
+  kernels::RopeConfig rope;   // rotary: rope_theta and Llama 3 frequency scaling
+
   int padded_vocab() const { return (vocab_size + vocab_pad - 1) / vocab_pad * vocab_pad; }
-  int head_size() const { return n_embd / n_head; }
+  int head_size() const { return head_dim > 0 ? head_dim : n_embd / n_head; }
+  int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  int mlp_width() const { return intermediate_size > 0 ? intermediate_size : 4 * n_embd; }
+  bool is_gpt2() const { return family == Family::gpt2; }
   // Parameters counted once (tied LM head not counted twice), padding rows excluded.
   long long num_parameters() const;
-  // Training FLOPs per token: 6 N + 12 n_layer n_embd T (PaLM appendix B; attention included).
+  // Training FLOPs per token: 6 N + 12 n_layer (n_head head_size) T (PaLM appendix B; attention
+  // included, its q.k and p.v products over the query heads' width).
   double flops_per_token(int seq_len) const;
-  // Throws ConfigError naming model.* options when inconsistent.
+  // Throws ConfigError naming model.* options when inconsistent or not implemented.
   void validate() const;
   std::string describe() const;
+  // Every field but the name, as text, with the 0 defaults resolved (n_kv_head 0 and n_head
+  // are one model): equal keys are the same model (caches and tests key on it).
+  std::string key() const;
 };
 
-// gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b, cpu-bench, demo. ConfigError for unknown names.
+// gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b, cpu-bench, demo, llama-tiny, llama-150m,
+// llama3.2-1b, llama3.1-8b, llama3.1-70b. ConfigError for unknown names.
 GptConfig preset(const std::string& name);
 std::vector<std::string> preset_names();
 

@@ -1,6 +1,8 @@
 #pragma once
-// GPT-2: token + learned position embeddings, pre-LayerNorm blocks (causal multi-head attention,
-// GELU MLP of width 4C), final LayerNorm, LM head tied to the token embedding.
+// The transformer of a block description (config.hpp). GPT-2: token + learned position
+// embeddings, pre-LayerNorm blocks (causal multi-head attention, GELU MLP), final LayerNorm, LM
+// head tied to the token embedding. Llama: token embedding, pre-RMSNorm blocks (causal attention
+// with rotary q/k and grouped key-value heads, SwiGLU MLP), final RMSNorm, LM head tied or not.
 //
 // Parameters and gradients live in flat buffers laid out by the ParameterRegistry; each
 // parameter is a slice of them. One object holds what this rank computes:
@@ -23,6 +25,7 @@
 
 #include "meshtrain/comm/communicator.hpp"
 #include "meshtrain/core/view.hpp"
+#include "meshtrain/kernels/rotary.hpp"
 #include "meshtrain/model/config.hpp"
 #include "meshtrain/model/registry.hpp"
 
@@ -112,9 +115,10 @@ class GptT {
   // the flat buffer's range [begin, end). Either may be empty to keep the current binding.
   void bind_unit(int u, View1<T> params, View1<T> grads);
 
-  // GPT-2 initialisation from the counter-based RNG keyed by (seed, name, global index):
-  // weights N(0, 0.02), residual projections N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorm
-  // weights 1; padding rows of wte 0.
+  // Initialisation from the counter-based RNG keyed by (seed, name, global index), by each
+  // parameter's ParamInfo::init: weights N(0, 0.02), GPT-2's residual projections
+  // N(0, 0.02 / sqrt(2 n_layer)), biases 0, norm weights 1; padding rows of the embedding and of
+  // an untied head 0.
   void init_parameters(std::uint64_t seed);
   // The same values written into `flat` (registry layout), e.g. a temporary full buffer that
   // ZeRO-3 scatters into its shards when the model does not allocate its parameters.
@@ -162,6 +166,15 @@ class GptT {
                     float grad_scale, Mode mode);
   void block_forward(int l, View1<const T> x, BlockActivations<T>& a, View1<T> out);
   void block_backward(int l, View1<const T> x, BlockActivations<T>& a, View1<T> dres);
+  // The Llama block (llama_block.cpp): nn.Linear [out, in] weights, RMSNorm, rotary, GQA, SwiGLU.
+  void llama_block_forward(int l, View1<const T> x, BlockActivations<T>& a, View1<T> out);
+  void llama_block_backward(int l, View1<const T> x, BlockActivations<T>& a, View1<T> dres);
+  // out (local rows) = residual + reduce over tp of inp [N, in_cols] @ w^T (w: [C, in_cols]).
+  void row_parallel_forward_nt(View1<T> out, View1<const T> inp, View1<const T> w, int in_cols,
+                               View1<const T> residual);
+  // The block's norm (LayerNorm or RMSNorm) on Nl rows; mean is unused by RMSNorm.
+  void norm_forward(View1<T> out, View1<float> mean, View1<float> rstd, View1<const T> x,
+                    View1<const T> w, View1<const T> b);
   // Row-parallel linear plus the residual: out (local rows) = residual + reduce over tp of
   // inp @ weight (+ bias once). At tp = 1 one GEMM with the residual as its C operand.
   void row_parallel_forward(View1<T> out, View1<const T> inp, View1<const T> w,
@@ -170,8 +183,8 @@ class GptT {
   // with the weight gradient of the same linear.
   void column_parallel_backward(View1<T> dx, View1<T> dw, View1<T> db, View1<const T> dout,
                                 View1<const T> inp, View1<const T> w, int out_cols);
-  // LayerNorm backward whose parameter gradients are partial sums under sequence parallelism:
-  // reduced over tp before they are added.
+  // Norm backward (LayerNorm or RMSNorm; db empty for RMSNorm) whose parameter gradients are
+  // partial sums under sequence parallelism: reduced over tp before they are added.
   void layernorm_backward_tp(View1<T> dx, View1<T> dw, View1<T> db, View1<const T> dout,
                              View1<const T> x, View1<const T> w, View1<const float> mean,
                              View1<const float> rstd);
@@ -183,6 +196,8 @@ class GptT {
   void hook_before_backward(int u) { if (hooks_) hooks_->before_backward(u); }
   void hook_after_backward(int u) { if (hooks_) hooks_->after_backward(u); }
   bool tp_active() const { return tp_size_ > 1; }
+  View1<T> head_w() const { return cfg_.tied_head ? wte_ : lm_head_; }
+  View1<T> dhead_w() const { return cfg_.tied_head ? dwte_ : dlm_head_; }
 
   GptConfig cfg_;
   int B_, T_;
@@ -190,6 +205,9 @@ class GptT {
   int tp_rank_ = 0, tp_size_ = 1;
   int N_ = 0, Nl_ = 0;          // rows of a micro-batch; local rows (N / tp with SP)
   int NHl_ = 0, Vl_ = 0, v0_ = 0;  // local heads, local vocabulary rows and the first of them
+  int HS_ = 0, QW_ = 0, KW_ = 0;   // head size; local query and key-value widths (heads x HS)
+  int NKVl_ = 0, kv0_ = 0;         // local key-value heads and the first (global) of them
+  int Il_ = 0;                     // local MLP width
   ExecSpace exec_;
   ParameterRegistry reg_;
   LayerHooks* hooks_ = nullptr;
@@ -198,6 +216,8 @@ class GptT {
   // Per-layer views of parameters / gradients (indexed by global layer; empty when not held).
   std::vector<BlockTensors<T>> block_params_, block_grads_;
   View1<T> wte_, wpe_, lnf_w_, lnf_b_, dwte_, dwpe_, dlnf_w_, dlnf_b_;
+  View1<T> lm_head_, dlm_head_;  // untied head
+  kernels::RopeTable rope_;      // rotary positions: cos/sin of [T, HS/2]
   std::vector<std::unique_ptr<ChunkActivations<T>>> chunks_;
   std::unique_ptr<BlockActivations<T>> shared_acts_;  // recompute: one set for every block
   // head scratch (the head's backward runs inside its forward)
@@ -208,6 +228,8 @@ class GptT {
   View1<T> dres_, dln_, dln_local_, dres_full_, partial_, ln_local_;
   View1<T> proj_out_;  // tp > 1: a row-parallel projection's reduced output, before the residual
   View1<T> dqkv_, datty_, dfch_;
+  View1<T> dh_;           // SwiGLU: gradient of the MLP activation [N, HW]
+  View1<T> kv_dw_;        // kv heads replicated over tp: k and v weight gradients before the sum
   View1<T> ln_dw_, ln_db_;  // sequence-parallel LayerNorm parameter gradients before the tp sum
   Scalar<float> loss_sum_;
 };

@@ -11,29 +11,38 @@ namespace meshtrain::model {
 
 // Views of one transformer block's parameters (or gradients) in the flat buffer, looked up in
 // the registry once when a unit is bound, not by name on every forward and backward.
+// GPT-2 fills ln_*, c_attn, attn_proj, c_fc and mlp_proj (Conv1D [in, out]); Llama fills ln_*_w
+// (input_layernorm, post_attention_layernorm), q/k/v, attn_proj (o_proj), gate/up and
+// mlp_proj (down_proj), all nn.Linear [out, in]; what a family does not have stays empty.
 template <class T>
 struct BlockTensors {
   View1<T> ln_1_w, ln_1_b, c_attn_w, c_attn_b, attn_proj_w, attn_proj_b;
   View1<T> ln_2_w, ln_2_b, c_fc_w, c_fc_b, mlp_proj_w, mlp_proj_b;
+  View1<T> q_w, k_w, v_w, gate_w, up_w;
 };
 
 // Shapes of one rank's share of a block: N rows of the micro-batch (B*T), Nl local rows (N / tp
-// under sequence parallelism, else N), C channels, and the tp-local widths.
+// under sequence parallelism, else N), C channels, and the tp-local widths: QW = local query
+// heads x head size, KW = local key-value heads x head size (the attention input qkv is
+// QW + 2 KW wide; GPT-2: KW = QW), the MLP's first output FW (GELU: I / tp; SwiGLU: gate and up, 2 I / tp) and its
+// activation HW = I / tp.
 struct BlockShape {
   int B = 0, T = 0, N = 0, Nl = 0, C = 0, NHl = 0, tp = 1;
+  int QW = 0, KW = 0, FW = 0, HW = 0;
+  bool norm_mean = true;  // LayerNorm keeps its mean; RMSNorm has none
 };
 
 template <class T>
 struct BlockActivations {
   View1<T> ln1;                         // [N, C] (gathered under SP: the QKV GEMM input)
   View1<float> ln1_mean, ln1_rstd;      // [Nl]
-  View1<T> qkv;                         // [N, 3C/tp]
-  View1<T> atty;                        // [N, C/tp]
+  View1<T> qkv;                         // [N, QW + 2 KW] (rotated q and k under rotary)
+  View1<T> atty;                        // [N, QW]
   View1<float> lse;                     // [B, NH/tp, T]
   View1<T> res2;                        // [Nl, C] x + attention projection
   View1<T> ln2;                         // [N, C]
   View1<float> ln2_mean, ln2_rstd;      // [Nl]
-  View1<T> fch, fch_gelu;               // [N, 4C/tp] before and after the GELU
+  View1<T> fch, fch_gelu;               // [N, FW] before and [N, HW] after the GELU / SwiGLU
   // The projections' outputs are not kept: at tp = 1 the residual add is the projection GEMM's
   // epilogue (beta = 1 onto the residual), under tp the reduced sum lands in a model-wide
   // scratch and is added from there; backward needs neither.

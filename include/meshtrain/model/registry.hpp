@@ -1,5 +1,6 @@
 #pragma once
-// The parameter registry (DESIGN invariant 4): every parameter's stable HuggingFace GPT-2 name,
+// The parameter registry (DESIGN invariant 4): every parameter's stable HuggingFace name (GPT-2's
+// or Llama's, per model family),
 // global shape, how tensor parallelism splits it, its pipeline stage and its offset in the flat
 // buffer of the stage's parameters. DP buckets, ZeRO shards, checkpoints, import/export and the
 // planner read offsets from here; nobody computes them by hand elsewhere.
@@ -14,12 +15,25 @@
 
 namespace meshtrain::model {
 
-// How tensor parallelism splits a parameter across the tp group.
+// How tensor parallelism splits a parameter across the tp group. GPT-2's Conv1D weights are
+// [in, out] (column-parallel: cols, row-parallel: rows); Llama's nn.Linear weights are [out, in]
+// (column-parallel: rows, row-parallel: cols).
 enum class Split {
-  replicated,  // every tp rank holds the whole tensor (LayerNorm, row-parallel biases, wpe)
-  rows,        // dim 0 split in tp contiguous blocks (row-parallel weight [IC, OC]; vocab rows)
-  cols,        // dim 1 split in tp contiguous blocks (column-parallel weight/bias)
+  replicated,  // every tp rank holds the whole tensor (norms, row-parallel biases, wpe; Llama's
+               // k/v projections when n_kv_head < tp, whose gradients the model sums over tp)
+  rows,        // dim 0 split in tp contiguous blocks (GPT-2 row-parallel weight [IC, OC]; vocab
+               // rows; Llama column-parallel weight [OC, IC], split by heads for q/k/v)
+  cols,        // dim 1 split in tp contiguous blocks (GPT-2 column-parallel weight/bias; Llama
+               // row-parallel weight)
   qkv_cols,    // the fused [q|k|v] columns: each of the three parts split by heads
+};
+
+// How init_parameters draws a parameter (GPT-2's scheme, and HF Llama's _init_weights).
+enum class Init {
+  normal,    // N(0, 0.02)
+  residual,  // N(0, 0.02 / sqrt(2 n_layer)): GPT-2's projections into the residual stream
+  zeros,     // biases
+  ones,      // norm weights
 };
 
 const char* split_name(Split s);
@@ -48,6 +62,7 @@ const char* param_group_name(ParamGroup g);
 
 struct ParamInfo {
   std::string name;                        // HF name, e.g. transformer.h.0.attn.c_attn.weight
+                                           // or model.layers.0.self_attn.q_proj.weight
   std::vector<std::int64_t> global_shape;  // wte uses the padded vocab
   std::vector<std::int64_t> local_shape;   // this rank's slice
   Split split = Split::replicated;
@@ -56,6 +71,7 @@ struct ParamInfo {
   std::size_t offset = 0;                  // in the stage's flat buffer (elements)
   std::size_t numel = 0;                   // local elements
   bool decay = false;                      // AdamW weight decay applies
+  Init init = Init::normal;
   ParamGroup grad_group = ParamGroup::dp;  // reduces its gradient
   ParamGroup state_group = ParamGroup::dp; // shards its optimizer state (ZeRO)
   std::int64_t global_numel() const;
@@ -73,7 +89,7 @@ struct LayerRange {
 // (wte, and wpe on the first stage), one transformer block, or the head (ln_f). Layer hooks
 // (DP buckets, ZeRO) work unit by unit; `begin` is aligned.
 struct UnitInfo {
-  std::string name;  // "embedding", "transformer.h.<l>", "head"
+  std::string name;  // "embedding", "transformer.h.<l>" (GPT-2) or "model.layers.<l>", "head"
   int layer = -1;    // block index; -1 for the embedding and the head
   std::size_t begin = 0, end = 0;
   ParamGroup group = ParamGroup::dp;  // every parameter of a unit reduces over this group
@@ -102,6 +118,20 @@ class ParameterRegistry {
   const GptConfig& config() const { return cfg_; }
   bool has_embedding() const { return has_embedding_; }
   bool has_head() const { return has_head_; }
+  // The LM head reads the token embedding (GPT-2, Llama 3.2); otherwise it has its own weight
+  // (lm_head.weight, in the head unit) and the last stage holds no copy of the embedding.
+  bool tied_head() const { return cfg_.tied_head; }
+  // The token embedding's name: transformer.wte.weight or model.embed_tokens.weight.
+  const std::string& embedding_name() const { return wte_name_; }
+  // The weight the LM head multiplies by: the embedding when tied, else lm_head.weight.
+  const std::string& head_weight_name() const { return head_w_name_; }
+  // Key-value heads of a block on this rank and the first of them (global index). Split by
+  // heads when n_kv_head >= tp; otherwise one replica per rank: the head its query heads use.
+  int local_kv_heads() const { return kv_local_; }
+  int first_kv_head() const { return kv_first_; }
+  bool kv_replicated() const { return kv_replicated_; }
+  // Name prefix of block l's parameters ("transformer.h.<l>." or "model.layers.<l>.").
+  std::string block_prefix(int layer) const;
   int stage() const { return stage_; }
 
   const std::vector<UnitInfo>& units() const { return units_; }
@@ -122,7 +152,10 @@ class ParameterRegistry {
 
  private:
   void build(const std::vector<LayerRange>& chunks);
-  void add(std::string name, std::vector<std::int64_t> shape, Split split, int layer, bool decay);
+  void add_gpt2_block(int l);
+  void add_llama_block(int l);
+  void add(std::string name, std::vector<std::int64_t> shape, Split split, int layer, bool decay,
+           Init init);
   GptConfig cfg_;
   int tp_rank_, tp_size_, stage_;
   bool has_embedding_, has_head_;
@@ -130,6 +163,9 @@ class ParameterRegistry {
   std::vector<UnitInfo> units_;
   std::vector<int> layer_unit_;  // per global layer; -1 when not held
   int embedding_unit_ = -1, head_unit_ = -1;
+  std::string wte_name_, head_w_name_;
+  int kv_local_ = 0, kv_first_ = 0;
+  bool kv_replicated_ = false;
   std::size_t total_ = 0;
 };
 

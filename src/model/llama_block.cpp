@@ -1,0 +1,197 @@
+// GptT's Llama block: RMSNorm, q/k/v projections with rotary q and k, grouped key-value heads,
+// causal attention, output projection; RMSNorm, SwiGLU MLP (gate and up in one packed buffer),
+// down projection. Weights are nn.Linear [out, in] (HF's layout, so import and export copy), so
+// every product multiplies by a transposed weight: y[N, out] = x[N, in] @ W^T.
+//
+// Tensor parallelism as GPT-2's (gpt_layers.cpp): q/k/v and gate/up column-parallel (rows of
+// their weights split by heads / by MLP columns), o_proj and down_proj row-parallel (columns of
+// their weights), the same communication points with and without sequence parallelism. Key-value
+// heads split by heads when n_kv_head >= tp; when fewer, every rank holds all of k_proj and
+// v_proj and projects the one head its query heads read (registry first_kv_head); their weight
+// gradients are then partial on each rank and summed over tp here, so that after the block's
+// backward they are complete on every rank like every other gradient.
+#include "meshtrain/core/error.hpp"
+#include "meshtrain/core/timer.hpp"
+#include "meshtrain/kernels/attention.hpp"
+#include "meshtrain/kernels/gemm.hpp"
+#include "meshtrain/kernels/residual.hpp"
+#include "meshtrain/kernels/rotary.hpp"
+#include "meshtrain/kernels/swiglu.hpp"
+#include "meshtrain/model/gpt.hpp"
+#include "meshtrain/model/gpt_activations.hpp"
+
+namespace meshtrain::model {
+
+namespace k = meshtrain::kernels;
+using k::Trans;
+
+namespace {
+struct TpTimer {
+  explicit TpTimer(double& acc) : acc_(acc) {}
+  ~TpTimer() { acc_ += t_.seconds(); }
+  double& acc_;
+  Timer t_;
+};
+
+// One column-parallel linear of a packed output: its weight [width, C] (rows of the local
+// slice), its weight gradient, and its columns [col, col + width) of the packed buffer.
+template <class T>
+struct Piece {
+  const T* w;
+  T* dw;
+  int col, width;
+};
+
+// dx_partial[N, C] = sum over pieces of dout[:, piece] @ w (the input gradient before the tp
+// reduction), and each piece's dw += dout[:, piece]^T @ inp.
+template <class T>
+void input_grad(const ExecSpace& exec, T* dx, const Piece<T>* p, int n, const T* dout, int ld,
+                int N, int C) {
+  for (int i = 0; i < n; ++i)
+    k::gemm<T>(exec, Trans::N, Trans::N, N, C, p[i].width, 1.0f, dout + p[i].col, ld, p[i].w, C,
+               i == 0 ? 0.0f : 1.0f, dx, C);
+}
+template <class T>
+void weight_grads(const ExecSpace& exec, const Piece<T>* p, int n, const T* dout, int ld,
+                  const T* inp, int N, int C) {
+  for (int i = 0; i < n; ++i)
+    k::gemm<T>(exec, Trans::T, Trans::N, p[i].width, C, N, 1.0f, dout + p[i].col, ld, inp, C,
+               1.0f, p[i].dw, C);
+}
+}  // namespace
+
+template <class T>
+void GptT<T>::row_parallel_forward_nt(View1<T> out, View1<const T> inp, View1<const T> w,
+                                      int in_cols, View1<const T> residual) {
+  const int C = cfg_.n_embd;
+  if (!tp_active()) {  // the residual is the GEMM's C operand
+    k::gemm_ex<T>(exec_, Trans::N, Trans::T, N_, C, in_cols, 1.0f, inp.data(), in_cols, w.data(),
+                  in_cols, 1.0f, residual.data(), C, out.data(), C, k::GemmEpilogue<T>{});
+    return;
+  }
+  // The residual must be added once, after the reduction.
+  k::gemm<T>(exec_, Trans::N, Trans::T, N_, C, in_cols, 1.0f, inp.data(), in_cols, w.data(),
+             in_cols, 0.0f, partial_.data(), C);
+  {
+    TpTimer t(tp_comm_seconds_);
+    if (layout_.sequence_parallel) layout_.tp->reduce_scatter(partial_, proj_out_);
+    else layout_.tp->all_reduce(partial_, proj_out_);
+  }
+  k::residual_forward<T>(exec_, out, residual, proj_out_, static_cast<std::size_t>(Nl_) * C);
+}
+
+template <class T>
+void GptT<T>::llama_block_forward(int l, View1<const T> x, BlockActivations<T>& a, View1<T> out) {
+  const int N = N_, C = cfg_.n_embd, P = tp_size_, HS = HS_, QW = QW_, KW = KW_, I = Il_;
+  const bool sp = layout_.sequence_parallel && P > 1;
+  const BlockTensors<T>& w = block_params_[static_cast<std::size_t>(l)];
+  norm_forward(sp ? ln_local_ : a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln_1_w, {});
+  if (sp) { TpTimer t(tp_comm_seconds_); layout_.tp->all_gather(ln_local_, a.ln1); }
+  // q, k, v side by side in one row, [q (QW) | k (KW) | v (KW)]: the attention kernels' grouped
+  // layout (query head h reads kv head h / (NHl / NKVl)).
+  View1<T> qkv = a.qkv;
+  const int ld = QW + 2 * KW;
+  const std::size_t kv_row = reg_.kv_replicated() ? static_cast<std::size_t>(kv0_) * HS * C : 0;
+  const T* ln1 = a.ln1.data();
+  k::gemm<T>(exec_, Trans::N, Trans::T, N, QW, C, 1.0f, ln1, C, w.q_w.data(), C, 0.0f,
+             qkv.data(), ld);
+  k::gemm<T>(exec_, Trans::N, Trans::T, N, KW, C, 1.0f, ln1, C, w.k_w.data() + kv_row, C, 0.0f,
+             qkv.data() + QW, ld);
+  k::gemm<T>(exec_, Trans::N, Trans::T, N, KW, C, 1.0f, ln1, C, w.v_w.data() + kv_row, C, 0.0f,
+             qkv.data() + QW + KW, ld);
+  k::rotary_forward<T>(exec_, qkv, rope_, B_, T_, NHl_, NKVl_);
+  k::attention_forward<T>(exec_, a.atty, a.lse, a.qkv, B_, T_, NHl_, HS, NKVl_);
+  row_parallel_forward_nt(a.res2, a.atty, w.attn_proj_w, QW, x);
+  norm_forward(sp ? ln_local_ : a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln_2_w, {});
+  if (sp) { TpTimer t(tp_comm_seconds_); layout_.tp->all_gather(ln_local_, a.ln2); }
+  // [gate | up] of this rank's MLP columns, one packed row each
+  k::gemm<T>(exec_, Trans::N, Trans::T, N, I, C, 1.0f, a.ln2.data(), C, w.gate_w.data(), C, 0.0f,
+             a.fch.data(), 2 * I);
+  k::gemm<T>(exec_, Trans::N, Trans::T, N, I, C, 1.0f, a.ln2.data(), C, w.up_w.data(), C, 0.0f,
+             a.fch.data() + I, 2 * I);
+  k::swiglu_forward<T>(exec_, a.fch_gelu, a.fch, N, I);
+  row_parallel_forward_nt(out, a.fch_gelu, w.mlp_proj_w, I, a.res2);
+}
+
+// dres holds d(loss)/d(block output) on entry and d(loss)/d(block input) on exit (local rows).
+template <class T>
+void GptT<T>::llama_block_backward(int l, View1<const T> x, BlockActivations<T>& a,
+                                   View1<T> dres) {
+  const int N = N_, C = cfg_.n_embd, P = tp_size_, HS = HS_, QW = QW_, KW = KW_, I = Il_;
+  const bool sp = layout_.sequence_parallel && P > 1;
+  const BlockTensors<T>& w = block_params_[static_cast<std::size_t>(l)];
+  const BlockTensors<T>& g = block_grads_[static_cast<std::size_t>(l)];
+  View1<T> dx = sp ? dln_local_ : dln_;  // column-parallel input gradient, local rows
+  // The input gradient of a column-parallel group of pieces, reduced over tp while the weight
+  // gradients run (as column_parallel_backward).
+  auto column_parallel = [&](const Piece<T>* p, int n, const T* dout, int ld, const T* inp) {
+    if (!tp_active()) {
+      input_grad<T>(exec_, dx.data(), p, n, dout, ld, N, C);
+      weight_grads<T>(exec_, p, n, dout, ld, inp, N, C);
+      return;
+    }
+    input_grad<T>(exec_, dln_.data(), p, n, dout, ld, N, C);
+    comm::Request r =
+        sp ? layout_.tp->ireduce_scatter(dln_, dx) : layout_.tp->iall_reduce(dln_, dx);
+    weight_grads<T>(exec_, p, n, dout, ld, inp, N, C);
+    TpTimer t(tp_comm_seconds_);
+    r.wait();
+  };
+
+  // MLP: out = res2 + down(swiglu(gate_up(norm2(res2))))
+  View1<const T> dfull = gather_rows(dres, dres_full_);
+  k::gemm<T>(exec_, Trans::N, Trans::N, N, I, C, 1.0f, dfull.data(), C, w.mlp_proj_w.data(), I,
+             0.0f, dh_.data(), I);
+  k::gemm<T>(exec_, Trans::T, Trans::N, C, I, N, 1.0f, dfull.data(), C, a.fch_gelu.data(), I,
+             1.0f, g.mlp_proj_w.data(), I);
+  k::swiglu_backward<T>(exec_, dfch_, a.fch, dh_, N, I);
+  const Piece<T> mlp[2] = {{w.gate_w.data(), g.gate_w.data(), 0, I},
+                           {w.up_w.data(), g.up_w.data(), I, I}};
+  column_parallel(mlp, 2, dfch_.data(), 2 * I, a.ln2.data());
+  layernorm_backward_tp(dres, g.ln_2_w, {}, dx, a.res2, w.ln_2_w, a.ln2_mean, a.ln2_rstd);
+
+  // Attention: res2 = x + o_proj(attn(rope(q, k), v)), q/k/v = proj(norm1(x))
+  dfull = gather_rows(dres, dres_full_);
+  k::gemm<T>(exec_, Trans::N, Trans::N, N, QW, C, 1.0f, dfull.data(), C, w.attn_proj_w.data(), QW,
+             0.0f, datty_.data(), QW);
+  k::gemm<T>(exec_, Trans::T, Trans::N, C, QW, N, 1.0f, dfull.data(), C, a.atty.data(), QW, 1.0f,
+             g.attn_proj_w.data(), QW);
+  // dK and dV of each kv head are summed over its query heads by the kernel.
+  k::attention_backward<T>(exec_, dqkv_, datty_, a.qkv, a.atty, a.lse, B_, T_, NHl_, HS, NKVl_);
+  View1<T> dqkv = dqkv_;
+  k::rotary_backward<T>(exec_, dqkv, rope_, B_, T_, NHl_, NKVl_);
+  // Replicated kv heads: this rank's rows of the k/v weight gradients land in a zeroed scratch
+  // that is summed over tp before it is added.
+  const bool kv_sum = kv_dw_.span() > 0;
+  const std::size_t kv_row = reg_.kv_replicated() ? static_cast<std::size_t>(kv0_) * HS * C : 0;
+  const std::size_t kv_numel = static_cast<std::size_t>(cfg_.kv_heads()) * HS * C;
+  if (kv_sum) Kokkos::deep_copy(exec_, kv_dw_, T(0.0f));
+  T* dk = (kv_sum ? kv_dw_.data() : g.k_w.data()) + kv_row;
+  T* dv = (kv_sum ? kv_dw_.data() + kv_numel : g.v_w.data()) + kv_row;
+  const Piece<T> attn[3] = {{w.q_w.data(), g.q_w.data(), 0, QW},
+                            {w.k_w.data() + kv_row, dk, QW, KW},
+                            {w.v_w.data() + kv_row, dv, QW + KW, KW}};
+  column_parallel(attn, 3, dqkv.data(), QW + 2 * KW, a.ln1.data());
+  if (kv_sum) {
+    { TpTimer t(tp_comm_seconds_); layout_.tp->all_reduce(kv_dw_); }
+    k::accumulate<T>(exec_, g.k_w, slice(View1<T>(kv_dw_), 0, kv_numel), kv_numel);
+    k::accumulate<T>(exec_, g.v_w, slice(View1<T>(kv_dw_), kv_numel, kv_numel), kv_numel);
+  }
+  layernorm_backward_tp(dres, g.ln_1_w, {}, dx, x, w.ln_1_w, a.ln1_mean, a.ln1_rstd);
+}
+
+#define MESHTRAIN_INSTANTIATE_LLAMA_BLOCK(T)                                                     \
+  template void GptT<T>::row_parallel_forward_nt(View1<T>, View1<const T>, View1<const T>, int,  \
+                                                 View1<const T>);                                \
+  template void GptT<T>::llama_block_forward(int, View1<const T>, BlockActivations<T>&,          \
+                                             View1<T>);                                          \
+  template void GptT<T>::llama_block_backward(int, View1<const T>, BlockActivations<T>&,         \
+                                              View1<T>);
+MESHTRAIN_INSTANTIATE_LLAMA_BLOCK(float)
+#if MESHTRAIN_HAVE_BF16
+MESHTRAIN_INSTANTIATE_LLAMA_BLOCK(bf16)
+MESHTRAIN_INSTANTIATE_LLAMA_BLOCK(fp16)
+#endif
+#undef MESHTRAIN_INSTANTIATE_LLAMA_BLOCK
+
+}  // namespace meshtrain::model
