@@ -275,22 +275,25 @@ bool train_and_sample(const po::variables_map& vm, const model::GptConfig& mc,
   if (trainer.stopped()) return false;
 
   // Export and sampling use the whole model on one rank (world rank 0 gathers every rank's
-  // slice into a single-rank fp32 model when it does not hold it all).
+  // slice into a single-rank fp32 model when it does not hold it all). The options are read out
+  // here: nvcc's front end cannot instantiate variable_value::as<> inside this generic lambda.
+  const bool save = vm["train.save"].as<bool>();
+  const int n_sample = vm["train.sample_tokens"].as<int>();
+  train::SampleConfig sc;
+  sc.max_new_tokens = n_sample;
+  sc.temperature = static_cast<float>(vm["train.sample_temperature"].as<double>());
+  sc.top_k = vm["train.sample_top_k"].as<int>();
+  sc.seed = tc.seed;
+  const std::string prompt_text = vm["train.sample_prompt"].as<std::string>();
   engine.with_whole_model([&](auto& model) {
     using M = std::remove_reference_t<decltype(model)>;
-    if (vm["train.save"].as<bool>()) {
+    if (save) {
       io::export_hf(model, out_dir + "/model", tok_kind);
       logging::info("saved ", out_dir, "/model (model.safetensors + config.json, HuggingFace GPT-2)");
     }
-    const int n_sample = vm["train.sample_tokens"].as<int>();
     if (n_sample > 0) {
       auto tok = tokenizer_from(vm, tok_kind);
-      train::SampleConfig sc;
-      sc.max_new_tokens = n_sample;
-      sc.temperature = static_cast<float>(vm["train.sample_temperature"].as<double>());
-      sc.top_k = vm["train.sample_top_k"].as<int>();
-      sc.seed = tc.seed;
-      auto prompt = tok->encode(vm["train.sample_prompt"].as<std::string>());
+      auto prompt = tok->encode(prompt_text);
       if (prompt.empty()) prompt.push_back(tok->eot() >= 0 ? tok->eot() : 0);
       M sampler(mc, 1, tc.seq_len);  // batch 1, sharing the trained weights
       sampler.share_parameters(model);
