@@ -38,6 +38,7 @@
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/log.hpp"
 #include "meshtrain/kernels/attention.hpp"
+#include "meshtrain/kernels/workspace.hpp"
 
 namespace meshtrain::kernels {
 
@@ -207,13 +208,9 @@ Graph backward_graph(const Shape& s, cudnnDataType_t io, bool dq_accum) {
   return g;
 }
 
-// cudnn-frontend's rule for the backward's form: dP in workspace (no dQ atomics) on Hopper and
-// newer while that buffer stays under 256 MiB, or whenever the run asks for determinism.
+// The backward's form and our scratch: kernels/workspace.hpp, shared with the planner.
 bool dq_accum_form(const Shape& s, bool deterministic, int sm_major) {
-  if (deterministic) return false;
-  if (sm_major < 9) return true;
-  const int64_t t64 = (s.T + 63) / 64 * 64;
-  return int64_t(s.B) * s.NH * t64 * t64 * 2 > (int64_t(256) << 20);
+  return cudnn_attention_dq_accum_form(s.B, s.NH, s.T, deterministic, sm_major);
 }
 
 struct PlanKey {
@@ -273,7 +270,6 @@ CachedPlan* plan_for(State& s, const PlanKey& key, const Shape& shape, cudnnData
   auto it = s.plans.find(key);
   if (it != s.plans.end()) return it->second.get();
   auto cp = std::make_unique<CachedPlan>();
-  const std::size_t rows = std::size_t(shape.B) * shape.NH * shape.T;
   try {
     if (!key.backward) {
       Graph g = forward_graph(shape, io);
@@ -282,7 +278,8 @@ CachedPlan* plan_for(State& s, const PlanKey& key, const Shape& shape, cudnnData
       cp->dq_accum = dq_accum_form(shape, key.deterministic, s.sm_major);
       Graph g = backward_graph(shape, io, cp->dq_accum);
       cp->plan = g.build(s.handle, key.deterministic, "attention backward");
-      cp->scratch = rows * sizeof(float) * (cp->dq_accum ? 1 + shape.HS : 1);
+      cp->scratch = cudnn_attention_own_scratch_bytes(shape.B, shape.NH, shape.T, shape.HS,
+                                                      cp->dq_accum);
     }
   } catch (const Error& e) {
     if (attention_options().impl == AttentionImpl::cudnn) throw;

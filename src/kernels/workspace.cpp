@@ -13,7 +13,33 @@ std::size_t scratch_bytes(const ScratchShape& s, std::size_t elem_bytes, bool de
   b += std::size_t(kLayerNormBackwardBlocks) * 2 * s.channels * 4;
   // The embedding backward (16-bit and fp32 models): sort keys and per-piece fp32 partials.
   if (s.embeds) b += s.rows * 8 + s.rows * s.channels * 4;
+  // The planner plans for Hopper (H100/H200: compute capability 9).
+  if (s.cudnn_attention)
+    b += cudnn_attention_buffer_bytes(long(s.batch), long(s.heads), long(s.seq_len),
+                                      long(s.head_dim), s.deterministic_attention, 9);
   return b;
+}
+
+bool cudnn_attention_dq_accum_form(long B, long NH, long T, bool deterministic, int sm_major) {
+  if (deterministic) return false;
+  if (sm_major < 9) return true;
+  const long t64 = (T + 63) / 64 * 64;
+  return B * NH * t64 * t64 * 2 > (long(256) << 20);
+}
+
+std::size_t cudnn_attention_own_scratch_bytes(long B, long NH, long T, long HS, bool dq_accum) {
+  const std::size_t rows = std::size_t(B) * NH * T;
+  return rows * sizeof(float) * (dq_accum ? 1 + HS : 1);
+}
+
+std::size_t cudnn_attention_buffer_bytes(long B, long NH, long T, long HS, bool deterministic,
+                                         int sm_major) {
+  const bool dq_accum = cudnn_attention_dq_accum_form(B, NH, T, deterministic, sm_major);
+  const long t64 = (T + 63) / 64 * 64;
+  const std::size_t workspace = dq_accum ? 0 : std::size_t(B) * NH * t64 * t64 * 2;
+  // buffer_for's 256-byte rounding and its 512 bytes of alignment slack.
+  return (cudnn_attention_own_scratch_bytes(B, NH, T, HS, dq_accum) + 255) / 256 * 256 +
+         workspace + 512;
 }
 
 }  // namespace meshtrain::kernels

@@ -122,6 +122,12 @@ std::vector<MemoryBreakdown> memory_per_stage(const model::GptConfig& cfg, int s
     ks.channels = C;
     ks.widest_out = std::max(C, 4 * C / P);
     ks.embeds = s == 0;
+    const int hs = cfg.head_size();
+    ks.cudnn_attention = t.cudnn_attention && !t.device_is_host && E == 2 && (hs == 64 || hs == 128);
+    ks.deterministic_attention = t.deterministic_attention;
+    ks.batch = static_cast<std::size_t>(l.micro_batch);
+    ks.heads = static_cast<std::size_t>(cfg.n_head) / P;
+    ks.head_dim = static_cast<std::size_t>(hs);
     m.workspace += static_cast<double>(kernels::scratch_bytes(ks, E, t.device_is_host));
     m.workspace += static_cast<double>(of.device_other);
     m.runtime = t.runtime_bytes;

@@ -22,6 +22,9 @@ MemoryTarget target_of(const Calibration& cal) {
   MemoryTarget t;
   t.device_is_host = cal.device == "cpu";
   t.runtime_bytes = cal.runtime_bytes;
+  // A GPU cluster's build is assumed to have cuDNN (the Spack +cuda recipe and the GPU bundle
+  // do), so --attn.impl auto takes it.
+  t.cudnn_attention = cal.device == "gpu";
   return t;
 }
 

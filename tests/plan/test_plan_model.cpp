@@ -9,6 +9,8 @@
 #include "harness.hpp"
 #include "meshtrain/app/train_cmd.hpp"
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/kernels/workspace.hpp"
+#include "meshtrain/plan/memory.hpp"
 #include "meshtrain/plan/report.hpp"
 #include "plan_test_util.hpp"
 
@@ -226,4 +228,39 @@ TEST_CASE("the Slurm job submits through the project's scripts when they exist",
   REQUIRE(via.find("sbatch --nodes=4 --gpus-per-node=8 --ntasks-per-node=8 " + dir +
                    "/slurm-multinode.sh --dp 2 --pp 2 --tp 8 --config plan.ini") !=
           std::string::npos);
+}
+
+TEST_CASE("GPU layouts count cuDNN attention's backward buffer, in the form the kernel takes",
+          "[plan][memory]") {
+  // GPT-2 124M, mb 16, seq 1024, bf16 on one GPU: B NH T64^2 2 bytes = 384 MiB > 256 MiB, so the
+  // default backward accumulates dQ in fp32 (our scratch: rowsum + dQ, 65 floats per row);
+  // deterministic keeps dP in cuDNN's workspace (the 384 MiB seen on the H200) and rowsum only.
+  const model::GptConfig cfg = model::preset("gpt2-124m");
+  plan::Layout l;
+  l.micro_batch = 16;
+  l.precision = plan::Precision::bf16;
+  plan::MemoryTarget off;
+  off.device_is_host = false;
+  plan::MemoryTarget on = off, det = off;
+  on.cudnn_attention = det.cudnn_attention = true;
+  det.deterministic_attention = true;
+  const double w_off = plan::peak_memory(cfg, 1024, l, off).workspace;
+  const double w_on = plan::peak_memory(cfg, 1024, l, on).workspace;
+  const double w_det = plan::peak_memory(cfg, 1024, l, det).workspace;
+  const double rows = 16.0 * 12 * 1024;
+  REQUIRE(kernels::cudnn_attention_dq_accum_form(16, 12, 1024, false, 9));
+  REQUIRE_FALSE(kernels::cudnn_attention_dq_accum_form(16, 12, 1024, true, 9));
+  REQUIRE(w_on - w_off == Approx(rows * 4 * 65 + 512).epsilon(1e-12));
+  REQUIRE(w_det - w_off == Approx(rows * 4 + 16.0 * 12 * 1024 * 1024 * 2 + 512).epsilon(1e-12));
+  // Below 256 MiB of dP the workspace form is the default on Hopper (mb 8 at T = 1024: 192 MiB).
+  REQUIRE_FALSE(kernels::cudnn_attention_dq_accum_form(8, 12, 1024, false, 9));
+  // Only where cuDNN runs: fp32 models, and head sizes other than 64/128, keep our kernels.
+  plan::Layout l32 = l;
+  l32.precision = plan::Precision::fp32;
+  REQUIRE(plan::peak_memory(cfg, 1024, l32, on).workspace ==
+          plan::peak_memory(cfg, 1024, l32, off).workspace);
+  model::GptConfig hs96 = cfg;
+  hs96.n_head = 8;  // head size 96
+  REQUIRE(plan::peak_memory(hs96, 1024, l, on).workspace ==
+          plan::peak_memory(hs96, 1024, l, off).workspace);
 }

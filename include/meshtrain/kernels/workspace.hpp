@@ -13,6 +13,19 @@ inline constexpr int kLayerNormBackwardBlocks = 4 * 132;
 // Query rows per block of the host attention (kernels/attention_host.cpp).
 inline constexpr int kAttentionHostBlock = 64;
 
+// cuDNN fused attention's backward (kernels/attention_cudnn.cpp) takes one of two forms,
+// cudnn-frontend's rule: dP kept in cuDNN's workspace (no dQ atomics, deterministic) on Hopper
+// and newer while that buffer stays under 256 MiB, or whenever determinism is asked for; else
+// dQ accumulated in an fp32 scratch of ours.
+bool cudnn_attention_dq_accum_form(long B, long NH, long T, bool deterministic, int sm_major);
+// Bytes of the cuDNN attention backward's device buffer for one call: our scratch (the rowsum
+// D = rowsum(dO * O), and the fp32 dQ accumulator in that form), exactly as the kernel sizes it,
+// plus cuDNN's workspace, which only cuDNN's plan knows: estimated as the dP buffer of the
+// workspace form (B x NH x T64^2 x 2 bytes, the size cudnn-frontend's rule tests), 0 otherwise.
+std::size_t cudnn_attention_own_scratch_bytes(long B, long NH, long T, long HS, bool dq_accum);
+std::size_t cudnn_attention_buffer_bytes(long B, long NH, long T, long HS, bool deterministic,
+                                         int sm_major);
+
 // Shapes that size the kernels' scratch for one rank's model.
 struct ScratchShape {
   std::size_t rows = 0;        // B x T of a micro-batch (full rows)
@@ -20,6 +33,12 @@ struct ScratchShape {
   std::size_t channels = 0;    // C
   std::size_t widest_out = 0;  // output columns of the widest linear (the bias-gradient scratch)
   bool embeds = false;         // the rank runs the embedding (its backward sorts keys)
+  // Attention through cuDNN (a GPU run with --attn.impl auto|cudnn on a cuDNN build, 16-bit,
+  // head size 64 or 128): its backward's buffer, sized by the largest call (one micro-batch,
+  // this rank's query heads).
+  bool cudnn_attention = false;
+  bool deterministic_attention = false;
+  std::size_t batch = 0, heads = 0, head_dim = 0;
 };
 
 // Bytes the kernels allocate while a step runs (transient buffers at their peak and persistent

@@ -29,6 +29,10 @@ namespace meshtrain::plan {
 struct MemoryTarget {
   bool device_is_host = true;  // CPU build: "device" memory is host memory (no mirrors)
   double runtime_bytes = 0;    // per rank: CUDA context, cuBLAS/NCCL workspaces (calibration)
+  // GPU runs take cuDNN's fused attention where it applies (--attn.impl auto on a cuDNN build,
+  // 16-bit, head size 64 or 128); its backward keeps a buffer the planner counts.
+  bool cudnn_attention = false;
+  bool deterministic_attention = false;
 };
 
 // Bytes per rank of one pipeline stage.
