@@ -2,9 +2,13 @@
 // cross_entropy_* run on a CUDA build, src/kernels/{layernorm,cross_entropy}_cuda.cpp) against
 // the portable Kokkos kernels (*_portable) measured in the same run, bf16 and fp32, at GPT-2
 // 124M shapes (B = 16, T = 1024 rows).
+// --gemm 1 adds (bf16) every GEMM of a GPT-2 block and the head at the same shapes, each as
+// the model calls it (linear_* with the fused epilogue) next to the plain GEMM of the same
+// shape (its ceiling) and, for the GELU layers, the unfused form (bias-epilogue GEMM, then the
+// GELU kernel; GEMM, then the GELU-gradient kernel): per-shape data for the GEMM gap.
 //
 //   bench_kernels_cuda [--rows 16384] [--channels 768] [--vocab 50257] [--padded-vocab 50304]
-//                      [--iters 20] [--warmup 3]
+//                      [--iters 20] [--warmup 3] [--gemm 0|1] [--only-gemm 0|1]
 //
 // Each figure is the median of --iters calls after --warmup, timed with CUDA events on the
 // execution space's stream. GB/s counts the bytes that must move: every input read once, every
@@ -26,7 +30,10 @@
 #include "meshtrain/core/kokkos_compat.hpp"
 #include "meshtrain/core/view.hpp"
 #include "meshtrain/kernels/cross_entropy.hpp"
+#include "meshtrain/kernels/gelu.hpp"
+#include "meshtrain/kernels/gemm.hpp"
 #include "meshtrain/kernels/layernorm.hpp"
+#include "meshtrain/kernels/linear.hpp"
 
 using namespace meshtrain;
 using namespace meshtrain::kernels;
@@ -38,6 +45,7 @@ namespace {
 struct Args {
   int N = 16 * 1024, C = 768, V = 50257, Vp = 50304;
   int iters = 20, warmup = 3;
+  int gemm = 0, only_gemm = 0;
 };
 
 Args parse(int argc, char** argv) {
@@ -51,6 +59,8 @@ Args parse(int argc, char** argv) {
     else if (k == "--padded-vocab") a.Vp = v;
     else if (k == "--iters") a.iters = v;
     else if (k == "--warmup") a.warmup = v;
+    else if (k == "--gemm") a.gemm = v;
+    else if (k == "--only-gemm") a.only_gemm = v;
     else {
       std::fprintf(stderr, "bench_kernels_cuda: unknown option %s\n", k.c_str());
       std::exit(2);
@@ -130,6 +140,96 @@ void bench(const char* dtype, const Args& a) {
   row(dtype, "cross_entropy_fwd_bwd", ce_fb_bytes, h, hp);
 }
 
+// One GEMM row: TFLOP/s of the call as the model makes it, of the plain GEMM of that shape, and
+// of the unfused alternative where there is one (split_ms < 0: none).
+void gemm_row(const char* op, int M, int N, int K, double ms, double plain_ms, double split_ms) {
+  const double tf = 2.0 * M * N * K / 1e9;
+  std::printf("bf16  gemm %-26s M=%6d N=%6d K=%6d %8.4f ms %6.1f TF/s | plain %8.4f ms %6.1f TF/s",
+              op, M, N, K, ms, tf / ms, plain_ms, tf / plain_ms);
+  if (split_ms > 0) std::printf(" | unfused %8.4f ms (fused/unfused x%.2f)", split_ms, split_ms / ms);
+  std::printf("\n");
+}
+
+// The GEMMs of one GPT-2 block and the tied head at N rows, width C, as model/ calls them.
+void bench_gemms(const Args& a) {
+  using T = Kokkos::Experimental::bhalf_t;
+  const int N = a.N, C = a.C, Vp = a.Vp, F = 4 * C;
+  ExecSpace exec;
+  const auto x = random_view<T>("bench_g_x", std::size_t(N) * F, 11, -1.f, 1.f);
+  const auto y = random_view<T>("bench_g_y", std::size_t(N) * F, 12, -1.f, 1.f);
+  // w also stands in for dout [N, OC] as the B of the plain weight-gradient GEMMs.
+  const auto w = random_view<T>("bench_g_w", std::max(std::size_t(Vp) * C, std::size_t(N) * F),
+                                13, -0.05f, 0.05f);
+  const auto bias = random_view<T>("bench_g_b", F, 14, -0.1f, 0.1f);
+  View1<T> out("bench_g_out", std::size_t(N) * Vp), pre("bench_g_pre", std::size_t(N) * F);
+  View1<T> dw("bench_g_dw", std::size_t(Vp) * C), db("bench_g_db", F);
+  const View1<const T> xc = x, yc = y, wc = w, bc = bias;
+  const auto t = [&](auto&& fn) { return median_ms(exec, a.warmup, a.iters, fn); };
+  const auto plain = [&](Trans ta, Trans tb, int M, int Nn, int K, int lda, int ldb) {
+    return t([&] {
+      gemm<T>(exec, ta, tb, M, Nn, K, 1.0f, x.data(), lda, w.data(), ldb, 0.0f, out.data(), Nn);
+    });
+  };
+  // Forward: qkv (bias), attention projection and MLP projection (bias + residual), c_fc (GELU).
+  for (const auto& [name, IC, OC, res] :
+       {std::tuple{"fwd qkv (bias)", C, 3 * C, false}, std::tuple{"fwd attn proj (bias+res)", C, C, true},
+        std::tuple{"fwd mlp proj (bias+res)", F, C, true}}) {
+    const double ms = t([&] {
+      if (res) linear_forward<T>(exec, out, xc, wc, bc, View1<const T>(out), N, IC, OC);
+      else linear_forward<T>(exec, out, xc, wc, bc, N, IC, OC);
+    });
+    gemm_row(name, N, OC, IC, ms, plain(Trans::N, Trans::N, N, OC, IC, IC, OC), -1);
+  }
+  {
+    const double ms = t([&] { linear_gelu_forward<T>(exec, out, pre, xc, wc, bc, N, C, F); });
+    const double split = t([&] {
+      linear_forward<T>(exec, pre, xc, wc, bc, N, C, F);
+      gelu_forward<T>(exec, out, View1<const T>(pre), std::size_t(N) * F);
+    });
+    gemm_row("fwd c_fc (gelu+bias)", N, F, C, ms, plain(Trans::N, Trans::N, N, F, C, C, F), split);
+  }
+  // Head: logits[N, Vp] = x[N, C] wte[Vp, C]^T.
+  gemm_row("fwd head", N, Vp, C, plain(Trans::N, Trans::T, N, Vp, C, C, C),
+           plain(Trans::N, Trans::T, N, Vp, C, C, C), -1);
+  // Backward: input and weight (+ bias) gradients.
+  for (const auto& [name, IC, OC] :
+       {std::tuple{"bwd qkv (dX,dW,db)", C, 3 * C}, std::tuple{"bwd attn proj (dX,dW,db)", C, C},
+        std::tuple{"bwd c_fc (dX,dW,db)", C, F}}) {
+    const double ms = t([&] {
+      linear_backward<T>(exec, pre, dw, db, yc, xc, wc, N, IC, OC, false);
+    });
+    // Ceiling: the same two GEMMs without bias gradient.
+    const double pl = plain(Trans::N, Trans::T, N, IC, OC, OC, OC) +
+                      plain(Trans::T, Trans::N, IC, OC, N, IC, OC);
+    gemm_row(name, N, OC, 2 * IC, ms, pl, -1);
+  }
+  {
+    const double ms = t([&] {
+      linear_backward_dgelu<T>(exec, pre, dw, db, yc, xc, wc, View1<const T>(out), N, F, C);
+    });
+    const double split = t([&] {
+      linear_backward<T>(exec, pre, dw, db, yc, xc, wc, N, F, C, false);
+      gelu_backward<T>(exec, pre, View1<const T>(out), View1<const T>(pre), std::size_t(N) * F);
+    });
+    const double pl = plain(Trans::N, Trans::T, N, F, C, C, C) +
+                      plain(Trans::T, Trans::N, F, C, N, F, C);
+    gemm_row("bwd mlp proj (dgelu,dW,db)", N, C, 2 * F, ms, pl, split);
+  }
+  {
+    // Head backward: dx[N, C] = dlogits[N, Vp] wte[Vp, C]; dwte[Vp, C] = dlogits^T x.
+    const double dx = t([&] {
+      gemm<T>(exec, Trans::N, Trans::N, N, C, Vp, 1.0f, out.data(), Vp, w.data(), C, 0.0f,
+              pre.data(), C);
+    });
+    const double dwt = t([&] {
+      gemm<T>(exec, Trans::T, Trans::N, Vp, C, N, 1.0f, out.data(), Vp, x.data(), C, 1.0f,
+              dw.data(), C);
+    });
+    gemm_row("bwd head dX", N, C, Vp, dx, dx, -1);
+    gemm_row("bwd head dW (accumulate)", Vp, C, N, dwt, dwt, -1);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -138,7 +238,10 @@ int main(int argc, char** argv) {
   std::printf("layernorm N=%d C=%d, cross-entropy N=%d V=%d Vp=%d: CUDA kernels vs the portable "
               "Kokkos kernels; median of %d after %d warm-up\n",
               a.N, a.C, a.N, a.V, a.Vp, a.iters, a.warmup);
-  bench<Kokkos::Experimental::bhalf_t>("bf16", a);
-  bench<float>("fp32", a);
+  if (!a.only_gemm) {
+    bench<Kokkos::Experimental::bhalf_t>("bf16", a);
+    bench<float>("fp32", a);
+  }
+  if (a.gemm || a.only_gemm) bench_gemms(a);
   return 0;
 }

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""PyTorch reference for the GPU benchmark: GPT-2 124M training steps (bf16 autocast, fp32
+"""PyTorch reference for the GPU benchmark: GPT-2 training steps (124M by default, --preset for the
+larger shapes) (bf16 autocast, fp32
 master weights, fused AdamW), eager with SDPA attention and/or torch.compile, random tokens.
 
     python3 perf/torch_gpt2_gpu.py --micro-batch 16 --seq 1024 --mode eager,compile --steps 20
     python3 perf/torch_gpt2_gpu.py --micro-batch 16 --mode compile --profile 3   # + kernel table
+    python3 perf/torch_gpt2_gpu.py --preset gpt2-1.5b --micro-batch 4 --mode compile
 
 Prints one line per mode: tokens/s, ms/step, MFU (6N + 12 L C T FLOPs per token against
 989 TFLOP/s), peak memory. Same model as meshtrain: tanh GELU, LayerNorm eps 1e-5, tied head,
@@ -33,6 +35,11 @@ class Block(nn.Module):
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
         return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+# meshtrain's GPT-2 presets (src/model/config.cpp): layers, heads, width.
+PRESETS = {"gpt2-124m": (12, 12, 768), "gpt2-350m": (24, 16, 1024),
+           "gpt2-774m": (36, 20, 1280), "gpt2-1.5b": (48, 25, 1600)}
 
 
 class GPT(nn.Module):
@@ -76,10 +83,12 @@ def kernel_table(prof, steps, top=40):
         print(f"  {ms:8.3f} ms {calls:6.1f}x  {name[:110]}")
 
 
-def run(mode, mb, T, steps, warmup, profile=0):
+def run(mode, mb, T, steps, warmup, profile=0, preset="gpt2-124m"):
     torch.manual_seed(0)
-    model = GPT().cuda()
-    n_params = sum(p.numel() for p in model.parameters()) - model.wte.weight.numel() + 50257 * 768
+    L, H, C = PRESETS[preset]
+    model = GPT(L=L, H=H, C=C, T=T).cuda()
+    # MFU counts the unpadded vocabulary, as meshtrain does.
+    n_params = sum(p.numel() for p in model.parameters()) - model.wte.weight.numel() + 50257 * C
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
@@ -111,8 +120,8 @@ def run(mode, mb, T, steps, warmup, profile=0):
     times.sort()
     dt = times[len(times) // 2]
     tok = mb * T / dt
-    flops = 6 * n_params + 12 * 12 * 768 * T
-    print(f"pytorch-{mode:8s} mb {mb:3d}: {tok:10.0f} tok/s  {dt * 1e3:8.1f} ms/step  "
+    flops = 6 * n_params + 12 * L * C * T
+    print(f"pytorch-{mode:8s} {preset} mb {mb:3d}: {tok:10.0f} tok/s  {dt * 1e3:8.1f} ms/step  "
           f"MFU {tok * flops / 989e12:.3f}  peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB",
           flush=True)
     if profile:
@@ -139,4 +148,4 @@ if __name__ == "__main__":
     torch.backends.cuda.matmul.allow_tf32 = True
     for mode in a.mode.split(","):
         for mb in (int(m) for m in a.micro_batch.split(",")):
-            run(mode, mb, a.seq, a.steps, a.warmup, a.profile)
+            run(mode, mb, a.seq, a.steps, a.warmup, a.profile, a.preset)
