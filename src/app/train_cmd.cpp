@@ -249,6 +249,27 @@ io::Transfer parse_transfer(const std::string& s) {
 
 }  // namespace
 
+// What train_and_sample reads from the options, read outside it: nvcc's front end (CUDA 13)
+// rejects variable_value::as<bool>() inside a function template.
+struct OutputOptions {
+  bool save = false;
+  std::string init_from, resume, prompt;
+  train::SampleConfig sample;
+};
+
+OutputOptions read_output_options(const po::variables_map& vm, std::uint64_t seed) {
+  OutputOptions o;
+  o.save = vm["train.save"].as<bool>();
+  o.init_from = vm["model.init_from"].as<std::string>();
+  o.resume = vm["train.resume"].as<std::string>();
+  o.prompt = vm["train.sample_prompt"].as<std::string>();
+  o.sample.max_new_tokens = vm["train.sample_tokens"].as<int>();
+  o.sample.temperature = static_cast<float>(vm["train.sample_temperature"].as<double>());
+  o.sample.top_k = vm["train.sample_top_k"].as<int>();
+  o.sample.seed = seed;
+  return o;
+}
+
 // Returns false when a stop signal ended training early (a checkpoint was saved; no export).
 template <class T>
 bool train_and_sample(const po::variables_map& vm, const model::GptConfig& mc,
@@ -256,8 +277,9 @@ bool train_and_sample(const po::variables_map& vm, const model::GptConfig& mc,
                       const io::TokenDataset* val_data, const std::string& out_dir,
                       const std::string& tok_kind, MPI_Comm world,
                       const parallel::EngineOptions& eo) {
+  const OutputOptions o = read_output_options(vm, tc.seed);
   // Checked before training, not after it: the export writes GPT2LMHeadModel folders only.
-  MESHTRAIN_CONFIG_CHECK(mc.is_gpt2() || !vm["train.save"].as<bool>(),
+  MESHTRAIN_CONFIG_CHECK(mc.is_gpt2() || !o.save,
                          "train.save=true exports a HuggingFace GPT-2 folder; exporting "
                          "model.family=", model::family_name(mc.family),
                          " is not implemented: set train.save=false (checkpoints hold the model)");
@@ -265,39 +287,28 @@ bool train_and_sample(const po::variables_map& vm, const model::GptConfig& mc,
   logging::info("layout: ", engine.describe());
   const std::string advice = engine.advice();
   if (!advice.empty()) logging::warn(advice);
-  const std::string init = vm["model.init_from"].as<std::string>();
-  if (init.empty()) engine.init_parameters(tc.seed);
-  else engine.import_hf(init);
+  if (o.init_from.empty()) engine.init_parameters(tc.seed);
+  else engine.import_hf(o.init_from);
   train::TrainerT<T> trainer(engine, tc, train_data, val_data);
-  const std::string resume = vm["train.resume"].as<std::string>();
-  if (!resume.empty()) trainer.restore(resume);
+  if (!o.resume.empty()) trainer.restore(o.resume);
   trainer.run();
   if (trainer.stopped()) return false;
 
   // Export and sampling use the whole model on one rank (world rank 0 gathers every rank's
-  // slice into a single-rank fp32 model when it does not hold it all). The options are read out
-  // here: nvcc's front end cannot instantiate variable_value::as<> inside this generic lambda.
-  const bool save = vm["train.save"].as<bool>();
-  const int n_sample = vm["train.sample_tokens"].as<int>();
-  train::SampleConfig sc;
-  sc.max_new_tokens = n_sample;
-  sc.temperature = static_cast<float>(vm["train.sample_temperature"].as<double>());
-  sc.top_k = vm["train.sample_top_k"].as<int>();
-  sc.seed = tc.seed;
-  const std::string prompt_text = vm["train.sample_prompt"].as<std::string>();
+  // slice into a single-rank fp32 model when it does not hold it all).
   engine.with_whole_model([&](auto& model) {
     using M = std::remove_reference_t<decltype(model)>;
-    if (save) {
+    if (o.save) {
       io::export_hf(model, out_dir + "/model", tok_kind);
       logging::info("saved ", out_dir, "/model (model.safetensors + config.json, HuggingFace GPT-2)");
     }
-    if (n_sample > 0) {
+    if (o.sample.max_new_tokens > 0) {
       auto tok = tokenizer_from(vm, tok_kind);
-      auto prompt = tok->encode(prompt_text);
+      auto prompt = tok->encode(o.prompt);
       if (prompt.empty()) prompt.push_back(tok->eot() >= 0 ? tok->eot() : 0);
       M sampler(mc, 1, tc.seq_len);  // batch 1, sharing the trained weights
       sampler.share_parameters(model);
-      logging::info("sample:\n", tok->decode(train::generate(sampler, prompt, sc)));
+      logging::info("sample:\n", tok->decode(train::generate(sampler, prompt, o.sample)));
     }
   });
   return true;
