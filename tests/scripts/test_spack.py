@@ -11,6 +11,7 @@ import re
 import sys
 import tempfile
 import unittest
+import unittest.mock
 
 sys.dont_write_bytecode = True  # keep the source tree clean (tests run in it)
 
@@ -250,10 +251,14 @@ class Recipe(unittest.TestCase):
     def test_standalone_test_runs_selfcheck(self):
         self.assertTrue(hasattr(self.cls, "test_selfcheck"), "no stand-alone test_selfcheck")
         self.assertTrue(self.cls.test_selfcheck.__doc__, "spack test list shows the docstring")
-        for mpi, preflags in (("openmpi", ["--oversubscribe"]), ("mpich", [])):
+        root = ["--allow-run-as-root"]
+        for mpi, uid, preflags in (("openmpi", 1000, ["--oversubscribe"]),
+                                   ("openmpi", 0, ["--oversubscribe", *root]),
+                                   ("mpich", 0, [])):
             del model.CALLS[:]
             model.Executable.output = "rank 0 ...\nselfcheck passed (2 ranks)\n"
-            self.cls(meshtrain_spec(mpi=mpi)).test_selfcheck()
+            with unittest.mock.patch("os.geteuid", return_value=uid):
+                self.cls(meshtrain_spec(mpi=mpi)).test_selfcheck()
             self.assertEqual(model.CALLS, [[f"/opt/{mpi}/bin/mpiexec", "-n", "2", *preflags,
                                             "/opt/mt/bin/meshtrain", "selfcheck"]])
         model.Executable.output = "selfcheck FAILED: all_reduce on tp\n"

@@ -125,7 +125,12 @@ class Meshtrain(CMakePackage, CudaPackage):
         return []
 
     def _mpiexec_preflags(self):
-        return ["--oversubscribe"] if self.spec.satisfies("^openmpi") else []
+        """The stand-alone test's mpiexec flags: Open MPI oversubscribes small nodes, and refuses
+        to run as root (container builds, CI) unless told; `spack test run` does not pass the
+        caller's OMPI_ALLOW_RUN_AS_ROOT through, so say it on the command line."""
+        if not self.spec.satisfies("^openmpi"):
+            return []
+        return ["--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
 
     def test_selfcheck(self):
         """run `meshtrain selfcheck` on 2 ranks: the mesh, and every collective of every backend
