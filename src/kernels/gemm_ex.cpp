@@ -62,6 +62,9 @@ void check_gemm_ex(const char* fn, Trans ta, Trans tb, int M, int N, int K, cons
   }
   if (ep.kind == Epilogue::dgelu)
     MESHTRAIN_CHECK(beta == 0.0f, fn, ": epilogue dgelu takes beta=0, got ", beta);
+  if (ep.dbias != nullptr)
+    MESHTRAIN_CHECK(ep.kind == Epilogue::dgelu, fn, ": a fused bias gradient (dbias) needs the "
+                    "dgelu epilogue, not ", epilogue_name(ep.kind));
 }
 
 // x -> D's value for one element (i, j); stores aux (gelu_bias) or reads it (dgelu) at ia.
@@ -323,6 +326,65 @@ bool dbias_split_is_faster(const ExecSpace& exec, Trans ta, int M, int N, int K,
   if (!ok[0]) return ok[1];
   return ok[1] && ms[1] < ms[0];
 }
+
+// gemm_ex's dgelu with the bias gradient of its result (ep.dbias): DGELU_BGRAD into the bias
+// scratch, then added into dbias; or the dgelu GEMM and our column sums of D. As for gemm_dbias,
+// the first call of a shape times both (writing only scratch) and keeps the faster.
+template <class T>
+bool dgelu_dbias_fused(const ExecSpace& exec, detail::LtCall call, T* dbias) {
+  T* part = static_cast<T*>(detail::lt_bias_scratch(std::size_t(call.N) * sizeof(T)));
+  call.epilogue = detail::LtEpilogue::dgelu_bgrad;
+  call.bias = part;
+  if (!detail::lt_matmul(exec, call)) return false;
+  using Acc = detail::acc_t<T>;
+  Kokkos::parallel_for(
+      "meshtrain::dbias_add", detail::Range(exec, 0, call.N),
+      KOKKOS_LAMBDA(Index n) { dbias[n] = static_cast<T>(acc(dbias[n]) + acc(part[n])); });
+  return true;
+}
+
+template <class T>
+bool dgelu_dbias_split(const ExecSpace& exec, detail::LtCall call, T* dbias) {
+  call.epilogue = detail::LtEpilogue::dgelu;
+  call.bias = nullptr;
+  if (!detail::lt_matmul(exec, call)) return false;
+  const T* D = static_cast<const T*>(call.D);
+  if (!detail::column_sums_add_cuda<T>(exec, call.M, call.N, D, call.ldd, dbias))
+    add_column_sums<T>(exec, call.M, call.N, D, call.ldd, dbias);
+  return true;
+}
+
+std::map<DbiasKey, bool> g_dgelu_dbias_split;
+
+template <class T>
+bool dgelu_dbias_split_is_faster(const ExecSpace& exec, detail::LtCall call) {
+  const std::size_t d_elems = std::size_t(call.M) * call.ldd;
+  void* raw = nullptr;
+  MESHTRAIN_CUDA_CHECK(cudaMalloc(&raw, (d_elems + std::size_t(call.N) + 128) * sizeof(T)));
+  MESHTRAIN_CUDA_CHECK(cudaMemsetAsync(raw, 0, (d_elems + std::size_t(call.N) + 128) * sizeof(T),
+                                       exec.cuda_stream()));
+  call.D = raw;  // the caller's D and dbias stay untouched; aux and the operands are only read
+  T* db = static_cast<T*>(raw) + (d_elems + 127) / 128 * 128;
+  cudaEvent_t ev[2];
+  for (auto& e : ev) MESHTRAIN_CUDA_CHECK(cudaEventCreate(&e));
+  float ms[2] = {0, 0};
+  bool ok[2] = {true, true};
+  for (int form = 0; form < 2; ++form)
+    for (int rep = 0; rep < 4 && ok[form]; ++rep) {
+      MESHTRAIN_CUDA_CHECK(cudaEventRecord(ev[0], exec.cuda_stream()));
+      ok[form] = form == 0 ? dgelu_dbias_fused<T>(exec, call, db)
+                           : dgelu_dbias_split<T>(exec, call, db);
+      MESHTRAIN_CUDA_CHECK(cudaEventRecord(ev[1], exec.cuda_stream()));
+      MESHTRAIN_CUDA_CHECK(cudaEventSynchronize(ev[1]));
+      float t = 0;
+      MESHTRAIN_CUDA_CHECK(cudaEventElapsedTime(&t, ev[0], ev[1]));
+      if (rep > 0) ms[form] += t;
+    }
+  for (auto& e : ev) cudaEventDestroy(e);
+  MESHTRAIN_CUDA_CHECK(cudaFree(raw));
+  if (!ok[0]) return ok[1];
+  return ok[1] && ms[1] < ms[0];
+}
 #endif
 
 }  // namespace
@@ -363,6 +425,7 @@ void gemm_ex_reference(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, 
         if (be != Acc(0)) x += be * acc(C[i * sc + j]);
         D[i * sd + j] = static_cast<T>(finish(kind, x, bias, aux, j, i * sx + j));
       });
+  if (ep.dbias) add_column_sums<T>(exec, M, N, D, ldd, ep.dbias);
 }
 
 template <class T>
@@ -384,13 +447,31 @@ void gemm_ex(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K, flo
       default: break;
     }
     const detail::ToolRegion region(
-        [&] { return region_label(ta, tb, M, N, K, epilogue_name(ep.kind)); });
+        [&] { return region_label(ta, tb, M, N, K, ep.dbias ? "dgelu dbias" : epilogue_name(ep.kind)); });
     const detail::LtCall call{.type = lt_data_type<T>(), .ta = ta, .tb = tb, .M = M, .N = N,
                               .K = K, .alpha = alpha, .A = A, .lda = lda, .B = B, .ldb = ldb,
                               .beta = beta, .C = C, .ldc = ldc, .D = D, .ldd = ldd,
                               .epilogue = e, .bias = ep.bias, .aux = ep.aux,
                               .ldaux = ep.ldaux};
-    if (detail::lt_matmul(exec, call)) {
+    if (ep.dbias != nullptr) {
+      const DbiasKey key{int(lt_data_type<T>()), int(ta), M, N, K, lda, ldb, ldd, false};
+      bool split = false, known = false;
+      {
+        std::lock_guard<std::mutex> lock(g_dbias_mutex);
+        auto it = g_dgelu_dbias_split.find(key);
+        if (it != g_dgelu_dbias_split.end()) known = true, split = it->second;
+      }
+      if (!known) {
+        split = dgelu_dbias_split_is_faster<T>(exec, call);
+        std::lock_guard<std::mutex> lock(g_dbias_mutex);
+        g_dgelu_dbias_split[key] = split;
+      }
+      if (split ? dgelu_dbias_split<T>(exec, call, ep.dbias)
+                : dgelu_dbias_fused<T>(exec, call, ep.dbias)) {
+        ++g_fused[kind];
+        return;
+      }
+    } else if (detail::lt_matmul(exec, call)) {
       ++g_fused[kind];
       return;
     }
@@ -398,6 +479,7 @@ void gemm_ex(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K, flo
 #endif
   ++g_fallback[kind];
   gemm_ex_fallback<T>(exec, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, D, ldd, ep);
+  if (ep.dbias) add_column_sums<T>(exec, M, N, D, ldd, ep.dbias);
 }
 
 template <class T>

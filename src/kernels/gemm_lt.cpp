@@ -136,15 +136,20 @@ cublasLtEpilogue_t lt_epilogue(LtEpilogue e) {
     case LtEpilogue::gelu_aux_bias: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     case LtEpilogue::dgelu: return CUBLASLT_EPILOGUE_DGELU;
     case LtEpilogue::bgrad: return CUBLASLT_EPILOGUE_BGRADA;  // see the top of the file
+    // D = x * gelu'(aux) and the bias gradient of D (its column sums in our row-major view:
+    // a vector of cuBLASLt D's rows = our N), TransformerEngine's fc1 input-gradient epilogue.
+    case LtEpilogue::dgelu_bgrad: return CUBLASLT_EPILOGUE_DGELU_BGRAD;
     default: return CUBLASLT_EPILOGUE_DEFAULT;
   }
 }
 
 bool uses_bias(LtEpilogue e) {
-  return e == LtEpilogue::bias || e == LtEpilogue::gelu_aux_bias || e == LtEpilogue::bgrad;
+  return e == LtEpilogue::bias || e == LtEpilogue::gelu_aux_bias || e == LtEpilogue::bgrad ||
+         e == LtEpilogue::dgelu_bgrad;
 }
 bool uses_aux(LtEpilogue e) {
-  return e == LtEpilogue::gelu_aux || e == LtEpilogue::gelu_aux_bias || e == LtEpilogue::dgelu;
+  return e == LtEpilogue::gelu_aux || e == LtEpilogue::gelu_aux_bias || e == LtEpilogue::dgelu ||
+         e == LtEpilogue::dgelu_bgrad;
 }
 
 // Cases we do not hand to cuBLASLt, from its documentation and others' experience.
@@ -157,6 +162,8 @@ bool lt_allowed(const LtCall& c) {
   // notes too). fp32 mode is the one that must match the PyTorch fixtures tightly, and it is not
   // the fast path anyway: float GELU runs as GEMM + our exact epilogue kernel.
   if (uses_aux(c.epilogue) && c.type == CUDA_R_32F) return false;
+  // As for bgrad: whether alpha scales the fused bias gradient is not documented.
+  if (c.epilogue == LtEpilogue::dgelu_bgrad && (c.alpha != 1.0f || c.beta != 0.0f)) return false;
   if (c.epilogue == LtEpilogue::bgrad) {
     // BGRADA needs a non-transposed cuBLASLt "A" (our B); and whether the fused bias gradient
     // is scaled by alpha is not documented, while ours is not: keep alpha == 1 (the linear

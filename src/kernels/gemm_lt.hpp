@@ -10,10 +10,11 @@
 namespace meshtrain::kernels::detail {
 
 // The cuBLASLt epilogues gemm_ex / gemm_dbias use.
-enum class LtEpilogue { none, bias, gelu_aux, gelu_aux_bias, dgelu, bgrad };
+enum class LtEpilogue { none, bias, gelu_aux, gelu_aux_bias, dgelu, bgrad, dgelu_bgrad };
 
 // One row-major call, as gemm_ex takes it: D = epilogue(alpha op(A) op(B) + beta C).
-// bias: the bias for bias/gelu_aux_bias, the bias-gradient output (overwritten) for bgrad.
+// bias: the bias for bias/gelu_aux_bias, the bias-gradient output (overwritten) for bgrad and
+// dgelu_bgrad.
 struct LtCall {
   cudaDataType_t type;
   Trans ta, tb;

@@ -103,12 +103,14 @@ template <class T>
 void linear_backward_dgelu(const ExecSpace& exec, View1<T> dpre, View1<T> dweight,
                            View1<T> dbias, View1<const T> dout, View1<const T> inp,
                            View1<const T> weight, View1<const T> pre_gelu, int N, int IC,
-                           int OC) {
+                           int OC, View1<T> dbias_pre) {
   const char* fn = "linear_backward_dgelu";
   check_shape(fn, N, IC, OC);
   detail::check_extent(dout, std::size_t(N) * OC, fn, "dout");
   detail::check_extent(inp, std::size_t(N) * IC, fn, "inp");
   detail::check_extent(weight, std::size_t(IC) * OC, fn, "weight");
+  MESHTRAIN_CHECK(detail::present(dpre) || !detail::present(dbias_pre), fn,
+                  ": dbias_pre is the column sums of dpre, which is not asked for");
   if (detail::present(dpre)) {
     detail::check_extent(dpre, std::size_t(N) * IC, fn, "dpre");
     detail::check_extent(pre_gelu, std::size_t(N) * IC, fn, "pre_gelu");
@@ -118,6 +120,10 @@ void linear_backward_dgelu(const ExecSpace& exec, View1<T> dpre, View1<T> dweigh
     ep.kind = Epilogue::dgelu;
     ep.aux = const_cast<T*>(pre_gelu.data());
     ep.ldaux = IC;
+    if (detail::present(dbias_pre)) {
+      detail::check_extent(dbias_pre, IC, fn, "dbias_pre");
+      ep.dbias = dbias_pre.data();
+    }
     gemm_ex<T>(exec, Trans::N, Trans::T, N, IC, OC, 1.0f, dout.data(), OC, weight.data(), OC,
                0.0f, nullptr, IC, dpre.data(), IC, ep);
   }
@@ -136,7 +142,7 @@ void linear_backward_dgelu(const ExecSpace& exec, View1<T> dpre, View1<T> dweigh
                                    int, bool);                                                  \
   template void linear_backward_dgelu<T>(const ExecSpace&, View1<T>, View1<T>, View1<T>,        \
                                          View1<const T>, View1<const T>, View1<const T>,        \
-                                         View1<const T>, int, int, int);
+                                         View1<const T>, int, int, int, View1<T>);
 MESHTRAIN_INSTANTIATE_LINEAR(float)
 MESHTRAIN_INSTANTIATE_LINEAR(double)
 #if MESHTRAIN_HAVE_BF16

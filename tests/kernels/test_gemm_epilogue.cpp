@@ -518,6 +518,28 @@ TEST_CASE("linear_backward and linear_backward_dgelu against the unfused kernels
         kt::require_close(kt::to_host(db), want_b, 1e-5, 1e-5, "dbias");
       }
     }
+
+    // The previous layer's bias gradient fused into the dgelu GEMM: dbias_pre accumulates the
+    // column sums of d(pre-GELU), call after call, and nothing else changes.
+    const auto dpre_h = kt::to_host(dpre_ref);
+    const auto dbp = col_sums(std::vector<double>(dpre_h.begin(), dpre_h.end()), N, IC);
+    const auto bp0 = kt::random_vector<float>(IC, 16);
+    auto dw = kt::to_device(w0), db = kt::to_device(b0), dbias_pre = kt::to_device(bp0);
+    std::vector<double> want_bp(IC);
+    for (int rep = 1; rep <= 2; ++rep) {
+      INFO("linear_backward_dgelu with dbias_pre, call " << rep);
+      auto d = kt::nan_view<float>(std::size_t(N) * IC);
+      linear_backward_dgelu<float>(exec, d, dw, db, dout, inp, w, pre, N, IC, OC, dbias_pre);
+      kt::require_close(kt::to_host(d), dpre_h, kGeluTol, kGeluTol, "dpre");
+      for (int i = 0; i < IC; ++i) want_bp[i] = bp0[i] + rep * dbp[i];
+      // Column sums of N <= 64 values of d(pre-GELU), each within kGeluTol of the reference's.
+      kt::require_close(kt::to_host(dbias_pre), want_bp, 64 * kGeluTol, 64 * kGeluTol,
+                        "dbias_pre");
+    }
+    // dbias_pre without dpre has nothing to sum: refused, not ignored.
+    REQUIRE_THROWS_AS(linear_backward_dgelu<float>(exec, View1<float>{}, dw, db, dout, inp, w,
+                                                   pre, N, IC, OC, dbias_pre),
+                      meshtrain::Error);
   }
 }
 
@@ -549,6 +571,18 @@ void check_linear_layer_fusion() {
   linear_backward<T>(exec, dx, dw1, db1, dh, x, w1, N, IC, OC);        // dbias
   exec.fence();
   const GemmExCounts after = gemm_ex_counts();
+  // The dgelu GEMM with the previous layer's bias gradient (GPT-2's MLP backward) is fused too.
+  linear_backward_dgelu<T>(exec, dh, dw2, db2, dy, h, w2, pre, N, OC, IC, db1);
+  exec.fence();
+  const GemmExCounts after_dbias_pre = gemm_ex_counts();
+  {
+    const bool exact_gelu = std::is_same_v<T, float>;
+    const auto fused = after_dbias_pre.fused[3] - after.fused[3];
+    const auto fallback = after_dbias_pre.fallback[3] - after.fallback[3];
+    INFO("dgelu with dbias_pre: fused " << fused << ", fallback " << fallback);
+    REQUIRE(fused + fallback == 1);
+    REQUIRE(fused == (kDeviceIsHost || exact_gelu ? 0u : 1u));
+  }
   const char* kinds[] = {"none", "bias", "gelu_bias", "dgelu", "dbias"};
   std::printf("gemm_ex calls of the linear layer (fused / fallback):");
   for (int k = 0; k < 5; ++k)

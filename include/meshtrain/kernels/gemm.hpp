@@ -39,6 +39,9 @@ struct GemmEpilogue {
   const T* bias = nullptr;  // [N], added to every row (bias, gelu_bias)
   T* aux = nullptr;         // [M, N] with row stride ldaux: written by gelu_bias, read by dgelu
   int ldaux = 0;
+  // dgelu only, optional: dbias[n] += sum_i D[i][n], the bias gradient of the layer whose
+  // output's gradient D is (the MLP's first layer), fused into this GEMM on CUDA.
+  T* dbias = nullptr;
 };
 
 // D[M,N] = epilogue(alpha op(A) op(B) + beta C), row-major, lda..ldd as for gemm. C is not read

@@ -36,10 +36,13 @@ void linear_backward(const ExecSpace& exec, View1<T> dinp, View1<T> dweight, Vie
 // The MLP's second layer, whose input inp = gelu(pre_gelu) [N, IC]: dweight and dbias as in
 // linear_backward, and the gradient with respect to pre_gelu (the previous layer's output)
 //   dpre[N, IC] = (dout @ weight^T) * gelu'(pre_gelu)     (overwritten; skipped when empty)
-// which folds gelu_backward into the input-gradient GEMM.
+// which folds gelu_backward into the input-gradient GEMM; and, when dbias_pre is given, the
+// previous layer's bias gradient dbias_pre[IC] += sum_rows(dpre) in the same GEMM (cuBLASLt's
+// DGELU_BGRAD on CUDA), so that layer's backward skips its own column sums.
 template <class T>
 void linear_backward_dgelu(const ExecSpace& exec, View1<T> dpre, View1<T> dweight,
                            View1<T> dbias, View1<const T> dout, View1<const T> inp,
-                           View1<const T> weight, View1<const T> pre_gelu, int N, int IC, int OC);
+                           View1<const T> weight, View1<const T> pre_gelu, int N, int IC, int OC,
+                           View1<T> dbias_pre = {});
 
 }  // namespace meshtrain::kernels
