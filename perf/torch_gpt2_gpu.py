@@ -137,6 +137,7 @@ def run(mode, mb, T, steps, warmup, profile=0, preset="gpt2-124m"):
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
+    ap.add_argument("--preset", default="gpt2-124m", choices=sorted(PRESETS))
     ap.add_argument("--micro-batch", default="16")
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--mode", default="eager,compile")
