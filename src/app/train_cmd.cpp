@@ -120,7 +120,13 @@ po::options_description train_options() {
       ("train.metrics", po::value<std::string>()->default_value(""),
        "JSON-lines metrics file; default <out_dir>/metrics.jsonl")
       ("train.save", po::value<bool>()->default_value(true)->implicit_value(true),
-       "export the trained model to <out_dir>/model")
+       "export the trained model to <out_dir>/model (a HuggingFace folder: GPT2LMHeadModel or "
+       "LlamaForCausalLM, streamed tensor by tensor to rank 0)")
+      ("train.save_dtype", po::value<std::string>()->default_value("f32"),
+       "dtype of the exported tensors: f32 (the parameters as they are) or bf16")
+      ("train.save_max_shard_mb", po::value<double>()->default_value(5000.0),
+       "largest safetensors shard of the export in MB (10^6 bytes; save_pretrained's "
+       "max_shard_size); more than one shard adds model.safetensors.index.json")
       ("train.sample_tokens", po::value<int>()->default_value(200),
        "after training, print a sample of this many tokens; 0 = none")
       ("train.sample_prompt", po::value<std::string>()->default_value("And God said"),
@@ -256,11 +262,14 @@ bool train_and_sample(const po::variables_map& vm, const model::GptConfig& mc,
                       const io::TokenDataset* val_data, const std::string& out_dir,
                       const std::string& tok_kind, MPI_Comm world,
                       const parallel::EngineOptions& eo) {
-  // Checked before training, not after it: the export writes GPT2LMHeadModel folders only.
-  MESHTRAIN_CONFIG_CHECK(mc.is_gpt2() || !vm["train.save"].as<bool>(),
-                         "train.save=true exports a HuggingFace GPT-2 folder; exporting "
-                         "model.family=", model::family_name(mc.family),
-                         " is not implemented: set train.save=false (checkpoints hold the model)");
+  // Checked before training, not after it.
+  io::HfExportOptions save;
+  save.dtype = io::parse_hf_dtype(vm["train.save_dtype"].as<std::string>(), "train.save_dtype");
+  const double shard_mb = vm["train.save_max_shard_mb"].as<double>();
+  MESHTRAIN_CONFIG_CHECK(shard_mb > 0, "train.save_max_shard_mb=", shard_mb, " must be positive");
+  save.max_shard_bytes = static_cast<std::uint64_t>(shard_mb * 1e6);
+  save.tokenizer = tok_kind;
+  if (tok_kind == "hf") save.tokenizer_json = vm["data.vocab_json"].as<std::string>();
   parallel::Engine<T> engine(world, mc, eo);
   logging::info("layout: ", engine.describe());
   const std::string advice = engine.advice();
@@ -274,16 +283,19 @@ bool train_and_sample(const po::variables_map& vm, const model::GptConfig& mc,
   trainer.run();
   if (trainer.stopped()) return false;
 
-  // Export and sampling use the whole model on one rank (world rank 0 gathers every rank's
-  // slice into a single-rank fp32 model when it does not hold it all).
-  engine.with_whole_model([&](auto& model) {
-    using M = std::remove_reference_t<decltype(model)>;
-    if (vm["train.save"].as<bool>()) {
-      io::export_hf(model, out_dir + "/model", tok_kind);
-      logging::info("saved ", out_dir, "/model (model.safetensors + config.json, HuggingFace GPT-2)");
-    }
-    const int n_sample = vm["train.sample_tokens"].as<int>();
-    if (n_sample > 0) {
+  // The export streams tensor by tensor to rank 0 (no rank holds the whole model).
+  if (vm["train.save"].as<bool>()) {
+    const std::string dir = out_dir + "/model";
+    engine.export_hf(dir, save);
+    logging::info("saved ", dir, " (HuggingFace ",
+                  mc.is_gpt2() ? "GPT2LMHeadModel" : "LlamaForCausalLM", ", ", save.dtype, ")");
+  }
+  // Sampling runs the whole model on one rank (world rank 0 gathers every rank's slice into a
+  // single-rank fp32 model when it does not hold it all): a small-model convenience.
+  const int n_sample = vm["train.sample_tokens"].as<int>();
+  if (n_sample > 0) {
+    engine.with_whole_model([&](auto& model) {
+      using M = std::remove_reference_t<decltype(model)>;
       auto tok = tokenizer_from(vm, tok_kind);
       train::SampleConfig sc;
       sc.max_new_tokens = n_sample;
@@ -295,8 +307,8 @@ bool train_and_sample(const po::variables_map& vm, const model::GptConfig& mc,
       M sampler(mc, 1, tc.seq_len);  // batch 1, sharing the trained weights
       sampler.share_parameters(model);
       logging::info("sample:\n", tok->decode(train::generate(sampler, prompt, sc)));
-    }
-  });
+    });
+  }
   return true;
 }
 
@@ -456,7 +468,8 @@ po::options_description generate_options() {
       ("generate.top_k", po::value<int>()->default_value(40), "sample from the k most likely")
       ("generate.seed", po::value<long long>()->default_value(42), "sampling seed")
       ("generate.tokenizer", po::value<std::string>()->default_value(""),
-       "byte or gpt2; default: the one recorded in the model's config.json")
+       "byte, gpt2 or hf; default: the one recorded in the model's config.json (hf: the "
+       "folder's tokenizer.json unless data.vocab_json names one)")
       ("data.vocab_json", po::value<std::string>()->default_value(""), "GPT-2 BPE vocab.json")
       ("data.merges_txt", po::value<std::string>()->default_value(""), "GPT-2 BPE merges.txt");
   d.add(g).add(log_options());
@@ -471,7 +484,10 @@ int cmd_generate(Runtime& rt, const std::vector<std::string>& args) {
   const model::GptConfig mc = io::read_hf_config(dir, 64);
   std::string kind = p.vm["generate.tokenizer"].as<std::string>();
   if (kind.empty()) kind = io::read_hf_tokenizer(dir);
-  auto tok = tokenizer_from(p.vm, kind);
+  // An exported folder of an `hf` tokenizer holds its tokenizer.json.
+  const std::string vocab = p.vm["data.vocab_json"].as<std::string>();
+  auto tok = io::make_tokenizer(kind, vocab.empty() && kind == "hf" ? dir : vocab,
+                                p.vm["data.merges_txt"].as<std::string>());
   model::Gpt m(mc, 1, mc.block_size);
   io::import_hf(m, dir);
   train::SampleConfig sc;

@@ -6,7 +6,8 @@
 
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/json.hpp"
-#include "meshtrain/io/safetensors.hpp"
+#include "meshtrain/io/hf_export.hpp"
+#include "meshtrain/io/hf_import.hpp"
 
 namespace meshtrain::io {
 
@@ -130,42 +131,19 @@ std::string read_hf_tokenizer(const std::string& dir) {
 
 template <class T>
 void import_hf(model::GptT<T>& m, const std::string& dir) {
-  const std::string path = dir + "/model.safetensors";
-  MESHTRAIN_CONFIG_CHECK(m.config().is_gpt2(), "importing a HuggingFace folder into model.family=",
-                         model::family_name(m.config().family), " is not implemented (", dir, ")");
-  SafetensorsReader f(path);
-  const auto& reg = m.registry();
-  MESHTRAIN_CHECK(reg.tp_size() == 1, "import_hf loads whole tensors (tensor parallelism 1)");
-  auto host = Kokkos::create_mirror_view(m.params());
-  Kokkos::deep_copy(host, T(0.0f));
-  for (const auto& p : reg.params()) {
-    std::string name = p.name;
-    if (!f.has(name) && f.has(name.substr(std::string("transformer.").size())))
-      name = name.substr(std::string("transformer.").size());
-    if (!f.has(name))
-      throw ConfigError(cat(path, " has no tensor ", p.name, " (nor without 'transformer.')"));
-    const TensorInfo& info = f.info(name);
-    std::vector<std::int64_t> want = p.global_shape;
-    if (p.name == "transformer.wte.weight") want[0] = m.config().vocab_size;  // unpadded rows
-    if (info.shape != want) {
-      std::string got, exp;
-      for (auto d : info.shape) got += (got.empty() ? "" : ",") + std::to_string(d);
-      for (auto d : want) exp += (exp.empty() ? "" : ",") + std::to_string(d);
-      throw ConfigError(cat(path, ": tensor ", name, " has shape [", got, "], the model needs [",
-                            exp, "] (check config.json against the weights)"));
-    }
-    const auto v = f.read_f32(name);
-    for (std::size_t i = 0; i < v.size(); ++i) host(p.offset + i) = static_cast<T>(v[i]);
-  }
-  Kokkos::deep_copy(m.params(), host);
+  MESHTRAIN_CHECK(m.registry().tp_size() == 1 && m.registry().has_embedding() &&
+                      m.registry().has_head() && m.params().span() > 0,
+                  "import_hf loads a whole model (one rank, parameters allocated)");
+  import_hf_slices(m.registry(), dir, m.params());
 }
 
-void write_hf_config(const model::GptConfig& c, const std::string& dir,
-                     const std::string& tokenizer) {
-  std::filesystem::create_directories(dir);
-  std::ofstream cfg(dir + "/config.json");
-  if (!cfg) throw ConfigError(cat("cannot write ", dir, "/config.json"));
-  // HuggingFace's GPT2Config keys; meshtrain_tokenizer tells `generate` how to decode.
+namespace {
+
+// torch_dtype of a safetensors dtype.
+std::string torch_dtype(const std::string& dtype) { return dtype == "BF16" ? "bfloat16" : "float32"; }
+
+// GPT2Config's keys; meshtrain_tokenizer tells `generate` how to decode.
+Json gpt2_config(const model::GptConfig& c) {
   Json j = Json::object();
   j["architectures"] = {"GPT2LMHeadModel"};
   j["model_type"] = "gpt2";
@@ -181,44 +159,120 @@ void write_hf_config(const model::GptConfig& c, const std::string& dir,
   j["resid_pdrop"] = 0.0;
   j["embd_pdrop"] = 0.0;
   j["attn_pdrop"] = 0.0;
-  j["torch_dtype"] = "float32";
+  return j;
+}
+
+// LlamaConfig's keys as transformers 4 writes them (transformers 5 reads rope_theta and
+// rope_scaling at the top level too and converts them to its rope_parameters).
+Json llama_config(const model::GptConfig& c) {
+  Json j = Json::object();
+  j["architectures"] = {"LlamaForCausalLM"};
+  j["model_type"] = "llama";
+  j["hidden_act"] = "silu";
+  j["hidden_size"] = c.n_embd;
+  j["intermediate_size"] = c.mlp_width();
+  j["num_hidden_layers"] = c.n_layer;
+  j["num_attention_heads"] = c.n_head;
+  j["num_key_value_heads"] = c.kv_heads();
+  j["head_dim"] = c.head_size();
+  j["vocab_size"] = c.vocab_size;
+  j["max_position_embeddings"] = c.block_size;
+  j["rms_norm_eps"] = c.norm_eps;
+  j["rope_theta"] = c.rope.theta;
+  if (c.rope.llama3_scaling) {
+    Json s = Json::object();
+    s["rope_type"] = "llama3";
+    s["factor"] = c.rope.factor;
+    s["low_freq_factor"] = c.rope.low_freq_factor;
+    s["high_freq_factor"] = c.rope.high_freq_factor;
+    s["original_max_position_embeddings"] = c.rope.original_max_position_embeddings;
+    j["rope_scaling"] = s;
+  } else {
+    j["rope_scaling"] = nullptr;
+  }
+  j["tie_word_embeddings"] = c.tied_head;
+  j["attention_bias"] = false;
+  j["attention_dropout"] = 0.0;
+  j["mlp_bias"] = false;
+  j["initializer_range"] = 0.02;
+  j["pretraining_tp"] = 1;
+  j["use_cache"] = true;
+  return j;
+}
+
+// The end-of-text token of a tokenizer kind that has a fixed one (GPT-2's <|endoftext|>).
+int eos_of(const std::string& tokenizer) { return tokenizer == "gpt2" ? 50256 : -1; }
+
+void write_json(const Json& j, const std::string& path) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw ConfigError(cat("cannot write ", tmp));
+    out << json::dump(j, {100, 0}) << "\n";
+    out.close();
+    if (!out) throw ConfigError(cat("writing ", tmp, " failed (disk full?)"));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw ConfigError(cat("cannot rename ", tmp, " to ", path));
+}
+
+}  // namespace
+
+void write_hf_config(const model::GptConfig& c, const std::string& dir,
+                     const std::string& tokenizer, const std::string& dtype) {
+  std::filesystem::create_directories(dir);
+  Json j = c.is_gpt2() ? gpt2_config(c) : llama_config(c);
+  const int eos = eos_of(tokenizer);
+  if (eos >= 0 && eos < c.vocab_size) {
+    j["bos_token_id"] = eos;
+    j["eos_token_id"] = eos;
+  }
+  j["torch_dtype"] = torch_dtype(dtype);
   j["meshtrain_tokenizer"] = tokenizer;
-  cfg << json::dump(j, {100, 0}) << "\n";
+  write_json(j, dir + "/config.json");
+  // generate()'s defaults (GenerationConfig.from_model_config would derive the same).
+  Json g = Json::object();
+  g["_from_model_config"] = true;
+  if (eos >= 0 && eos < c.vocab_size) {
+    g["bos_token_id"] = eos;
+    g["eos_token_id"] = eos;
+  }
+  write_json(g, dir + "/generation_config.json");
 }
 
 template <class T>
-void export_hf(const model::GptT<T>& m, const std::string& dir, const std::string& tokenizer) {
+void export_hf(const model::GptT<T>& m, const std::string& dir, const std::string& tokenizer,
+               const HfExportOptions& options) {
   const auto& reg = m.registry();
-  MESHTRAIN_CONFIG_CHECK(m.config().is_gpt2(), "exporting model.family=",
-                         model::family_name(m.config().family),
-                         " as a HuggingFace folder is not implemented (", dir, ")");
-  MESHTRAIN_CHECK(reg.tp_size() == 1, "export_hf writes whole tensors (tensor parallelism 1)");
-  std::filesystem::create_directories(dir);
-  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, m.params());
-  SafetensorsWriter w;
-  const auto& c = m.config();
-  for (const auto& p : reg.params()) {
-    std::vector<std::int64_t> shape = p.global_shape;
-    if (p.name == "transformer.wte.weight") shape[0] = c.vocab_size;  // drop the padding rows
-    std::int64_t n = 1;
-    for (auto d : shape) n *= d;
-    std::vector<float> v(static_cast<std::size_t>(n));
-    for (std::int64_t i = 0; i < n; ++i) v[i] = static_cast<float>(host(p.offset + i));
-    w.add_f32(p.name, shape, std::move(v));
+  MESHTRAIN_CHECK(reg.tp_size() == 1 && reg.has_embedding() && reg.has_head() &&
+                      m.params().span() > 0,
+                  "export_hf writes a whole model (one rank, parameters allocated); the engine's "
+                  "export_hf streams a distributed one");
+  HfExportOptions opt = options;
+  opt.tokenizer = tokenizer;
+  HfFolderWriter w(m.config(), dir, opt);
+  // One tensor at a time through host memory (the model's registry is the whole model's).
+  for (const auto& p : w.registry().params()) {
+    const model::ParamInfo& mine = reg.get(p.name);
+    HostView1<float> h("meshtrain::export.tensor", mine.numel);
+    auto src = Kokkos::subview(m.params(), std::make_pair(mine.offset, mine.offset + mine.numel));
+    auto copy = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, src);
+    for (std::size_t i = 0; i < mine.numel; ++i) h(i) = static_cast<float>(copy(i));
+    w.append(p, h.data());
   }
-  w.set_metadata("format", "pt");
-  w.set_metadata("producer", "meshtrain");
-  w.write(dir + "/model.safetensors");
-  write_hf_config(c, dir, tokenizer);
+  w.finish();
 }
 
 template void import_hf<float>(model::GptT<float>&, const std::string&);
-template void export_hf<float>(const model::GptT<float>&, const std::string&, const std::string&);
+template void export_hf<float>(const model::GptT<float>&, const std::string&, const std::string&,
+                               const HfExportOptions&);
 #if MESHTRAIN_HAVE_BF16
 template void import_hf<bf16>(model::GptT<bf16>&, const std::string&);
-template void export_hf<bf16>(const model::GptT<bf16>&, const std::string&, const std::string&);
+template void export_hf<bf16>(const model::GptT<bf16>&, const std::string&, const std::string&,
+                              const HfExportOptions&);
 template void import_hf<fp16>(model::GptT<fp16>&, const std::string&);
-template void export_hf<fp16>(const model::GptT<fp16>&, const std::string&, const std::string&);
+template void export_hf<fp16>(const model::GptT<fp16>&, const std::string&, const std::string&,
+                              const HfExportOptions&);
 #endif
 
 }  // namespace meshtrain::io

@@ -92,8 +92,9 @@ meshtrain_cli_test(train_llama_overrides 1 0 "8 heads \\(1 key-value\\).*llama b
   --model.rope_theta 5e5 --model.rope_scaling llama3 --model.rope_original_max_position 16
   --train.sample_tokens 0 --train.save false --train.out_dir ${CMAKE_BINARY_DIR}/cli_llama_over)
 set_tests_properties(cli_train_llama_overrides PROPERTIES FIXTURES_REQUIRED kjv_shards)
-meshtrain_cli_test(train_llama_save 1 2 "exporting model.family=llama is not implemented: set train.save=false"
-  train ${_train_base} --model.preset llama-tiny --train.out_dir ${CMAKE_BINARY_DIR}/cli_llama_save)
+meshtrain_cli_test(train_llama_save 1 0 "saved .*cli_llama_save/model \\(HuggingFace LlamaForCausalLM, BF16\\)"
+  train ${_train_base} --model.preset llama-tiny --train.save_dtype bf16 --train.sample_tokens 0
+  --train.out_dir ${CMAKE_BINARY_DIR}/cli_llama_save)
 meshtrain_cli_test(train_bad_block 0 2 "model.norm='batchnorm' is not one of layernorm, rmsnorm"
   train --model.norm batchnorm)
 meshtrain_cli_test(train_gpt2_gqa 0 2 "model.family=gpt2 has n_head key-value heads" train
@@ -146,7 +147,7 @@ meshtrain_cli_test(train_bad_precision 1 2 "train.precision='fp8' is not one of 
 # 2-rank job several times through tests/cli/test_resume.sh; the launcher line is the one above.
 set(_resume_launch ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${MPIEXEC_PREFLAGS}
     $<TARGET_FILE:meshtrain>)
-foreach(case crash signal kill errors convert)
+foreach(case crash signal kill errors convert convert_llama)
   add_test(NAME cli_resume_${case}
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_resume.sh ${case}
             ${CMAKE_BINARY_DIR}/cli_resume/${case} ${CMAKE_BINARY_DIR}/cli_prep/kjv_train_*.bin
