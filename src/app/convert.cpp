@@ -85,7 +85,7 @@ int cmd_convert(Runtime& rt, const std::vector<std::string>& args) {
     if (opt.tokenizer.empty()) opt.tokenizer = "byte";
     const model::GptConfig mc = io::export_hf_from_checkpoint(path, out, opt);
     logging::info("convert: ", path, " (step ", a.step, ", ", mc.describe(), ") -> ", out,
-                  ", HuggingFace ", mc.is_gpt2() ? "GPT2LMHeadModel" : "LlamaForCausalLM", " in ",
+                  ", HuggingFace ", io::hf_architecture(mc), " in ",
                   opt.dtype, " (tokenizer ", opt.tokenizer, ")");
   });
   return kExitOk;

@@ -17,6 +17,7 @@
 #include "meshtrain/core/signals.hpp"
 #include "meshtrain/io/dataset.hpp"
 #include "meshtrain/io/hf_checkpoint.hpp"
+#include "meshtrain/io/safetensors.hpp"
 #include "meshtrain/io/tokenizer.hpp"
 #include "meshtrain/model/gpt.hpp"
 #include "meshtrain/core/fault_injection.hpp"
@@ -49,6 +50,9 @@ po::options_description model_options() {
       ("model.head_dim", po::value<int>(), "head size; 0: n_embd / n_head")
       ("model.intermediate_size", po::value<int>(), "MLP width; 0: 4 n_embd")
       ("model.bias", po::value<bool>(), "biases of the linears and norms")
+      ("model.qkv_bias", po::value<bool>(), "llama family: biases on q, k and v only (Qwen2)")
+      ("model.sliding_window", po::value<int>(),
+       "Mistral's attention window; 0: none (meshtrain refuses sequences longer than a window)")
       ("model.tied_head", po::value<bool>(), "LM head shares the token embedding")
       ("model.norm_eps", po::value<double>(), "epsilon of the norms")
       ("model.rope_theta", po::value<double>(), "rotary base frequency")
@@ -191,6 +195,8 @@ model::GptConfig model_config(const po::variables_map& vm) {
   over("model.head_dim", c.head_dim);
   over("model.intermediate_size", c.intermediate_size);
   over("model.bias", c.bias);
+  over("model.qkv_bias", c.qkv_bias);
+  over("model.sliding_window", c.sliding_window);
   over("model.tied_head", c.tied_head);
   over("model.norm_eps", c.norm_eps);
   over("model.rope_theta", c.rope.theta);
@@ -288,7 +294,7 @@ bool train_and_sample(const po::variables_map& vm, const model::GptConfig& mc,
     const std::string dir = out_dir + "/model";
     engine.export_hf(dir, save);
     logging::info("saved ", dir, " (HuggingFace ",
-                  mc.is_gpt2() ? "GPT2LMHeadModel" : "LlamaForCausalLM", ", ", save.dtype, ")");
+                  io::hf_architecture(mc), ", ", save.dtype, ")");
   }
   // Sampling runs the whole model on one rank (world rank 0 gathers every rank's slice into a
   // single-rank fp32 model when it does not hold it all): a small-model convenience.
@@ -467,6 +473,10 @@ po::options_description generate_options() {
       ("generate.temperature", po::value<double>()->default_value(0.8), "<= 0: greedy")
       ("generate.top_k", po::value<int>()->default_value(40), "sample from the k most likely")
       ("generate.seed", po::value<long long>()->default_value(42), "sampling seed")
+      ("generate.dump", po::value<std::string>()->default_value(""),
+       "also write a safetensors file with the prompt's token ids (prompt, I32), the logits of "
+       "every prompt position (logits, F32 [n, vocab_size]) and prompt + continuation (tokens): "
+       "what tests/reference/hf_llama_crosscheck.py compares with transformers")
       ("generate.tokenizer", po::value<std::string>()->default_value(""),
        "byte, gpt2 or hf; default: the one recorded in the model's config.json (hf: the "
        "folder's tokenizer.json unless data.vocab_json names one)")
@@ -499,6 +509,27 @@ int cmd_generate(Runtime& rt, const std::vector<std::string>& args) {
   if (prompt.empty()) prompt.push_back(tok->eot() >= 0 ? tok->eot() : 0);
   const auto out = train::generate(m, prompt, sc);
   if (rt.rank() == 0) std::printf("%s\n", tok->decode(out).c_str());
+  const std::string dump = p.vm["generate.dump"].as<std::string>();
+  if (!dump.empty() && rt.rank() == 0) {
+    const int n = static_cast<int>(prompt.size()), V = mc.vocab_size, Vp = mc.padded_vocab();
+    MESHTRAIN_CONFIG_CHECK(n <= mc.block_size, "generate.dump: the prompt has ", n,
+                           " tokens, more than model.block_size=", mc.block_size);
+    auto input = alloc<std::int32_t>("generate.dump_input", static_cast<std::size_t>(mc.block_size));
+    auto h = Kokkos::create_mirror_view(input);
+    Kokkos::deep_copy(h, 0);
+    std::copy(prompt.begin(), prompt.end(), h.data());
+    Kokkos::deep_copy(input, h);
+    auto logits = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, m.forward_logits(input));
+    std::vector<float> l(static_cast<std::size_t>(n) * V);
+    for (int r = 0; r < n; ++r)
+      for (int c = 0; c < V; ++c) l[std::size_t(r) * V + c] = logits(std::size_t(r) * Vp + c);
+    io::SafetensorsWriter w;
+    w.add_i32("prompt", {n}, prompt);
+    w.add_f32("logits", {n, V}, std::move(l));
+    w.add_i32("tokens", {static_cast<std::int64_t>(out.size())}, out);
+    w.set_metadata("model", dir);
+    w.write(dump);
+  }
   return kExitOk;
 }
 

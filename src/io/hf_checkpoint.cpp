@@ -52,7 +52,8 @@ void read_llama_config(const Json& j, const std::string& path, model::GptConfig&
   for (const char* key : {"attention_bias", "mlp_bias"}) {
     const Json* b = json::find(j, key);
     MESHTRAIN_CONFIG_CHECK(!b || (b->is_boolean() && !b->get<bool>()), path, ": ", key,
-                           " is set; meshtrain's Llama block has no biases");
+                           " is set; meshtrain's Llama block has biases on q, k and v only "
+                           "(Qwen2), not on the output projection or the MLP");
   }
   if (const Json* act = json::find(j, "hidden_act")) {
     const std::string& a = json::as_string(*act, path + ": hidden_act");
@@ -80,6 +81,33 @@ void read_llama_config(const Json& j, const std::string& path, model::GptConfig&
   }
 }
 
+// Qwen2Config: q, k and v always have biases (Qwen2Attention), o_proj and the MLP none; the
+// sliding window applies only with use_sliding_window (off in every released Qwen2 / 2.5).
+void read_qwen2_extras(const Json& j, const std::string& path, model::GptConfig& c) {
+  c.qkv_bias = true;
+  c.hf_model_type = "qwen2";
+  const Json* use = json::find(j, "use_sliding_window");
+  if (use && use->is_boolean() && use->get<bool>()) {
+    const Json* w = json::find(j, "sliding_window");
+    MESHTRAIN_CONFIG_CHECK(w && w->is_number_integer(), path,
+                           ": use_sliding_window is true but sliding_window is not a number");
+    // max_window_layers: the layers from this one on use the window; none does at n_layer.
+    const Json* mw = json::find(j, "max_window_layers");
+    const bool none = mw && mw->is_number_integer() && mw->get<int>() >= c.n_layer;
+    if (!none) c.sliding_window = w->get<int>();
+  }
+}
+
+// MistralConfig: Llama's names and math, and a sliding window (default 4096 when the key is
+// absent, as MistralConfig's; null: none).
+void read_mistral_extras(const Json& j, const std::string& path, model::GptConfig& c) {
+  c.hf_model_type = "mistral";
+  const Json* w = json::find(j, "sliding_window");
+  if (!w) c.sliding_window = 4096;
+  else if (!w->is_null())
+    c.sliding_window = static_cast<int>(json::as_int(*w, path + ": sliding_window"));
+}
+
 }  // namespace
 
 model::GptConfig read_hf_config(const std::string& dir, int vocab_pad) {
@@ -91,11 +119,16 @@ model::GptConfig read_hf_config(const std::string& dir, int vocab_pad) {
   // architecture is named instead of failing on a missing key.
   if (const Json* t = json::find(j, "model_type")) {
     const std::string& type = json::as_string(*t, path + ": model_type");
-    MESHTRAIN_CONFIG_CHECK(type == "gpt2" || type == "llama", path, ": model_type '", type,
+    MESHTRAIN_CONFIG_CHECK(type == "gpt2" || type == "llama" || type == "qwen2" ||
+                               type == "mistral",
+                           path, ": model_type '", type,
                            "' is not supported (meshtrain reads GPT2LMHeadModel, model_type "
-                           "gpt2, and LlamaForCausalLM, model_type llama)");
-    if (type == "llama") {
+                           "gpt2, LlamaForCausalLM, llama, Qwen2ForCausalLM, qwen2, and "
+                           "MistralForCausalLM, mistral)");
+    if (type != "gpt2") {
       read_llama_config(j, path, c);
+      if (type == "qwen2") read_qwen2_extras(j, path, c);
+      if (type == "mistral") read_mistral_extras(j, path, c);
       c.vocab_pad = vocab_pad;
       c.validate();
       return c;
@@ -164,10 +197,17 @@ Json gpt2_config(const model::GptConfig& c) {
 
 // LlamaConfig's keys as transformers 4 writes them (transformers 5 reads rope_theta and
 // rope_scaling at the top level too and converts them to its rope_parameters).
+// The model_type a llama-family model is written as: q/k/v biases are Qwen2's.
+std::string hf_type_of(const model::GptConfig& c) {
+  if (c.qkv_bias) return "qwen2";
+  return c.hf_model_type.empty() ? "llama" : c.hf_model_type;
+}
+
 Json llama_config(const model::GptConfig& c) {
+  const std::string type = hf_type_of(c);
   Json j = Json::object();
-  j["architectures"] = {"LlamaForCausalLM"};
-  j["model_type"] = "llama";
+  j["architectures"] = {hf_architecture(c)};
+  j["model_type"] = type;
   j["hidden_act"] = "silu";
   j["hidden_size"] = c.n_embd;
   j["intermediate_size"] = c.mlp_width();
@@ -191,11 +231,19 @@ Json llama_config(const model::GptConfig& c) {
     j["rope_scaling"] = nullptr;
   }
   j["tie_word_embeddings"] = c.tied_head;
-  j["attention_bias"] = false;
   j["attention_dropout"] = 0.0;
-  j["mlp_bias"] = false;
+  if (type == "llama") {
+    j["attention_bias"] = false;
+    j["mlp_bias"] = false;
+    j["pretraining_tp"] = 1;
+  } else if (type == "qwen2") {  // q/k/v biases are implied by the architecture
+    j["use_sliding_window"] = c.sliding_window > 0;
+    j["sliding_window"] = c.sliding_window > 0 ? Json(c.sliding_window) : Json(nullptr);
+    j["max_window_layers"] = c.sliding_window > 0 ? 0 : c.n_layer;
+  } else {  // mistral
+    j["sliding_window"] = c.sliding_window > 0 ? Json(c.sliding_window) : Json(nullptr);
+  }
   j["initializer_range"] = 0.02;
-  j["pretraining_tp"] = 1;
   j["use_cache"] = true;
   return j;
 }
@@ -218,14 +266,24 @@ void write_json(const Json& j, const std::string& path) {
 
 }  // namespace
 
+std::string hf_architecture(const model::GptConfig& c) {
+  if (c.is_gpt2()) return "GPT2LMHeadModel";
+  const std::string t = hf_type_of(c);
+  return t == "qwen2" ? "Qwen2ForCausalLM" : t == "mistral" ? "MistralForCausalLM" : "LlamaForCausalLM";
+}
+
 void write_hf_config(const model::GptConfig& c, const std::string& dir,
                      const std::string& tokenizer, const std::string& dtype) {
   std::filesystem::create_directories(dir);
   Json j = c.is_gpt2() ? gpt2_config(c) : llama_config(c);
+  // Llama family: no end-of-text id known is null, not LlamaConfig's defaults 1 and 2 (which
+  // would stop transformers' generate at byte 2). GPT-2's file stays as it was (GPT2Config's
+  // default 50256 is GPT-2's tokenizer's end of text).
   const int eos = eos_of(tokenizer);
-  if (eos >= 0 && eos < c.vocab_size) {
-    j["bos_token_id"] = eos;
-    j["eos_token_id"] = eos;
+  const bool known = eos >= 0 && eos < c.vocab_size;
+  if (!c.is_gpt2()) {
+    j["bos_token_id"] = known ? Json(eos) : Json(nullptr);
+    j["eos_token_id"] = known ? Json(eos) : Json(nullptr);
   }
   j["torch_dtype"] = torch_dtype(dtype);
   j["meshtrain_tokenizer"] = tokenizer;
@@ -233,7 +291,7 @@ void write_hf_config(const model::GptConfig& c, const std::string& dir,
   // generate()'s defaults (GenerationConfig.from_model_config would derive the same).
   Json g = Json::object();
   g["_from_model_config"] = true;
-  if (eos >= 0 && eos < c.vocab_size) {
+  if (known) {
     g["bos_token_id"] = eos;
     g["eos_token_id"] = eos;
   }

@@ -95,12 +95,21 @@ set_tests_properties(cli_train_llama_overrides PROPERTIES FIXTURES_REQUIRED kjv_
 meshtrain_cli_test(train_llama_save 1 0 "saved .*cli_llama_save/model \\(HuggingFace LlamaForCausalLM, BF16\\)"
   train ${_train_base} --model.preset llama-tiny --train.save_dtype bf16 --train.sample_tokens 0
   --train.out_dir ${CMAKE_BINARY_DIR}/cli_llama_save)
+# Qwen2's q/k/v biases: trained under tp 2 (kv heads split) and exported as Qwen2ForCausalLM.
+meshtrain_cli_test(train_qwen2_save 2 0 "q/k/v biases.*saved .*cli_qwen2_save/model \\(HuggingFace Qwen2ForCausalLM, F32\\)"
+  train ${_train_base} --model.preset llama-tiny --model.qkv_bias true --mesh.tp 2
+  --train.sample_tokens 0 --train.out_dir ${CMAKE_BINARY_DIR}/cli_qwen2_save)
+set_tests_properties(cli_train_qwen2_save PROPERTIES FIXTURES_REQUIRED kjv_shards)
+meshtrain_cli_test(train_sliding_window 1 2 "model.sliding_window=16 \\(Mistral's attention window\\) is shorter than train.seq_len=32"
+  train ${_train_base} --model.preset llama-tiny --model.sliding_window 16
+  --train.out_dir ${CMAKE_BINARY_DIR}/cli_window)
+set_tests_properties(cli_train_sliding_window PROPERTIES FIXTURES_REQUIRED kjv_shards)
 meshtrain_cli_test(train_bad_block 0 2 "model.norm='batchnorm' is not one of layernorm, rmsnorm"
   train --model.norm batchnorm)
 meshtrain_cli_test(train_gpt2_gqa 0 2 "model.family=gpt2 has n_head key-value heads" train
   --model.n_kv_head 2 ${_train_base})
-meshtrain_cli_test(train_hf_unsupported 0 2 "hf_mistral_folder/config.json: model_type 'mistral' is not supported"
-  train --model.init_from ${PROJECT_SOURCE_DIR}/tests/io/data/hf_mistral_folder)
+meshtrain_cli_test(train_hf_unsupported 0 2 "hf_gemma_folder/config.json: model_type 'gemma' is not supported"
+  train --model.init_from ${PROJECT_SOURCE_DIR}/tests/io/data/hf_gemma_folder)
 meshtrain_cli_test(train_hf_llama_no_weights 2 2 "model.init_from .*hf_llama_no_weights' has neither model.safetensors.index.json nor model.safetensors"
   train --model.init_from ${PROJECT_SOURCE_DIR}/tests/io/data/hf_llama_no_weights --train.save false
   --train.seq_len 16 --train.steps 1 --mesh.tp 2 --data.train ${CMAKE_BINARY_DIR}/cli_prep/kjv_train_*.bin

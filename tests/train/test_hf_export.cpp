@@ -185,6 +185,74 @@ TEST_CASE("GPT-2 exports under every layout", "[io][hf][mpi]") {
   round_trip(mt_test::layout_tiny(), "gpt2");
 }
 
+// Rank 0 writes a folder of normal random tensors for `cfg` (HF shapes); returns them (padded
+// to the registry's shapes with zero rows) on every rank.
+Tensors random_folder(const model::GptConfig& cfg, const std::string& dir) {
+  const model::ParameterRegistry whole(cfg, 0, 1, 0, 0, cfg.n_layer, true, true);
+  Tensors t;
+  std::uint32_t s = 12345;
+  for (const auto& p : whole.params()) {
+    std::vector<float> v(p.numel, 0.0f);
+    std::size_t real = p.numel;
+    if (p.name == whole.embedding_name() || p.name == whole.head_weight_name())
+      real = static_cast<std::size_t>(cfg.vocab_size) * static_cast<std::size_t>(p.global_shape[1]);
+    for (std::size_t i = 0; i < real; ++i) {
+      s = s * 1664525u + 1013904223u;
+      v[i] = (static_cast<float>(s >> 8) / 16777216.0f - 0.5f) * 0.2f;
+    }
+    t[p.name] = std::move(v);
+  }
+  if (mt_test::world_rank() == 0) {
+    fs::remove_all(dir);
+    io::HfExportOptions opt;
+    opt.max_shard_bytes = 8192;
+    io::HfFolderWriter w(cfg, dir, opt);
+    for (const auto& p : w.registry().params()) w.append(p, t.at(p.name).data());
+    w.finish();
+  }
+  MPI_Barrier(mt_test::world());
+  return t;
+}
+
+std::string config_text(const std::string& dir) {
+  std::ifstream in(dir + "/config.json");
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+TEST_CASE("Qwen2 and Mistral folders import and export unchanged under every layout",
+          "[io][hf][llama][mpi]") {
+  model::GptConfig qwen2 = mt_test::layout_tiny_llama();
+  qwen2.qkv_bias = true;
+  model::GptConfig mistral = mt_test::layout_tiny_llama();
+  mistral.hf_model_type = "mistral";
+  mistral.sliding_window = 16;  // = the sequence length: the full causal context
+  for (const auto& [cfg, type] : {std::pair{qwen2, std::string("qwen2")},
+                                  std::pair{mistral, std::string("mistral")}}) {
+    const std::string src = "test_hf_export_src_" + type;
+    const Tensors want = random_folder(cfg, src);
+    const model::GptConfig read = io::read_hf_config(src, cfg.vocab_pad);
+    CHECK(read.key() == cfg.key());
+    CHECK(read.hf_model_type == type);
+    const auto ls = layouts();
+    for (std::size_t i = 0; i < ls.size(); ++i) {
+      INFO(type << " imported and exported under " << describe(ls[i]));
+      const std::string dir = "test_hf_export_" + type + "_" + std::to_string(i);
+      {
+        parallel::Engine<float> e(mt_test::world(), read, options(ls[i]));
+        e.import_hf(src);
+        e.export_hf(dir, {});
+      }
+      if (mt_test::world_rank() == 0) {
+        CHECK(compare_folder(dir, cfg, want, false) == 0);
+        const std::string text = config_text(dir);
+        CHECK(text.find("\"model_type\": \"" + type + "\"") != std::string::npos);
+        io::ShardedSafetensorsReader r(dir);
+        CHECK(r.has("model.layers.0.self_attn.k_proj.bias") == (type == "qwen2"));
+      }
+    }
+  }
+}
+
 TEST_CASE("a BF16 export rounds each parameter to nearest even", "[io][hf][llama][mpi]") {
   const model::GptConfig cfg = mt_test::layout_tiny_llama();
   const int W = mt_test::world_size();

@@ -25,7 +25,11 @@ std::string read_hf_tokenizer(const std::string& dir);
 template <class T>
 void import_hf(model::GptT<T>& m, const std::string& dir);
 
-// Writes <dir>/config.json (GPT2LMHeadModel or LlamaForCausalLM, by model.family, with
+// The HuggingFace architecture a model is written as: GPT2LMHeadModel, LlamaForCausalLM,
+// Qwen2ForCausalLM (q/k/v biases) or MistralForCausalLM (hf_model_type mistral).
+std::string hf_architecture(const model::GptConfig& c);
+
+// Writes <dir>/config.json (hf_architecture's, with
 // torch_dtype from the safetensors dtype "F32" / "BF16") and <dir>/generation_config.json for
 // model `c` (creating <dir>). bos/eos token ids where the tokenizer kind fixes them (gpt2).
 void write_hf_config(const model::GptConfig& c, const std::string& dir,
