@@ -5,6 +5,9 @@
 //
 //   build/cpu/perf/bench_train_step [--preset cpu-bench] [--micro-batch 8] [--seq-len T]
 //          [--steps 10] [--warmup 2] [--profile-steps 3] [--seed 1234] [--precision fp32|bf16]
+//          [--n-layer L] [--vocab-size V]   (a preset cut down: CPU smoke runs of the GPU shapes)
+//   e.g. --preset llama3.2-1b --seq-len 2048 --precision bf16 --micro-batch 4 on one H200
+//   (perf/torch_llama_gpu.py is the PyTorch side), --n-layer 1 --vocab-size 512 on a CPU.
 //
 // Time shares come from Kokkos' profiling callbacks installed by this program (no tool library
 // needed): every parallel_for/reduce/scan, deep_copy and region (gemm.cpp wraps each BLAS call
@@ -46,6 +49,7 @@ namespace {
 struct Args {
   std::string preset = "cpu-bench";
   int micro_batch = 8, seq_len = 0;  // 0: the preset's block size
+  int n_layer = 0, vocab_size = 0;   // 0: the preset's (smaller: a CPU-sized smoke run)
   int steps = 10, warmup = 2, profile_steps = 3;
   std::uint64_t seed = 1234;
   std::string precision = "fp32";  // bf16: bf16 compute, fp32 master weights (GPU builds)
@@ -60,6 +64,8 @@ Args parse(int argc, char** argv) {
     if (k == "--preset") a.preset = v;
     else if (k == "--micro-batch") a.micro_batch = std::stoi(v);
     else if (k == "--seq-len") a.seq_len = std::stoi(v);
+    else if (k == "--n-layer") a.n_layer = std::stoi(v);
+    else if (k == "--vocab-size") a.vocab_size = std::stoi(v);
     else if (k == "--steps") a.steps = std::stoi(v);
     else if (k == "--warmup") a.warmup = std::stoi(v);
     else if (k == "--profile-steps") a.profile_steps = std::stoi(v);
@@ -197,6 +203,9 @@ template <class CT>
 void run(const Args& a) {
   {
     model::GptConfig cfg = model::preset(a.preset);
+    if (a.n_layer > 0) cfg.n_layer = a.n_layer;
+    if (a.vocab_size > 0) cfg.vocab_size = a.vocab_size;
+    cfg.validate();
     const int B = a.micro_batch, T = a.seq_len > 0 ? a.seq_len : cfg.block_size;
     const int N = B * T, C = cfg.n_embd, L = cfg.n_layer, Vp = cfg.padded_vocab();
     // Peak of live Kokkos allocations over construction and the first step (model, optimizer,
@@ -259,8 +268,12 @@ void run(const Args& a) {
                 mean, mn, a.steps, a.warmup);
     std::printf("tokens/s: %.0f (median step)   loss of the last step %.4f\n", N / med * 1e3,
                 loss / N);
-    std::printf("RESULT meshtrain median_ms=%.3f mean_ms=%.3f tokens_per_s=%.1f\n", med, mean,
-                N / med * 1e3);
+    // Model FLOPs utilisation against an H200's dense bf16 peak (PyTorch's perf scripts use the
+    // same figure and GptConfig::flops_per_token's count).
+    const double mfu = N / med * 1e3 * cfg.flops_per_token(T) / 989e12;
+    std::printf("mfu: %.3f (%.3g FLOPs/token, against 989 TFLOP/s)\n", mfu, cfg.flops_per_token(T));
+    std::printf("RESULT meshtrain median_ms=%.3f mean_ms=%.3f tokens_per_s=%.1f mfu=%.4f\n", med,
+                mean, N / med * 1e3, mfu);
 
     if (a.profile_steps > 0) {
       prof::install();

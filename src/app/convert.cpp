@@ -1,6 +1,6 @@
 // `meshtrain convert`: checkpoint -> HuggingFace folder. One process reads /model/* of the file
-// (verifying the checksums) and writes model.safetensors and config.json; under mpirun the other
-// ranks wait for its outcome (core/agree's on_root), as `prep` does.
+// tensor by tensor (verifying the checksums) and writes the shards, their index and config.json;
+// under mpirun the other ranks wait for its outcome (core/agree's on_root), as `prep` does.
 #include "meshtrain/app/convert.hpp"
 
 #include <filesystem>
@@ -12,6 +12,7 @@
 #include "meshtrain/core/log.hpp"
 #include "meshtrain/io/checkpoint.hpp"
 #include "meshtrain/io/hf_checkpoint.hpp"
+#include "meshtrain/io/hf_export.hpp"
 
 namespace meshtrain::app {
 
@@ -25,9 +26,14 @@ po::options_description convert_options() {
       ("convert.dir", po::value<std::string>()->default_value("out/checkpoints"),
        "checkpoint folder that `latest` refers to (train's ckpt.dir)")
       ("convert.out", po::value<std::string>()->default_value(""),
-       "output folder for model.safetensors + config.json (required)")
+       "output folder, a HuggingFace folder (GPT2LMHeadModel or LlamaForCausalLM: config.json, "
+       "model.safetensors or shards with model.safetensors.index.json; required)")
+      ("convert.dtype", po::value<std::string>()->default_value("f32"),
+       "dtype of the tensors written: f32 (the checkpoint's fp32 values) or bf16")
+      ("convert.max_shard_mb", po::value<double>()->default_value(5000.0),
+       "largest safetensors shard in MB (10^6 bytes; save_pretrained's max_shard_size)")
       ("convert.tokenizer", po::value<std::string>()->default_value(""),
-       "tokenizer recorded in config.json (byte or gpt2); default: the checkpoint's "
+       "tokenizer recorded in config.json (byte, gpt2 or hf); default: the checkpoint's "
        "data.tokenizer");
   d.add(c).add(log_options());
   return d;
@@ -62,21 +68,25 @@ int cmd_convert(Runtime& rt, const std::vector<std::string>& args) {
   if (out.empty())
     throw ConfigError("convert.out is required: the folder for model.safetensors + config.json");
 
-  // Rank 0 converts; the others learn the outcome: when rank 0 fails, every rank throws its error
-  // (a ConfigError: every rank exits 2 and rank 0 prints it once).
+  io::HfExportOptions opt;
+  opt.dtype = io::parse_hf_dtype(p.vm["convert.dtype"].as<std::string>(), "convert.dtype");
+  const double shard_mb = p.vm["convert.max_shard_mb"].as<double>();
+  MESHTRAIN_CONFIG_CHECK(shard_mb > 0, "convert.max_shard_mb=", shard_mb, " must be positive");
+  opt.max_shard_bytes = static_cast<std::uint64_t>(shard_mb * 1e6);
+
+  // Rank 0 converts, one tensor at a time; the others learn the outcome: when rank 0 fails,
+  // every rank throws its error (a ConfigError: every rank exits 2 and rank 0 prints it once).
   agree_on_root(rt.world(), "", [&] {
     const std::string path = io::resolve_checkpoint(MPI_COMM_SELF, spec, dir);
-    std::filesystem::create_directories(out);
-    const model::GptConfig mc =
-        io::export_safetensors_from_checkpoint(path, out + "/model.safetensors");
-    // The root attributes only (no tensors): the step and the stored configuration.
-    const io::CheckpointAttributes a = io::load_checkpoint(MPI_COMM_SELF, path, mc, {}, false);
-    std::string tok = p.vm["convert.tokenizer"].as<std::string>();
-    if (tok.empty()) tok = ini_value(a.config_text, "data", "tokenizer");
-    if (tok.empty()) tok = "byte";
-    io::write_hf_config(mc, out, tok);
+    // The root attributes only (no tensors): the model, the step and the stored configuration.
+    const io::CheckpointAttributes a = io::read_checkpoint_attributes(path);
+    opt.tokenizer = p.vm["convert.tokenizer"].as<std::string>();
+    if (opt.tokenizer.empty()) opt.tokenizer = ini_value(a.config_text, "data", "tokenizer");
+    if (opt.tokenizer.empty()) opt.tokenizer = "byte";
+    const model::GptConfig mc = io::export_hf_from_checkpoint(path, out, opt);
     logging::info("convert: ", path, " (step ", a.step, ", ", mc.describe(), ") -> ", out,
-                  "/model.safetensors + config.json (tokenizer ", tok, ")");
+                  ", HuggingFace ", io::hf_architecture(mc), " in ",
+                  opt.dtype, " (tokenizer ", opt.tokenizer, ")");
   });
   return kExitOk;
 }

@@ -79,6 +79,8 @@ std::string block_section(const model::GptConfig& c) {
              "\npositions = ", model::positions_name(c.positions), "\nmlp = ",
              model::mlp_name(c.mlp), "\nn_kv_head = ", c.n_kv_head, "\nhead_dim = ", c.head_dim,
              "\nintermediate_size = ", c.intermediate_size, "\nbias = ", c.bias ? "true" : "false",
+             c.qkv_bias ? "\nqkv_bias = true" : "",
+             c.sliding_window > 0 ? cat("\nsliding_window = ", c.sliding_window) : std::string(),
              "\ntied_head = ", c.tied_head ? "true" : "false", "\nnorm_eps = ", c.norm_eps,
              "\nrope_theta = ", c.rope.theta, "\nrope_scaling = ",
              c.rope.llama3_scaling ? "llama3" : "none", "\nrope_factor = ", c.rope.factor,

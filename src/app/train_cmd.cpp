@@ -17,6 +17,7 @@
 #include "meshtrain/core/signals.hpp"
 #include "meshtrain/io/dataset.hpp"
 #include "meshtrain/io/hf_checkpoint.hpp"
+#include "meshtrain/io/safetensors.hpp"
 #include "meshtrain/io/tokenizer.hpp"
 #include "meshtrain/model/gpt.hpp"
 #include "meshtrain/core/fault_injection.hpp"
@@ -49,6 +50,9 @@ po::options_description model_options() {
       ("model.head_dim", po::value<int>(), "head size; 0: n_embd / n_head")
       ("model.intermediate_size", po::value<int>(), "MLP width; 0: 4 n_embd")
       ("model.bias", po::value<bool>(), "biases of the linears and norms")
+      ("model.qkv_bias", po::value<bool>(), "llama family: biases on q, k and v only (Qwen2)")
+      ("model.sliding_window", po::value<int>(),
+       "Mistral's attention window; 0: none (meshtrain refuses sequences longer than a window)")
       ("model.tied_head", po::value<bool>(), "LM head shares the token embedding")
       ("model.norm_eps", po::value<double>(), "epsilon of the norms")
       ("model.rope_theta", po::value<double>(), "rotary base frequency")
@@ -120,7 +124,13 @@ po::options_description train_options() {
       ("train.metrics", po::value<std::string>()->default_value(""),
        "JSON-lines metrics file; default <out_dir>/metrics.jsonl")
       ("train.save", po::value<bool>()->default_value(true)->implicit_value(true),
-       "export the trained model to <out_dir>/model")
+       "export the trained model to <out_dir>/model (a HuggingFace folder: GPT2LMHeadModel or "
+       "LlamaForCausalLM, streamed tensor by tensor to rank 0)")
+      ("train.save_dtype", po::value<std::string>()->default_value("f32"),
+       "dtype of the exported tensors: f32 (the parameters as they are) or bf16")
+      ("train.save_max_shard_mb", po::value<double>()->default_value(5000.0),
+       "largest safetensors shard of the export in MB (10^6 bytes; save_pretrained's "
+       "max_shard_size); more than one shard adds model.safetensors.index.json")
       ("train.sample_tokens", po::value<int>()->default_value(200),
        "after training, print a sample of this many tokens; 0 = none")
       ("train.sample_prompt", po::value<std::string>()->default_value("And God said"),
@@ -185,6 +195,8 @@ model::GptConfig model_config(const po::variables_map& vm) {
   over("model.head_dim", c.head_dim);
   over("model.intermediate_size", c.intermediate_size);
   over("model.bias", c.bias);
+  over("model.qkv_bias", c.qkv_bias);
+  over("model.sliding_window", c.sliding_window);
   over("model.tied_head", c.tied_head);
   over("model.norm_eps", c.norm_eps);
   over("model.rope_theta", c.rope.theta);
@@ -253,13 +265,21 @@ io::Transfer parse_transfer(const std::string& s) {
 // rejects variable_value::as<bool>() inside a function template.
 struct OutputOptions {
   bool save = false;
+  io::HfExportOptions hf;  // train.save's folder
   std::string init_from, resume, prompt;
   train::SampleConfig sample;
 };
 
-OutputOptions read_output_options(const po::variables_map& vm, std::uint64_t seed) {
+OutputOptions read_output_options(const po::variables_map& vm, std::uint64_t seed,
+                                  const std::string& tok_kind) {
   OutputOptions o;
   o.save = vm["train.save"].as<bool>();
+  o.hf.dtype = io::parse_hf_dtype(vm["train.save_dtype"].as<std::string>(), "train.save_dtype");
+  const double shard_mb = vm["train.save_max_shard_mb"].as<double>();
+  MESHTRAIN_CONFIG_CHECK(shard_mb > 0, "train.save_max_shard_mb=", shard_mb, " must be positive");
+  o.hf.max_shard_bytes = static_cast<std::uint64_t>(shard_mb * 1e6);
+  o.hf.tokenizer = tok_kind;
+  if (tok_kind == "hf") o.hf.tokenizer_json = vm["data.vocab_json"].as<std::string>();
   o.init_from = vm["model.init_from"].as<std::string>();
   o.resume = vm["train.resume"].as<std::string>();
   o.prompt = vm["train.sample_prompt"].as<std::string>();
@@ -277,12 +297,8 @@ bool train_and_sample(const po::variables_map& vm, const model::GptConfig& mc,
                       const io::TokenDataset* val_data, const std::string& out_dir,
                       const std::string& tok_kind, MPI_Comm world,
                       const parallel::EngineOptions& eo) {
-  const OutputOptions o = read_output_options(vm, tc.seed);
-  // Checked before training, not after it: the export writes GPT2LMHeadModel folders only.
-  MESHTRAIN_CONFIG_CHECK(mc.is_gpt2() || !o.save,
-                         "train.save=true exports a HuggingFace GPT-2 folder; exporting "
-                         "model.family=", model::family_name(mc.family),
-                         " is not implemented: set train.save=false (checkpoints hold the model)");
+  // Checked before training, not after it.
+  const OutputOptions o = read_output_options(vm, tc.seed, tok_kind);
   parallel::Engine<T> engine(world, mc, eo);
   logging::info("layout: ", engine.describe());
   const std::string advice = engine.advice();
@@ -294,23 +310,25 @@ bool train_and_sample(const po::variables_map& vm, const model::GptConfig& mc,
   trainer.run();
   if (trainer.stopped()) return false;
 
-  // Export and sampling use the whole model on one rank (world rank 0 gathers every rank's
-  // slice into a single-rank fp32 model when it does not hold it all).
-  engine.with_whole_model([&](auto& model) {
-    using M = std::remove_reference_t<decltype(model)>;
-    if (o.save) {
-      io::export_hf(model, out_dir + "/model", tok_kind);
-      logging::info("saved ", out_dir, "/model (model.safetensors + config.json, HuggingFace GPT-2)");
-    }
-    if (o.sample.max_new_tokens > 0) {
+  // The export streams tensor by tensor to rank 0 (no rank holds the whole model).
+  if (o.save) {
+    const std::string dir = out_dir + "/model";
+    engine.export_hf(dir, o.hf);
+    logging::info("saved ", dir, " (HuggingFace ", io::hf_architecture(mc), ", ", o.hf.dtype, ")");
+  }
+  // Sampling runs the whole model on one rank (world rank 0 gathers every rank's slice into a
+  // single-rank fp32 model when it does not hold it all): a small-model convenience.
+  if (o.sample.max_new_tokens > 0) {
+    engine.with_whole_model([&](auto& model) {
+      using M = std::remove_reference_t<decltype(model)>;
       auto tok = tokenizer_from(vm, tok_kind);
       auto prompt = tok->encode(o.prompt);
       if (prompt.empty()) prompt.push_back(tok->eot() >= 0 ? tok->eot() : 0);
       M sampler(mc, 1, tc.seq_len);  // batch 1, sharing the trained weights
       sampler.share_parameters(model);
       logging::info("sample:\n", tok->decode(train::generate(sampler, prompt, o.sample)));
-    }
-  });
+    });
+  }
   return true;
 }
 
@@ -469,8 +487,13 @@ po::options_description generate_options() {
       ("generate.temperature", po::value<double>()->default_value(0.8), "<= 0: greedy")
       ("generate.top_k", po::value<int>()->default_value(40), "sample from the k most likely")
       ("generate.seed", po::value<long long>()->default_value(42), "sampling seed")
+      ("generate.dump", po::value<std::string>()->default_value(""),
+       "also write a safetensors file with the prompt's token ids (prompt, I32), the logits of "
+       "every prompt position (logits, F32 [n, vocab_size]) and prompt + continuation (tokens): "
+       "what tests/reference/hf_llama_crosscheck.py compares with transformers")
       ("generate.tokenizer", po::value<std::string>()->default_value(""),
-       "byte or gpt2; default: the one recorded in the model's config.json")
+       "byte, gpt2 or hf; default: the one recorded in the model's config.json (hf: the "
+       "folder's tokenizer.json unless data.vocab_json names one)")
       ("data.vocab_json", po::value<std::string>()->default_value(""), "GPT-2 BPE vocab.json")
       ("data.merges_txt", po::value<std::string>()->default_value(""), "GPT-2 BPE merges.txt");
   d.add(g).add(log_options());
@@ -485,7 +508,10 @@ int cmd_generate(Runtime& rt, const std::vector<std::string>& args) {
   const model::GptConfig mc = io::read_hf_config(dir, 64);
   std::string kind = p.vm["generate.tokenizer"].as<std::string>();
   if (kind.empty()) kind = io::read_hf_tokenizer(dir);
-  auto tok = tokenizer_from(p.vm, kind);
+  // An exported folder of an `hf` tokenizer holds its tokenizer.json.
+  const std::string vocab = p.vm["data.vocab_json"].as<std::string>();
+  auto tok = io::make_tokenizer(kind, vocab.empty() && kind == "hf" ? dir : vocab,
+                                p.vm["data.merges_txt"].as<std::string>());
   model::Gpt m(mc, 1, mc.block_size);
   io::import_hf(m, dir);
   train::SampleConfig sc;
@@ -497,6 +523,27 @@ int cmd_generate(Runtime& rt, const std::vector<std::string>& args) {
   if (prompt.empty()) prompt.push_back(tok->eot() >= 0 ? tok->eot() : 0);
   const auto out = train::generate(m, prompt, sc);
   if (rt.rank() == 0) std::printf("%s\n", tok->decode(out).c_str());
+  const std::string dump = p.vm["generate.dump"].as<std::string>();
+  if (!dump.empty() && rt.rank() == 0) {
+    const int n = static_cast<int>(prompt.size()), V = mc.vocab_size, Vp = mc.padded_vocab();
+    MESHTRAIN_CONFIG_CHECK(n <= mc.block_size, "generate.dump: the prompt has ", n,
+                           " tokens, more than model.block_size=", mc.block_size);
+    auto input = alloc<std::int32_t>("generate.dump_input", static_cast<std::size_t>(mc.block_size));
+    auto h = Kokkos::create_mirror_view(input);
+    Kokkos::deep_copy(h, 0);
+    std::copy(prompt.begin(), prompt.end(), h.data());
+    Kokkos::deep_copy(input, h);
+    auto logits = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, m.forward_logits(input));
+    std::vector<float> l(static_cast<std::size_t>(n) * V);
+    for (int r = 0; r < n; ++r)
+      for (int c = 0; c < V; ++c) l[std::size_t(r) * V + c] = logits(std::size_t(r) * Vp + c);
+    io::SafetensorsWriter w;
+    w.add_i32("prompt", {n}, prompt);
+    w.add_f32("logits", {n, V}, std::move(l));
+    w.add_i32("tokens", {static_cast<std::int64_t>(out.size())}, out);
+    w.set_metadata("model", dir);
+    w.write(dump);
+  }
   return kExitOk;
 }
 

@@ -150,6 +150,9 @@ std::vector<std::pair<std::string, std::string>> block_attributes(const model::G
           {"model.head_dim", std::to_string(c.head_size())},
           {"model.intermediate_size", std::to_string(c.mlp_width())},
           {"model.bias", c.bias ? "true" : "false"},
+          {"model.qkv_bias", c.qkv_bias ? "true" : "false"},
+          {"model.sliding_window", std::to_string(c.sliding_window)},
+          {"model.hf_model_type", c.hf_model_type.empty() ? "none" : c.hf_model_type},
           {"model.tied_head", c.tied_head ? "true" : "false"},
           {"model.norm_eps", num(c.norm_eps)},
           {"model.rope_theta", num(c.rope.theta)},
@@ -186,6 +189,9 @@ void set_block_attribute(model::GptConfig& c, const std::string& key, const std:
   else if (key == "model.head_dim") c.head_dim = static_cast<int>(number());
   else if (key == "model.intermediate_size") c.intermediate_size = static_cast<int>(number());
   else if (key == "model.bias") c.bias = boolean();
+  else if (key == "model.qkv_bias") c.qkv_bias = boolean();
+  else if (key == "model.sliding_window") c.sliding_window = static_cast<int>(number());
+  else if (key == "model.hf_model_type") c.hf_model_type = v == "none" ? "" : v;
   else if (key == "model.tied_head") c.tied_head = boolean();
   else if (key == "model.norm_eps") c.norm_eps = number();
   else if (key == "model.rope_theta") c.rope.theta = number();

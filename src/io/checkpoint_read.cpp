@@ -7,6 +7,7 @@
 
 #include "checkpoint_common.hpp"
 #include "meshtrain/core/mpi_check.hpp"
+#include "meshtrain/io/hf_export.hpp"
 #include "meshtrain/io/safetensors.hpp"
 
 namespace meshtrain::io {
@@ -295,42 +296,51 @@ CheckpointAttributes load_checkpoint(MPI_Comm comm, const std::string& spec,
   return attrs;
 }
 
-model::GptConfig export_safetensors_from_checkpoint(const std::string& checkpoint,
-                                                    const std::string& out_safetensors) {
-  h5::Silence quiet;
-  const std::string where = cat("checkpoint '", checkpoint, "'");
+namespace {
+
+// The default (POSIX) driver: one process reads the file, no MPI involved.
+h5::Handle open_alone(const std::string& checkpoint, const std::string& where) {
   if (!fs::is_regular_file(checkpoint))
     throw ConfigError(cat(where, " does not exist"));
-  // The default (POSIX) driver: one process reads the whole file, no MPI involved.
   const hid_t f = H5Fopen(checkpoint.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (f < 0)
     throw ConfigError(cat(where, " cannot be read as an HDF5 file: ", h5::error_stack()));
-  h5::Handle file(f, H5Fclose);
+  return h5::Handle(f, H5Fclose);
+}
+
+}  // namespace
+
+CheckpointAttributes read_checkpoint_attributes(const std::string& checkpoint) {
+  h5::Silence quiet;
+  const std::string where = cat("checkpoint '", checkpoint, "'");
+  h5::Handle file = open_alone(checkpoint, where);
+  CheckpointAttributes attrs = read_root(file, where);
+  attrs.path = checkpoint;
+  return attrs;
+}
+
+model::GptConfig export_hf_from_checkpoint(const std::string& checkpoint, const std::string& dir,
+                                           const HfExportOptions& opt) {
+  h5::Silence quiet;
+  const std::string where = cat("checkpoint '", checkpoint, "'");
+  h5::Handle file = open_alone(checkpoint, where);
   const CheckpointAttributes attrs = read_root(file, where);
-  MESHTRAIN_CONFIG_CHECK(attrs.model.is_gpt2(), where, " holds a model.family=",
-                         model::family_name(attrs.model.family),
-                         " model; converting it to a HuggingFace folder is not implemented");
+  // One tensor at a time: read, verify its checksum, append (the writer streams it to its
+  // shard), so the conversion needs one tensor of memory, never the model.
+  HfFolderWriter w(attrs.model, dir, opt);
   const model::ParameterRegistry full = ckpt::full_registry(attrs.model);
-  SafetensorsWriter w;
-  for (const auto& p : full.params()) {
-    h5::Handle d = open_tensor(file, kModelPrefix, p, where);
-    std::vector<float> v(static_cast<std::size_t>(p.global_numel()));
+  for (const auto& p : w.registry().params()) {
+    const model::ParamInfo& fp = full.get(p.name);
+    h5::Handle d = open_tensor(file, kModelPrefix, fp, where);
+    std::vector<float> v(static_cast<std::size_t>(fp.global_numel()));
     MESHTRAIN_H5_CHECK(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()));
-    const TensorPiece whole{&p, 0, 1, 0, v.size(), true};
+    const TensorPiece whole{&fp, 0, 1, 0, v.size(), true};
     if (piece_checksum(whole, v.data()) != h5::read_attr_u64(d, "checksum", where))
       throw ConfigError(cat(where, " is corrupt: the checksum of tensor ",
                             ckpt::dataset_path(kModelPrefix, p.name), " does not match its data"));
-    std::vector<std::int64_t> shape = p.global_shape;
-    if (p.name == "transformer.wte.weight") {  // HF holds the real vocabulary rows only
-      shape[0] = attrs.model.vocab_size;
-      v.resize(static_cast<std::size_t>(shape[0] * shape[1]));
-    }
-    w.add_f32(p.name, shape, std::move(v));
+    w.append(p, v.data());
   }
-  w.set_metadata("format", "pt");
-  w.set_metadata("producer", "meshtrain");
-  w.set_metadata("source", cat(fs::path(checkpoint).filename().string(), " (step ", attrs.step, ")"));
-  w.write(out_safetensors);
+  w.finish();
   return attrs.model;
 }
 

@@ -6,7 +6,8 @@
 
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/json.hpp"
-#include "meshtrain/io/safetensors.hpp"
+#include "meshtrain/io/hf_export.hpp"
+#include "meshtrain/io/hf_import.hpp"
 
 namespace meshtrain::io {
 
@@ -51,7 +52,8 @@ void read_llama_config(const Json& j, const std::string& path, model::GptConfig&
   for (const char* key : {"attention_bias", "mlp_bias"}) {
     const Json* b = json::find(j, key);
     MESHTRAIN_CONFIG_CHECK(!b || (b->is_boolean() && !b->get<bool>()), path, ": ", key,
-                           " is set; meshtrain's Llama block has no biases");
+                           " is set; meshtrain's Llama block has biases on q, k and v only "
+                           "(Qwen2), not on the output projection or the MLP");
   }
   if (const Json* act = json::find(j, "hidden_act")) {
     const std::string& a = json::as_string(*act, path + ": hidden_act");
@@ -79,6 +81,33 @@ void read_llama_config(const Json& j, const std::string& path, model::GptConfig&
   }
 }
 
+// Qwen2Config: q, k and v always have biases (Qwen2Attention), o_proj and the MLP none; the
+// sliding window applies only with use_sliding_window (off in every released Qwen2 / 2.5).
+void read_qwen2_extras(const Json& j, const std::string& path, model::GptConfig& c) {
+  c.qkv_bias = true;
+  c.hf_model_type = "qwen2";
+  const Json* use = json::find(j, "use_sliding_window");
+  if (use && use->is_boolean() && use->get<bool>()) {
+    const Json* w = json::find(j, "sliding_window");
+    MESHTRAIN_CONFIG_CHECK(w && w->is_number_integer(), path,
+                           ": use_sliding_window is true but sliding_window is not a number");
+    // max_window_layers: the layers from this one on use the window; none does at n_layer.
+    const Json* mw = json::find(j, "max_window_layers");
+    const bool none = mw && mw->is_number_integer() && mw->get<int>() >= c.n_layer;
+    if (!none) c.sliding_window = w->get<int>();
+  }
+}
+
+// MistralConfig: Llama's names and math, and a sliding window (default 4096 when the key is
+// absent, as MistralConfig's; null: none).
+void read_mistral_extras(const Json& j, const std::string& path, model::GptConfig& c) {
+  c.hf_model_type = "mistral";
+  const Json* w = json::find(j, "sliding_window");
+  if (!w) c.sliding_window = 4096;
+  else if (!w->is_null())
+    c.sliding_window = static_cast<int>(json::as_int(*w, path + ": sliding_window"));
+}
+
 }  // namespace
 
 model::GptConfig read_hf_config(const std::string& dir, int vocab_pad) {
@@ -90,11 +119,16 @@ model::GptConfig read_hf_config(const std::string& dir, int vocab_pad) {
   // architecture is named instead of failing on a missing key.
   if (const Json* t = json::find(j, "model_type")) {
     const std::string& type = json::as_string(*t, path + ": model_type");
-    MESHTRAIN_CONFIG_CHECK(type == "gpt2" || type == "llama", path, ": model_type '", type,
+    MESHTRAIN_CONFIG_CHECK(type == "gpt2" || type == "llama" || type == "qwen2" ||
+                               type == "mistral",
+                           path, ": model_type '", type,
                            "' is not supported (meshtrain reads GPT2LMHeadModel, model_type "
-                           "gpt2, and LlamaForCausalLM, model_type llama)");
-    if (type == "llama") {
+                           "gpt2, LlamaForCausalLM, llama, Qwen2ForCausalLM, qwen2, and "
+                           "MistralForCausalLM, mistral)");
+    if (type != "gpt2") {
       read_llama_config(j, path, c);
+      if (type == "qwen2") read_qwen2_extras(j, path, c);
+      if (type == "mistral") read_mistral_extras(j, path, c);
       c.vocab_pad = vocab_pad;
       c.validate();
       return c;
@@ -130,42 +164,19 @@ std::string read_hf_tokenizer(const std::string& dir) {
 
 template <class T>
 void import_hf(model::GptT<T>& m, const std::string& dir) {
-  const std::string path = dir + "/model.safetensors";
-  MESHTRAIN_CONFIG_CHECK(m.config().is_gpt2(), "importing a HuggingFace folder into model.family=",
-                         model::family_name(m.config().family), " is not implemented (", dir, ")");
-  SafetensorsReader f(path);
-  const auto& reg = m.registry();
-  MESHTRAIN_CHECK(reg.tp_size() == 1, "import_hf loads whole tensors (tensor parallelism 1)");
-  auto host = Kokkos::create_mirror_view(m.params());
-  Kokkos::deep_copy(host, T(0.0f));
-  for (const auto& p : reg.params()) {
-    std::string name = p.name;
-    if (!f.has(name) && f.has(name.substr(std::string("transformer.").size())))
-      name = name.substr(std::string("transformer.").size());
-    if (!f.has(name))
-      throw ConfigError(cat(path, " has no tensor ", p.name, " (nor without 'transformer.')"));
-    const TensorInfo& info = f.info(name);
-    std::vector<std::int64_t> want = p.global_shape;
-    if (p.name == "transformer.wte.weight") want[0] = m.config().vocab_size;  // unpadded rows
-    if (info.shape != want) {
-      std::string got, exp;
-      for (auto d : info.shape) got += (got.empty() ? "" : ",") + std::to_string(d);
-      for (auto d : want) exp += (exp.empty() ? "" : ",") + std::to_string(d);
-      throw ConfigError(cat(path, ": tensor ", name, " has shape [", got, "], the model needs [",
-                            exp, "] (check config.json against the weights)"));
-    }
-    const auto v = f.read_f32(name);
-    for (std::size_t i = 0; i < v.size(); ++i) host(p.offset + i) = static_cast<T>(v[i]);
-  }
-  Kokkos::deep_copy(m.params(), host);
+  MESHTRAIN_CHECK(m.registry().tp_size() == 1 && m.registry().has_embedding() &&
+                      m.registry().has_head() && m.params().span() > 0,
+                  "import_hf loads a whole model (one rank, parameters allocated)");
+  import_hf_slices(m.registry(), dir, m.params());
 }
 
-void write_hf_config(const model::GptConfig& c, const std::string& dir,
-                     const std::string& tokenizer) {
-  std::filesystem::create_directories(dir);
-  std::ofstream cfg(dir + "/config.json");
-  if (!cfg) throw ConfigError(cat("cannot write ", dir, "/config.json"));
-  // HuggingFace's GPT2Config keys; meshtrain_tokenizer tells `generate` how to decode.
+namespace {
+
+// torch_dtype of a safetensors dtype.
+std::string torch_dtype(const std::string& dtype) { return dtype == "BF16" ? "bfloat16" : "float32"; }
+
+// GPT2Config's keys; meshtrain_tokenizer tells `generate` how to decode.
+Json gpt2_config(const model::GptConfig& c) {
   Json j = Json::object();
   j["architectures"] = {"GPT2LMHeadModel"};
   j["model_type"] = "gpt2";
@@ -181,44 +192,145 @@ void write_hf_config(const model::GptConfig& c, const std::string& dir,
   j["resid_pdrop"] = 0.0;
   j["embd_pdrop"] = 0.0;
   j["attn_pdrop"] = 0.0;
-  j["torch_dtype"] = "float32";
+  return j;
+}
+
+// LlamaConfig's keys as transformers 4 writes them (transformers 5 reads rope_theta and
+// rope_scaling at the top level too and converts them to its rope_parameters).
+// The model_type a llama-family model is written as: q/k/v biases are Qwen2's.
+std::string hf_type_of(const model::GptConfig& c) {
+  if (c.qkv_bias) return "qwen2";
+  return c.hf_model_type.empty() ? "llama" : c.hf_model_type;
+}
+
+Json llama_config(const model::GptConfig& c) {
+  const std::string type = hf_type_of(c);
+  Json j = Json::object();
+  j["architectures"] = {hf_architecture(c)};
+  j["model_type"] = type;
+  j["hidden_act"] = "silu";
+  j["hidden_size"] = c.n_embd;
+  j["intermediate_size"] = c.mlp_width();
+  j["num_hidden_layers"] = c.n_layer;
+  j["num_attention_heads"] = c.n_head;
+  j["num_key_value_heads"] = c.kv_heads();
+  j["head_dim"] = c.head_size();
+  j["vocab_size"] = c.vocab_size;
+  j["max_position_embeddings"] = c.block_size;
+  j["rms_norm_eps"] = c.norm_eps;
+  j["rope_theta"] = c.rope.theta;
+  if (c.rope.llama3_scaling) {
+    Json s = Json::object();
+    s["rope_type"] = "llama3";
+    s["factor"] = c.rope.factor;
+    s["low_freq_factor"] = c.rope.low_freq_factor;
+    s["high_freq_factor"] = c.rope.high_freq_factor;
+    s["original_max_position_embeddings"] = c.rope.original_max_position_embeddings;
+    j["rope_scaling"] = s;
+  } else {
+    j["rope_scaling"] = nullptr;
+  }
+  j["tie_word_embeddings"] = c.tied_head;
+  j["attention_dropout"] = 0.0;
+  if (type == "llama") {
+    j["attention_bias"] = false;
+    j["mlp_bias"] = false;
+    j["pretraining_tp"] = 1;
+  } else if (type == "qwen2") {  // q/k/v biases are implied by the architecture
+    j["use_sliding_window"] = c.sliding_window > 0;
+    j["sliding_window"] = c.sliding_window > 0 ? Json(c.sliding_window) : Json(nullptr);
+    j["max_window_layers"] = c.sliding_window > 0 ? 0 : c.n_layer;
+  } else {  // mistral
+    j["sliding_window"] = c.sliding_window > 0 ? Json(c.sliding_window) : Json(nullptr);
+  }
+  j["initializer_range"] = 0.02;
+  j["use_cache"] = true;
+  return j;
+}
+
+// The end-of-text token of a tokenizer kind that has a fixed one (GPT-2's <|endoftext|>).
+int eos_of(const std::string& tokenizer) { return tokenizer == "gpt2" ? 50256 : -1; }
+
+void write_json(const Json& j, const std::string& path) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw ConfigError(cat("cannot write ", tmp));
+    out << json::dump(j, {100, 0}) << "\n";
+    out.close();
+    if (!out) throw ConfigError(cat("writing ", tmp, " failed (disk full?)"));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw ConfigError(cat("cannot rename ", tmp, " to ", path));
+}
+
+}  // namespace
+
+std::string hf_architecture(const model::GptConfig& c) {
+  if (c.is_gpt2()) return "GPT2LMHeadModel";
+  const std::string t = hf_type_of(c);
+  return t == "qwen2" ? "Qwen2ForCausalLM" : t == "mistral" ? "MistralForCausalLM" : "LlamaForCausalLM";
+}
+
+void write_hf_config(const model::GptConfig& c, const std::string& dir,
+                     const std::string& tokenizer, const std::string& dtype) {
+  std::filesystem::create_directories(dir);
+  Json j = c.is_gpt2() ? gpt2_config(c) : llama_config(c);
+  // Llama family: no end-of-text id known is null, not LlamaConfig's defaults 1 and 2 (which
+  // would stop transformers' generate at byte 2). GPT-2's file stays as it was (GPT2Config's
+  // default 50256 is GPT-2's tokenizer's end of text).
+  const int eos = eos_of(tokenizer);
+  const bool known = eos >= 0 && eos < c.vocab_size;
+  if (!c.is_gpt2()) {
+    j["bos_token_id"] = known ? Json(eos) : Json(nullptr);
+    j["eos_token_id"] = known ? Json(eos) : Json(nullptr);
+  }
+  j["torch_dtype"] = torch_dtype(dtype);
   j["meshtrain_tokenizer"] = tokenizer;
-  cfg << json::dump(j, {100, 0}) << "\n";
+  write_json(j, dir + "/config.json");
+  // generate()'s defaults (GenerationConfig.from_model_config would derive the same).
+  Json g = Json::object();
+  g["_from_model_config"] = true;
+  if (known) {
+    g["bos_token_id"] = eos;
+    g["eos_token_id"] = eos;
+  }
+  write_json(g, dir + "/generation_config.json");
 }
 
 template <class T>
-void export_hf(const model::GptT<T>& m, const std::string& dir, const std::string& tokenizer) {
+void export_hf(const model::GptT<T>& m, const std::string& dir, const std::string& tokenizer,
+               const HfExportOptions& options) {
   const auto& reg = m.registry();
-  MESHTRAIN_CONFIG_CHECK(m.config().is_gpt2(), "exporting model.family=",
-                         model::family_name(m.config().family),
-                         " as a HuggingFace folder is not implemented (", dir, ")");
-  MESHTRAIN_CHECK(reg.tp_size() == 1, "export_hf writes whole tensors (tensor parallelism 1)");
-  std::filesystem::create_directories(dir);
-  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, m.params());
-  SafetensorsWriter w;
-  const auto& c = m.config();
-  for (const auto& p : reg.params()) {
-    std::vector<std::int64_t> shape = p.global_shape;
-    if (p.name == "transformer.wte.weight") shape[0] = c.vocab_size;  // drop the padding rows
-    std::int64_t n = 1;
-    for (auto d : shape) n *= d;
-    std::vector<float> v(static_cast<std::size_t>(n));
-    for (std::int64_t i = 0; i < n; ++i) v[i] = static_cast<float>(host(p.offset + i));
-    w.add_f32(p.name, shape, std::move(v));
+  MESHTRAIN_CHECK(reg.tp_size() == 1 && reg.has_embedding() && reg.has_head() &&
+                      m.params().span() > 0,
+                  "export_hf writes a whole model (one rank, parameters allocated); the engine's "
+                  "export_hf streams a distributed one");
+  HfExportOptions opt = options;
+  opt.tokenizer = tokenizer;
+  HfFolderWriter w(m.config(), dir, opt);
+  // One tensor at a time through host memory (the model's registry is the whole model's).
+  for (const auto& p : w.registry().params()) {
+    const model::ParamInfo& mine = reg.get(p.name);
+    HostView1<float> h("meshtrain::export.tensor", mine.numel);
+    auto src = Kokkos::subview(m.params(), std::make_pair(mine.offset, mine.offset + mine.numel));
+    auto copy = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, src);
+    for (std::size_t i = 0; i < mine.numel; ++i) h(i) = static_cast<float>(copy(i));
+    w.append(p, h.data());
   }
-  w.set_metadata("format", "pt");
-  w.set_metadata("producer", "meshtrain");
-  w.write(dir + "/model.safetensors");
-  write_hf_config(c, dir, tokenizer);
+  w.finish();
 }
 
 template void import_hf<float>(model::GptT<float>&, const std::string&);
-template void export_hf<float>(const model::GptT<float>&, const std::string&, const std::string&);
+template void export_hf<float>(const model::GptT<float>&, const std::string&, const std::string&,
+                               const HfExportOptions&);
 #if MESHTRAIN_HAVE_BF16
 template void import_hf<bf16>(model::GptT<bf16>&, const std::string&);
-template void export_hf<bf16>(const model::GptT<bf16>&, const std::string&, const std::string&);
+template void export_hf<bf16>(const model::GptT<bf16>&, const std::string&, const std::string&,
+                              const HfExportOptions&);
 template void import_hf<fp16>(model::GptT<fp16>&, const std::string&);
-template void export_hf<fp16>(const model::GptT<fp16>&, const std::string&, const std::string&);
+template void export_hf<fp16>(const model::GptT<fp16>&, const std::string&, const std::string&,
+                              const HfExportOptions&);
 #endif
 
 }  // namespace meshtrain::io

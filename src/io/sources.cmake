@@ -11,6 +11,7 @@ target_sources(meshtrain_lib PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/safetensors_sharded.cpp
   ${CMAKE_CURRENT_LIST_DIR}/hf_checkpoint.cpp
   ${CMAKE_CURRENT_LIST_DIR}/hf_import.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/hf_export.cpp
 )
 # Parallel HDF5 checkpoints (issue 8).
 target_sources(meshtrain_lib PRIVATE

@@ -521,7 +521,13 @@ void gemm_dbias(const ExecSpace& exec, Trans ta, int M, int N, int K, float alph
   add_column_sums<T>(exec, K, N, B, ldb, dbias);
 }
 
+template <class T>
+void column_sums_add(const ExecSpace& exec, int K, int N, const T* B, int ldb, T* dbias) {
+  if (K > 0 && N > 0) add_column_sums<T>(exec, K, N, B, ldb, dbias);
+}
+
 #define MESHTRAIN_INSTANTIATE_GEMM_EX(T)                                                        \
+  template void column_sums_add<T>(const ExecSpace&, int, int, const T*, int, T*);              \
   template void gemm_ex<T>(const ExecSpace&, Trans, Trans, int, int, int, float, const T*, int, \
                            const T*, int, float, const T*, int, T*, int,                       \
                            const GemmEpilogue<T>&);                                             \

@@ -43,6 +43,7 @@ long long GptConfig::num_parameters() const {
   long long per_block = 2 * nrm + C * (Q + 2 * KV) + Q * C;  // norms, q/k/v, output projection
   per_block += mlp == Mlp::swiglu ? 3 * C * I : 2 * C * I;    // gate+up+down / fc+proj
   if (bias) per_block += (Q + 2 * KV) + C + (mlp == Mlp::swiglu ? 2 * I : I) + C;
+  if (qkv_bias) per_block += Q + 2 * KV;
   const long long V = vocab_size;
   return V * C * (tied_head ? 1 : 2) +
          (positions == Positions::learned ? static_cast<long long>(block_size) * C : 0) +
@@ -81,6 +82,9 @@ void GptConfig::validate() const {
                            "model.tied_head=true (got ", norm_name(norm), ", ",
                            positions_name(positions), ", ", mlp_name(mlp), ", ", bias, ", ",
                            tied_head, "); the Llama block is model.family=llama");
+    MESHTRAIN_CONFIG_CHECK(!qkv_bias && sliding_window == 0 && hf_model_type.empty(),
+                           "model.qkv_bias, model.sliding_window and a HuggingFace model type "
+                           "are model.family=llama's (GPT-2's biases are model.bias)");
   } else {
     MESHTRAIN_CONFIG_CHECK(n_embd > 0 && head_size() > 0 && head_size() % 2 == 0,
                            "model.head_dim=", head_size(), " must be positive and even (rotary "
@@ -92,6 +96,15 @@ void GptConfig::validate() const {
                            norm_name(norm), ", ", positions_name(positions), ", ", mlp_name(mlp),
                            ", ", bias, ")");
     MESHTRAIN_CONFIG_CHECK(rope.theta > 0, "model.rope_theta=", rope.theta, " must be positive");
+    MESHTRAIN_CONFIG_CHECK(sliding_window >= 0, "model.sliding_window=", sliding_window,
+                           " must be 0 (none) or positive");
+    MESHTRAIN_CONFIG_CHECK(hf_model_type.empty() || hf_model_type == "llama" ||
+                               hf_model_type == "mistral" || hf_model_type == "qwen2",
+                           "HuggingFace model type '", hf_model_type,
+                           "' is not llama, mistral or qwen2");
+    MESHTRAIN_CONFIG_CHECK(!qkv_bias || hf_model_type != "mistral" && hf_model_type != "llama",
+                           "q/k/v biases without an output bias are Qwen2's; a ", hf_model_type,
+                           " config.json cannot describe them (model.qkv_bias)");
   }
 }
 
@@ -103,6 +116,8 @@ std::string GptConfig::describe() const {
   if (family != Family::gpt2)
     s += cat(", ", family_name(family), " block (", norm_name(norm), ", ",
              positions_name(positions), ", ", mlp_name(mlp), " ", mlp_width(),
+             qkv_bias ? ", q/k/v biases" : "",
+             sliding_window > 0 ? cat(", window ", sliding_window) : std::string(),
              tied_head ? ", tied head" : ", untied head", ")");
   return s + cat(", ", num_parameters() / 1e6, "M parameters");
 }
@@ -113,7 +128,7 @@ std::string GptConfig::key() const {
              mlp_name(mlp), ' ', kv_heads(), ' ', head_size(), ' ', mlp_width(), ' ', bias, ' ',
              tied_head, ' ', norm_eps, ' ', rope.theta, ' ', rope.llama3_scaling, ' ', rope.factor,
              ' ', rope.low_freq_factor, ' ', rope.high_freq_factor, ' ',
-             rope.original_max_position_embeddings);
+             rope.original_max_position_embeddings, ' ', qkv_bias, ' ', sliding_window);
 }
 
 namespace {

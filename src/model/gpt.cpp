@@ -71,6 +71,11 @@ GptT<T>::GptT(const GptConfig& cfg, int micro_batch, int seq_len, const ModelLay
   MESHTRAIN_CONFIG_CHECK(B_ > 0, "train.micro_batch=", B_, " must be positive");
   MESHTRAIN_CONFIG_CHECK(T_ > 0 && T_ <= cfg_.block_size, "train.seq_len=", T_,
                          " must be in [1, model.block_size=", cfg_.block_size, "]");
+  MESHTRAIN_CONFIG_CHECK(cfg_.sliding_window == 0 || T_ <= cfg_.sliding_window,
+                         "model.sliding_window=", cfg_.sliding_window, " (Mistral's attention "
+                         "window) is shorter than train.seq_len=", T_, "; meshtrain attends "
+                         "over the whole causal context, which equals the window only up to its "
+                         "length: use train.seq_len <= ", cfg_.sliding_window);
   MESHTRAIN_CONFIG_CHECK(layout_.n_slots > 0, "model: n_slots=", layout_.n_slots,
                          " must be positive");
   MESHTRAIN_CHECK(layout_.chunk_slots.empty() ||
@@ -150,7 +155,8 @@ GptT<T>::GptT(const GptConfig& cfg, int micro_batch, int seq_len, const ModelLay
   dfch_ = alloc<T>("grad.dfch", N * shape.FW);
   if (swiglu) dh_ = alloc<T>("grad.dh", N * Il_);
   if (reg_.kv_replicated() && P > 1)
-    kv_dw_ = alloc<T>("tp.kv_dw", 2 * static_cast<std::size_t>(cfg_.kv_heads()) * HS_ * C);
+    kv_dw_ = alloc<T>("tp.kv_dw", 2 * static_cast<std::size_t>(cfg_.kv_heads()) * HS_ *
+                                      (C + (cfg_.qkv_bias ? 1 : 0)));
   if (tp_active()) {
     partial_ = alloc<T>("tp.partial", N * C);
     proj_out_ = alloc<T>("tp.proj_out", Nl * C);
@@ -253,6 +259,11 @@ void GptT<T>::bind_unit(int u, View1<T> pstore, View1<T> gstore) {
     t.gate_w = at("mlp.gate_proj.weight");
     t.up_w = at("mlp.up_proj.weight");
     t.mlp_proj_w = at("mlp.down_proj.weight");
+    if (cfg_.qkv_bias) {
+      t.q_b = at("self_attn.q_proj.bias");
+      t.k_b = at("self_attn.k_proj.bias");
+      t.v_b = at("self_attn.v_proj.bias");
+    }
   };
   for (int which = 0; which < 2; ++which) {
     const View1<T>& store = which == 0 ? pstore : gstore;

@@ -1,4 +1,5 @@
-// GptT's Llama block: RMSNorm, q/k/v projections with rotary q and k, grouped key-value heads,
+// GptT's Llama block: RMSNorm, q/k/v projections (with Qwen2's biases where model.qkv_bias)
+// with rotary q and k, grouped key-value heads,
 // causal attention, output projection; RMSNorm, SwiGLU MLP (gate and up in one packed buffer),
 // down projection. Weights are nn.Linear [out, in] (HF's layout, so import and export copy), so
 // every product multiplies by a transposed weight: y[N, out] = x[N, in] @ W^T.
@@ -93,12 +94,20 @@ void GptT<T>::llama_block_forward(int l, View1<const T> x, BlockActivations<T>& 
   const int ld = QW + 2 * KW;
   const std::size_t kv_row = reg_.kv_replicated() ? static_cast<std::size_t>(kv0_) * HS * C : 0;
   const T* ln1 = a.ln1.data();
-  k::gemm<T>(exec_, Trans::N, Trans::T, N, QW, C, 1.0f, ln1, C, w.q_w.data(), C, 0.0f,
-             qkv.data(), ld);
-  k::gemm<T>(exec_, Trans::N, Trans::T, N, KW, C, 1.0f, ln1, C, w.k_w.data() + kv_row, C, 0.0f,
-             qkv.data() + QW, ld);
-  k::gemm<T>(exec_, Trans::N, Trans::T, N, KW, C, 1.0f, ln1, C, w.v_w.data() + kv_row, C, 0.0f,
-             qkv.data() + QW + KW, ld);
+  // Qwen2's biases in the GEMM's epilogue (one rounding of x W^T + b, as nn.Linear's addmm).
+  const std::size_t kv_col = reg_.kv_replicated() ? static_cast<std::size_t>(kv0_) * HS : 0;
+  auto proj = [&](int width, const T* wt, const View1<T>& b, std::size_t b0, T* out) {
+    if (b.span() == 0) {
+      k::gemm<T>(exec_, Trans::N, Trans::T, N, width, C, 1.0f, ln1, C, wt, C, 0.0f, out, ld);
+      return;
+    }
+    const k::GemmEpilogue<T> ep{k::Epilogue::bias, b.data() + b0, nullptr, 0};
+    k::gemm_ex<T>(exec_, Trans::N, Trans::T, N, width, C, 1.0f, ln1, C, wt, C, 0.0f, nullptr,
+                  ld, out, ld, ep);
+  };
+  proj(QW, w.q_w.data(), w.q_b, 0, qkv.data());
+  proj(KW, w.k_w.data() + kv_row, w.k_b, kv_col, qkv.data() + QW);
+  proj(KW, w.v_w.data() + kv_row, w.v_b, kv_col, qkv.data() + QW + KW);
   k::rotary_forward<T>(exec_, qkv, rope_, B_, T_, NHl_, NKVl_);
   k::attention_forward<T>(exec_, a.atty, a.lse, a.qkv, B_, T_, NHl_, HS, NKVl_);
   row_parallel_forward_nt(a.res2, a.atty, w.attn_proj_w, QW, x);
@@ -168,6 +177,18 @@ void GptT<T>::llama_block_backward(int l, View1<const T> x, BlockActivations<T>&
   if (kv_sum) Kokkos::deep_copy(exec_, kv_dw_, T(0.0f));
   T* dk = (kv_sum ? kv_dw_.data() : g.k_w.data()) + kv_row;
   T* dv = (kv_sum ? kv_dw_.data() + kv_numel : g.v_w.data()) + kv_row;
+  // Qwen2's bias gradients: column sums of dq, dk, dv over the rows (the replicated kv heads'
+  // into the scratch after both weight gradients, summed over tp with them).
+  const std::size_t kv_bias = static_cast<std::size_t>(cfg_.kv_heads()) * HS;
+  if (cfg_.qkv_bias) {
+    const std::size_t kv_col = reg_.kv_replicated() ? static_cast<std::size_t>(kv0_) * HS : 0;
+    T* dkb = (kv_sum ? kv_dw_.data() + 2 * kv_numel : g.k_b.data()) + kv_col;
+    T* dvb = (kv_sum ? kv_dw_.data() + 2 * kv_numel + kv_bias : g.v_b.data()) + kv_col;
+    const int ld = QW + 2 * KW;
+    k::column_sums_add<T>(exec_, N, QW, dqkv.data(), ld, g.q_b.data());
+    k::column_sums_add<T>(exec_, N, KW, dqkv.data() + QW, ld, dkb);
+    k::column_sums_add<T>(exec_, N, KW, dqkv.data() + QW + KW, ld, dvb);
+  }
   const Piece<T> attn[3] = {{w.q_w.data(), g.q_w.data(), 0, QW},
                             {w.k_w.data() + kv_row, dk, QW, KW},
                             {w.v_w.data() + kv_row, dv, QW + KW, KW}};
@@ -176,6 +197,11 @@ void GptT<T>::llama_block_backward(int l, View1<const T> x, BlockActivations<T>&
     { TpTimer t(tp_comm_seconds_); layout_.tp->all_reduce(kv_dw_); }
     k::accumulate<T>(exec_, g.k_w, slice(View1<T>(kv_dw_), 0, kv_numel), kv_numel);
     k::accumulate<T>(exec_, g.v_w, slice(View1<T>(kv_dw_), kv_numel, kv_numel), kv_numel);
+    if (cfg_.qkv_bias) {
+      k::accumulate<T>(exec_, g.k_b, slice(View1<T>(kv_dw_), 2 * kv_numel, kv_bias), kv_bias);
+      k::accumulate<T>(exec_, g.v_b, slice(View1<T>(kv_dw_), 2 * kv_numel + kv_bias, kv_bias),
+                       kv_bias);
+    }
   }
   layernorm_backward_tp(dres, g.ln_1_w, {}, dx, x, w.ln_1_w, a.ln1_mean, a.ln1_rstd);
 }

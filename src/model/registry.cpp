@@ -161,6 +161,15 @@ void ParameterRegistry::add_llama_block(int l) {
   add(p + "mlp.down_proj.weight", {C, I}, Split::cols, l, true, Init::normal);
   add(p + "input_layernorm.weight", {C}, Split::replicated, l, false, Init::ones);
   add(p + "post_attention_layernorm.weight", {C}, Split::replicated, l, false, Init::ones);
+  if (cfg_.qkv_bias) {
+    // Qwen2: split as their weights' rows (heads). A vector's one dimension splits as
+    // Split::cols, as GPT-2's c_fc.bias (split_global_index reads rows as a matrix's). HF
+    // initialises biases to zero.
+    const Split kv_b = kv_replicated_ ? Split::replicated : Split::cols;
+    add(p + "self_attn.q_proj.bias", {Q}, Split::cols, l, false, Init::zeros);
+    add(p + "self_attn.k_proj.bias", {KV}, kv_b, l, false, Init::zeros);
+    add(p + "self_attn.v_proj.bias", {KV}, kv_b, l, false, Init::zeros);
+  }
 }
 
 int ParameterRegistry::unit_of_layer(int layer) const {

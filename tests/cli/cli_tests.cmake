@@ -92,14 +92,24 @@ meshtrain_cli_test(train_llama_overrides 1 0 "8 heads \\(1 key-value\\).*llama b
   --model.rope_theta 5e5 --model.rope_scaling llama3 --model.rope_original_max_position 16
   --train.sample_tokens 0 --train.save false --train.out_dir ${CMAKE_BINARY_DIR}/cli_llama_over)
 set_tests_properties(cli_train_llama_overrides PROPERTIES FIXTURES_REQUIRED kjv_shards)
-meshtrain_cli_test(train_llama_save 1 2 "exporting model.family=llama is not implemented: set train.save=false"
-  train ${_train_base} --model.preset llama-tiny --train.out_dir ${CMAKE_BINARY_DIR}/cli_llama_save)
+meshtrain_cli_test(train_llama_save 1 0 "saved .*cli_llama_save/model \\(HuggingFace LlamaForCausalLM, BF16\\)"
+  train ${_train_base} --model.preset llama-tiny --train.save_dtype bf16 --train.sample_tokens 0
+  --train.out_dir ${CMAKE_BINARY_DIR}/cli_llama_save)
+# Qwen2's q/k/v biases: trained under tp 2 (kv heads split) and exported as Qwen2ForCausalLM.
+meshtrain_cli_test(train_qwen2_save 2 0 "q/k/v biases.*saved .*cli_qwen2_save/model \\(HuggingFace Qwen2ForCausalLM, F32\\)"
+  train ${_train_base} --model.preset llama-tiny --model.qkv_bias true --mesh.tp 2
+  --train.sample_tokens 0 --train.out_dir ${CMAKE_BINARY_DIR}/cli_qwen2_save)
+set_tests_properties(cli_train_qwen2_save PROPERTIES FIXTURES_REQUIRED kjv_shards)
+meshtrain_cli_test(train_sliding_window 1 2 "model.sliding_window=16 \\(Mistral's attention window\\) is shorter than train.seq_len=32"
+  train ${_train_base} --model.preset llama-tiny --model.sliding_window 16
+  --train.out_dir ${CMAKE_BINARY_DIR}/cli_window)
+set_tests_properties(cli_train_sliding_window PROPERTIES FIXTURES_REQUIRED kjv_shards)
 meshtrain_cli_test(train_bad_block 0 2 "model.norm='batchnorm' is not one of layernorm, rmsnorm"
   train --model.norm batchnorm)
 meshtrain_cli_test(train_gpt2_gqa 0 2 "model.family=gpt2 has n_head key-value heads" train
   --model.n_kv_head 2 ${_train_base})
-meshtrain_cli_test(train_hf_unsupported 0 2 "hf_mistral_folder/config.json: model_type 'mistral' is not supported"
-  train --model.init_from ${PROJECT_SOURCE_DIR}/tests/io/data/hf_mistral_folder)
+meshtrain_cli_test(train_hf_unsupported 0 2 "hf_gemma_folder/config.json: model_type 'gemma' is not supported"
+  train --model.init_from ${PROJECT_SOURCE_DIR}/tests/io/data/hf_gemma_folder)
 meshtrain_cli_test(train_hf_llama_no_weights 2 2 "model.init_from .*hf_llama_no_weights' has neither model.safetensors.index.json nor model.safetensors"
   train --model.init_from ${PROJECT_SOURCE_DIR}/tests/io/data/hf_llama_no_weights --train.save false
   --train.seq_len 16 --train.steps 1 --mesh.tp 2 --data.train ${CMAKE_BINARY_DIR}/cli_prep/kjv_train_*.bin
@@ -146,7 +156,7 @@ meshtrain_cli_test(train_bad_precision 1 2 "train.precision='fp8' is not one of 
 # 2-rank job several times through tests/cli/test_resume.sh; the launcher line is the one above.
 set(_resume_launch ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${MPIEXEC_PREFLAGS}
     $<TARGET_FILE:meshtrain>)
-foreach(case crash signal kill errors convert)
+foreach(case crash signal kill errors convert convert_llama)
   add_test(NAME cli_resume_${case}
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_resume.sh ${case}
             ${CMAKE_BINARY_DIR}/cli_resume/${case} ${CMAKE_BINARY_DIR}/cli_prep/kjv_train_*.bin

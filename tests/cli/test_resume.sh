@@ -13,6 +13,10 @@
 #   errors   a flipped data byte, a truncated file, another model configuration: exit 2 with a
 #            message naming the tensor, the file, the key
 #   convert  meshtrain convert of `latest` into a HuggingFace folder that `generate` loads
+#   convert_llama  a Llama (tp 2, kv heads split) exports itself at the end of training as a
+#            sharded LlamaForCausalLM folder, and `convert` of its last checkpoint writes the
+#            same files byte for byte; `generate` loads it greedily; tests/reference/
+#            check_hf_folder.py (python3, json + struct) checks the index, headers and config
 # The launcher is the ctest MPI command line for 2 ranks; its last word is the executable.
 # MESHTRAIN_TEST_ARGS adds options to every training run (GPU builds: --train.precision bf16,
 # --zero.stage 3, ...); MESHTRAIN_TEST_LAYOUT_TOL is the relative loss tolerance of the resume
@@ -20,6 +24,7 @@
 set -euo pipefail
 
 case_name=$1 work=$2 data=$3
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 shift 3
 [ "$1" = -- ] && shift
 launch=("$@")
@@ -181,6 +186,33 @@ case $case_name in
     fi
     "$exe" generate --generate.model hf --generate.tokens 10 > generate.log 2>&1 ||
       { cat generate.log; fail "generate could not load the converted model"; }
+    has generate.log "^And God said"
+    ;;
+  convert_llama)
+    llama=(train --model.preset llama-tiny --model.n_layer 2 --train.seq_len 32 --train.warmup 1
+           --train.eval_every 0 --data.train "$data" --data.val "" --train.sample_tokens 0
+           "${extra[@]}")
+    run save 0 -- "${llama[@]}" --mesh.tp 2 --train.micro_batch 2 --train.steps 2 \
+      --train.out_dir a --ckpt.every 2 --train.save_max_shard_mb 0.05
+    has save.log "saved a/model \(HuggingFace LlamaForCausalLM, F32\)"
+    [ -f a/model/model.safetensors.index.json ] || fail "train.save wrote no sharded folder"
+    run convert 0 -- convert --convert.checkpoint latest --convert.dir a/checkpoints \
+      --convert.out hf --convert.max_shard_mb 0.05
+    has convert.log "step_00000002.h5 \(step 2.*LlamaForCausalLM in F32 \(tokenizer byte\)"
+    n=0
+    for f in a/model/*; do
+      cmp "$f" "hf/$(basename "$f")" || fail "convert's $(basename "$f") differs from train.save's"
+      n=$((n + 1))
+    done
+    [ "$n" -gt 4 ] || fail "only $n files in the exported folder"
+    log "train.save and convert wrote the same $n files"
+    if command -v python3 > /dev/null; then
+      python3 "$here/../reference/check_hf_folder.py" hf > check.log 2>&1 ||
+        { cat check.log; fail "check_hf_folder.py rejected the folder"; }
+      has check.log "LlamaForCausalLM: .* tensors in [0-9]+ shards"
+    fi
+    "$exe" generate --generate.model hf --generate.tokens 10 --generate.temperature 0 \
+      > generate.log 2>&1 || { cat generate.log; fail "generate could not load the Llama folder"; }
     has generate.log "^And God said"
     ;;
   *)

@@ -14,6 +14,8 @@
 #include "io_test_util.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/io/safetensors.hpp"
+#include "meshtrain/io/safetensors_sharded.hpp"
+#include "meshtrain/io/hf_export.hpp"
 #include "meshtrain/version.hpp"
 
 using namespace meshtrain;
@@ -353,25 +355,31 @@ TEST_CASE("h5ls and h5dump show the file", "[io][checkpoint][mpi]") {
   REQUIRE(mt_test::all_ranks(ok));
 }
 
-TEST_CASE("export of the weights to safetensors", "[io][checkpoint][mpi]") {
+TEST_CASE("export of the weights to a HuggingFace folder", "[io][checkpoint][mpi]") {
   const std::string dir = scratch("export");
   const std::string path = save(dir, 8);
   bool ok = true;
   if (mt_test::world_rank() == 0) {
-    const std::string out = dir + "/model.safetensors";
-    const GptConfig c = io::export_safetensors_from_checkpoint(path, out);
+    const std::string out = dir + "/hf";
+    io::HfExportOptions opt;
+    opt.max_shard_bytes = 40000;  // several shards and their index
+    const GptConfig c = io::export_hf_from_checkpoint(path, out, opt);
     REQUIRE(c.n_layer == 4);
-    io::SafetensorsReader r(out);
-    REQUIRE(r.tensors().size() == 4 * 12 + 4);
+    REQUIRE(std::filesystem::exists(out + "/model.safetensors.index.json"));
+    REQUIRE(std::filesystem::exists(out + "/config.json"));
+    io::ShardedSafetensorsReader r(out);
+    REQUIRE(r.names().size() == 4 * 12 + 4);
     REQUIRE(r.info("transformer.wte.weight").shape == std::vector<std::int64_t>{50, 32});
     REQUIRE(r.info("transformer.h.2.attn.c_attn.weight").shape == std::vector<std::int64_t>{32, 96});
     const model::ParameterRegistry full(c, 0, 1, 0, 0, c.n_layer, true, true);
     for (const auto& p : full.params()) {
-      const auto v = r.read_f32(p.name);
+      const auto& shape = r.info(p.name).shape;
+      const auto v = r.read_rows_f32(p.name, 0, shape[0]);
       for (std::size_t i = 0; i < v.size(); ++i)
         if (v[i] != value("model", p.name, static_cast<std::int64_t>(i))) ok = false;
     }
     CHECK(ok);
+    CHECK(io::read_checkpoint_attributes(path).model.key() == c.key());
   }
   REQUIRE(mt_test::all_ranks(ok));
 }

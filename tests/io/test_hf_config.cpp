@@ -6,6 +6,7 @@
 
 #include "io_test_util.hpp"
 #include "meshtrain/io/hf_checkpoint.hpp"
+#include "meshtrain/model/gpt.hpp"
 
 using namespace meshtrain;
 using io_test::config_error;
@@ -118,8 +119,75 @@ TEST_CASE("a LlamaForCausalLM config.json gives the Llama 3 block", "[io][hf][ll
   biased.replace(biased.find(R"("attention_bias": false)"), 23, R"("attention_bias": true)");
   io_test::write_file(path, "{" + biased + R"("rope_theta": 5e5})");
   CHECK(has(config_error([&] { io::read_hf_config(dir, 128); }),
-            path + ": attention_bias is set; meshtrain's Llama block has no biases"));
+            path + ": attention_bias is set; meshtrain's Llama block has biases on q, k and v "
+                   "only (Qwen2)"));
   io_test::write_file(path, "{" + shape + R"("rope_scaling": {"rope_type": "yarn"}})");
   CHECK(has(config_error([&] { io::read_hf_config(dir, 128); }),
             path + ": rope_type 'yarn' is not supported"));
+}
+
+// Qwen2ForCausalLM (Qwen2.5 0.5B's config.json shape) and MistralForCausalLM: Llama's names with
+// q/k/v biases, and with a sliding window; written back as the same model type.
+TEST_CASE("Qwen2 and Mistral config.json files give the Llama block", "[io][hf][llama]") {
+  const std::string dir = io_test::temp_name("hf_qwen2", "");
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/config.json";
+  io_test::write_file(path, R"({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
+    "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
+    "num_attention_heads": 14, "num_key_value_heads": 2, "vocab_size": 151936,
+    "max_position_embeddings": 32768, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+    "sliding_window": 32768, "use_sliding_window": false, "max_window_layers": 21,
+    "tie_word_embeddings": true, "hidden_act": "silu", "torch_dtype": "bfloat16"})");
+  model::GptConfig c = io::read_hf_config(dir, 128);
+  CHECK(c.qkv_bias);
+  CHECK(c.sliding_window == 0);
+  CHECK(c.kv_heads() == 2);
+  CHECK(c.head_size() == 64);
+  CHECK(c.tied_head);
+  CHECK(c.rope.theta == 1e6);
+  CHECK(c.norm_eps == 1e-6);
+  // 494M parameters: Qwen2.5-0.5B's count.
+  CHECK(c.num_parameters() == 494032768LL);
+  // Written back and read again: the same model, Qwen2's architecture.
+  const std::string out = dir + "/written";
+  io::write_hf_config(c, out, "byte");
+  CHECK(io::read_hf_config(out, 128).key() == c.key());
+  {
+    std::ifstream in(out + "/config.json");
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    CHECK(has(text, R"("model_type": "qwen2")"));
+    CHECK(has(text, R"("Qwen2ForCausalLM")"));
+    CHECK(has(text, R"("use_sliding_window": false)"));
+  }
+  // Mistral 7B v0.1: a 4096 window; v0.3: null; no key: MistralConfig's default 4096.
+  const std::string mistral = R"({"architectures": ["MistralForCausalLM"], "model_type": "mistral",
+    "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32768,
+    "max_position_embeddings": 32768, "rms_norm_eps": 1e-05, "rope_theta": 1000000.0,
+    "tie_word_embeddings": false, "hidden_act": "silu")";
+  io_test::write_file(path, mistral + R"(, "sliding_window": null})");
+  c = io::read_hf_config(dir, 128);
+  CHECK(!c.qkv_bias);
+  CHECK(c.sliding_window == 0);
+  CHECK(c.hf_model_type == "mistral");
+  CHECK(c.num_parameters() == 7248023552LL);  // Mistral 7B v0.3
+  io::write_hf_config(c, out, "byte");
+  model::GptConfig back = io::read_hf_config(out, 128);
+  CHECK(back.key() == c.key());
+  CHECK(back.hf_model_type == "mistral");
+  io_test::write_file(path, mistral + R"(, "sliding_window": 4096})");
+  CHECK(io::read_hf_config(dir, 128).sliding_window == 4096);
+  io_test::write_file(path, mistral + "}");
+  c = io::read_hf_config(dir, 128);
+  CHECK(c.sliding_window == 4096);
+  io::write_hf_config(c, out, "byte");
+  CHECK(io::read_hf_config(out, 128).sliding_window == 4096);
+  // A window is refused for sequences longer than it, accepted up to its length.
+  c.n_layer = 1, c.n_embd = 64, c.n_head = 4, c.n_kv_head = 2, c.intermediate_size = 64;
+  c.vocab_size = 64, c.sliding_window = 8, c.block_size = 16;
+  CHECK(has(config_error([&] { model::Gpt m(c, 1, 16); }),
+            "model.sliding_window=8 (Mistral's attention window) is shorter than "
+            "train.seq_len=16"));
+  model::Gpt ok(c, 1, 8);
+  std::filesystem::remove_all(dir);
 }

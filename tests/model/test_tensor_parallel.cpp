@@ -181,6 +181,23 @@ TEST_CASE("Llama: sequence parallelism, recompute, tied head", "[model][tp][mpi]
   check_layout(true, true, tiny_llama(kv_heads_for(W, false), true));
 }
 
+// Qwen2's q/k/v biases: split with their heads, the replicated kv heads' bias gradients summed
+// over tp like their weights'. HF initialises them to zero; the 10 AdamW steps make them
+// non-zero, so the later losses compare the forward with biases too.
+model::GptConfig tiny_qwen2(int kv, bool tied) {
+  model::GptConfig c = tiny_llama(kv, tied);
+  c.qkv_bias = true;
+  return c;
+}
+
+TEST_CASE("Qwen2: q/k/v biases under tensor and sequence parallelism equal the single rank",
+          "[model][tp][mpi][llama]") {
+  const int W = mt_test::world_size();
+  check_layout(false, false, tiny_qwen2(kv_heads_for(W, false), false));
+  check_layout(false, false, tiny_qwen2(kv_heads_for(W, true), true));
+  check_layout(true, true, tiny_qwen2(kv_heads_for(W, false), false));
+}
+
 TEST_CASE("Llama: tp must split or share the kv heads evenly", "[model][tp][mpi][llama]") {
   const int W = mt_test::world_size();
   if (W != 3 && W != 4) return;

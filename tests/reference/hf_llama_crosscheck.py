@@ -1,13 +1,28 @@
 #!/usr/bin/env python3
-"""Cross-check of the Llama fixture against HuggingFace transformers: loads the fixture's
-parameters (tests/fixtures/llama_tiny_v1.safetensors, written by llama_reference.py) into a real
-transformers LlamaForCausalLM in float64 and compares its logits, loss and every parameter
-gradient with the fixture, for the default rope and the fixture's Llama 3 rope scaling.
+"""Cross-checks of meshtrain's Llama against HuggingFace transformers, in two modes.
+
+1. The fixture (default): loads the fixture's parameters (tests/fixtures/llama_tiny_v1.safetensors,
+   written by llama_reference.py) into a real transformers LlamaForCausalLM in float64 and
+   compares its logits, loss and every parameter gradient with the fixture, for the default
+   rope and the fixture's Llama 3 rope scaling.
 
     python3 tests/reference/hf_llama_crosscheck.py [--fixture tests/fixtures/llama_tiny_v1.safetensors]
 
-Needs torch and transformers (run on the GPU machine, transformers 5.x; it runs on the CPU in
-a few seconds). Prints the max deviations and PASS or FAIL; exit status 0 on PASS.
+2. An exported folder (--folder, with --meshtrain): `transformers` loads the HuggingFace folder
+   meshtrain exported (train.save or `meshtrain convert`: config.json, shards, index) with
+   AutoModelForCausalLM.from_pretrained, in float32 and in bfloat16 (on the GPU when there is
+   one). `meshtrain generate --generate.temperature 0 --generate.dump` gives the prompt's
+   token ids, meshtrain's logits at every prompt position and its greedy continuation; the
+   script compares transformers' logits of the same ids (float32: 1e-4 of max|logits|;
+   bfloat16: 3e-2, bf16's 8-bit mantissa over a few layers) and its greedy continuation
+   (generate(do_sample=False), min_new_tokens = the same count, so no EOS stops it early):
+   float32 must equal meshtrain's token for token; bfloat16's agreeing prefix is reported.
+
+    python3 tests/reference/hf_llama_crosscheck.py --folder out/model \
+        --meshtrain "build/cuda/src/meshtrain" [--prompt "And God said"] [--tokens 48]
+
+Needs torch and transformers (run on the GPU machine, transformers 5.x; the fixture mode runs on
+the CPU in a few seconds). Prints the max deviations and PASS or FAIL; exit status 0 on PASS.
 
 Two runs per rope variant:
   * "HF as is": transformers' own code. Its LlamaRMSNorm computes in float32 whatever the
@@ -25,6 +40,7 @@ softmax.
 """
 import argparse
 import inspect
+import json
 import os
 import sys
 import types
@@ -110,11 +126,83 @@ def rel_max(a, b):
     return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-300))
 
 
+def load_pretrained(folder, dtype, device):
+    from transformers import AutoModelForCausalLM
+    try:
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+    except TypeError:  # transformers 4 spells it torch_dtype
+        model = AutoModelForCausalLM.from_pretrained(folder, torch_dtype=dtype)
+    return model.to(device).eval()
+
+
+def check_exported(a):
+    """Mode 2: transformers on meshtrain's exported folder against `meshtrain generate`."""
+    import shlex
+    import subprocess
+    import transformers
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}")
+    os.makedirs(a.work, exist_ok=True)
+    dump = os.path.join(a.work, "meshtrain_generate.safetensors")
+    args = shlex.split(a.meshtrain) + [
+        "generate", "--generate.model", a.folder, "--generate.prompt", a.prompt,
+        "--generate.tokens", str(a.tokens), "--generate.temperature", "0",
+        "--generate.dump", dump]
+    r = subprocess.run(args, capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"{' '.join(args)} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+        return 1
+    print(f"meshtrain generate: {r.stdout.strip()[:200]!r}")
+    fx, _ = load_safetensors(dump)
+    prompt = [int(t) for t in fx["prompt"]]
+    ours_logits = np.array(fx["logits"], np.float64)
+    ours_tokens = [int(t) for t in fx["tokens"]]
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    ok = True
+    with open(os.path.join(a.folder, "config.json")) as f:
+        arch = json.load(f)["architectures"][0]
+    for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 3e-2)):
+        model = load_pretrained(a.folder, dtype, device)
+        name = str(dtype).replace("torch.", "")
+        assert type(model).__name__ == arch, f"loaded {type(model).__name__}, config says {arch}"
+        ids = torch.tensor([prompt], device=device)
+        with torch.no_grad():
+            logits = model(input_ids=ids, use_cache=False).logits[0].float().cpu().numpy()
+        dev = rel_max(logits, ours_logits)
+        good = dev <= tol
+        ok = ok and good
+        print(f"  {arch} {name}: logits of {len(prompt)} positions vs meshtrain (rel. to max) "
+              f"{dev:.3e}  (tolerance {tol:.0e})  {'ok' if good else 'FAIL'}")
+        n_new = len(ours_tokens) - len(prompt)
+        with torch.no_grad():
+            out = model.generate(ids, max_new_tokens=n_new, min_new_tokens=n_new, do_sample=False,
+                                 num_beams=1, pad_token_id=0)[0].tolist()
+        same = next((i for i, (x, y) in enumerate(zip(out, ours_tokens)) if x != y),
+                    min(len(out), len(ours_tokens)))
+        equal = out == ours_tokens
+        if dtype == torch.float32:
+            ok = ok and equal
+        print(f"  {arch} {name}: greedy continuation of {n_new} tokens "
+              f"{'equals' if equal else 'differs from'} meshtrain's "
+              f"(first {same - len(prompt)} new tokens agree)"
+              f"{'' if equal or dtype != torch.float32 else '  FAIL'}")
+    print("PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--fixture", default=os.path.join(here, "..", "fixtures", "llama_tiny_v1.safetensors"))
+    ap.add_argument("--folder", default="", help="mode 2: meshtrain's exported HuggingFace folder")
+    ap.add_argument("--meshtrain", default="", help="mode 2: the command that runs meshtrain")
+    ap.add_argument("--prompt", default="And God said")
+    ap.add_argument("--tokens", type=int, default=48, help="mode 2: greedy tokens to compare")
+    ap.add_argument("--work", default="hf_crosscheck_work")
     a = ap.parse_args()
+    if a.folder:
+        if not a.meshtrain:
+            ap.error("--folder needs --meshtrain")
+        return check_exported(a)
     import transformers
     print(f"torch {torch.__version__}, transformers {transformers.__version__}")
 

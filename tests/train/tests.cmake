@@ -8,3 +8,5 @@ meshtrain_add_test(NAME test_divergence SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_d
 meshtrain_add_test(NAME test_hf_import SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_hf_import.cpp
   RANKS 1 2 4)
 target_compile_definitions(test_hf_import PRIVATE MESHTRAIN_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+meshtrain_add_test(NAME test_hf_export SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_hf_export.cpp
+  RANKS 1 2 4)

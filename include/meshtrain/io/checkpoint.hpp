@@ -190,11 +190,16 @@ CheckpointAttributes load_checkpoint(MPI_Comm comm, const std::string& spec,
 
 // ---- export --------------------------------------------------------------------------------------
 
-// One process (no MPI communication): reads /model/* of a checkpoint (verifying checksums) and
-// writes a HuggingFace safetensors file with the real vocabulary rows of wte, as export_hf does.
-// Returns the checkpoint's model configuration (for config.json, see write_hf_config).
-model::GptConfig export_safetensors_from_checkpoint(const std::string& checkpoint,
-                                                    const std::string& out_safetensors);
+// One process (no MPI communication): the root attributes of a checkpoint file (no tensors).
+// ConfigError naming the file when it is missing or not a meshtrain checkpoint.
+CheckpointAttributes read_checkpoint_attributes(const std::string& checkpoint);
+
+// One process (no MPI communication): a HuggingFace folder in `dir` (io/hf_export.hpp: shards,
+// index, config.json for the checkpoint's family) from /model/* of a checkpoint, one tensor at
+// a time, each checksum verified. Returns the checkpoint's model configuration.
+struct HfExportOptions;
+model::GptConfig export_hf_from_checkpoint(const std::string& checkpoint, const std::string& dir,
+                                           const HfExportOptions& opt);
 
 // Whether this process gave up a parallel HDF5 file after an error (its handles were released,
 // not closed: closing is collective). Such a process cannot shut HDF5 and MPI down cleanly (the

@@ -63,6 +63,11 @@ void gemm_ex_reference(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, 
 //   dbias[N] += sum over the K rows of B       (column sums; not scaled by alpha)
 // dbias accumulates (micro-batches add into it). For a linear layer: A = inp (ta = T),
 // B = dout, C = dweight, K = tokens.
+// dbias[n] += sum over the K rows of B[k * ldb + n] (n < N): a bias gradient on its own (the
+// column sums of gemm_dbias, deterministic on every backend).
+template <class T>
+void column_sums_add(const ExecSpace& exec, int K, int N, const T* B, int ldb, T* dbias);
+
 template <class T>
 void gemm_dbias(const ExecSpace& exec, Trans ta, int M, int N, int K, float alpha, const T* A,
                 int lda, const T* B, int ldb, float beta, T* C, int ldc, T* dbias);

@@ -45,6 +45,13 @@ struct GptConfig {
   int head_dim = 0;           // 0: n_embd / n_head
   int intermediate_size = 0;  // MLP width; 0: 4 n_embd
   bool bias = true;           // biases of the linears (and LayerNorm)
+  bool qkv_bias = false;      // llama family: biases on q, k and v only (Qwen2)
+  int sliding_window = 0;     // Mistral's attention window (config.json); 0: none. meshtrain
+                              // attends over the whole causal context, so a model is refused
+                              // for sequences longer than its window
+  // The HuggingFace model_type a llama-family model is written as: "" (llama, or qwen2 with
+  // q/k/v biases), "mistral" (read from a MistralForCausalLM folder). Names and math coincide.
+  std::string hf_model_type;
   bool tied_head = true;      // LM head shares the token embedding
   double norm_eps = 1e-5;
   kernels::RopeConfig rope;   // rotary: rope_theta and Llama 3 frequency scaling

@@ -229,7 +229,8 @@ class GptT {
   View1<T> proj_out_;  // tp > 1: a row-parallel projection's reduced output, before the residual
   View1<T> dqkv_, datty_, dfch_;
   View1<T> dh_;           // SwiGLU: gradient of the MLP activation [N, HW]
-  View1<T> kv_dw_;        // kv heads replicated over tp: k and v weight gradients before the sum
+  View1<T> kv_dw_;        // kv heads replicated over tp: k and v weight (then bias) gradients
+                          // before the sum
   View1<T> ln_dw_, ln_db_;  // sequence-parallel LayerNorm parameter gradients before the tp sum
   Scalar<float> loss_sum_;
 };

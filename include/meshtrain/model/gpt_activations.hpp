@@ -13,12 +13,14 @@ namespace meshtrain::model {
 // the registry once when a unit is bound, not by name on every forward and backward.
 // GPT-2 fills ln_*, c_attn, attn_proj, c_fc and mlp_proj (Conv1D [in, out]); Llama fills ln_*_w
 // (input_layernorm, post_attention_layernorm), q/k/v, attn_proj (o_proj), gate/up and
-// mlp_proj (down_proj), all nn.Linear [out, in]; what a family does not have stays empty.
+// mlp_proj (down_proj), all nn.Linear [out, in], and q/k/v biases where the block has them;
+// what a family does not have stays empty.
 template <class T>
 struct BlockTensors {
   View1<T> ln_1_w, ln_1_b, c_attn_w, c_attn_b, attn_proj_w, attn_proj_b;
   View1<T> ln_2_w, ln_2_b, c_fc_w, c_fc_b, mlp_proj_w, mlp_proj_b;
   View1<T> q_w, k_w, v_w, gate_w, up_w;
+  View1<T> q_b, k_b, v_b;  // Qwen2's q/k/v biases (model.qkv_bias)
 };
 
 // Shapes of one rank's share of a block: N rows of the micro-batch (B*T), Nl local rows (N / tp

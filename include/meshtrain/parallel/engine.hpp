@@ -21,6 +21,7 @@
 #include <mpi.h>
 
 #include "meshtrain/io/checkpoint.hpp"
+#include "meshtrain/io/hf_export.hpp"
 #include "meshtrain/kernels/attention.hpp"
 #include "meshtrain/model/config.hpp"
 #include "meshtrain/model/gpt.hpp"
@@ -112,7 +113,14 @@ class Engine {
   io::CheckpointAttributes load_checkpoint(const std::string& spec, const std::string& dir,
                                            bool verify, io::Transfer transfer);
 
-  // ---- the whole model (export, sampling) ----
+  // ---- HuggingFace export (collective over the world) ----
+  // Writes the model as a HuggingFace folder on world rank 0 (io/hf_export.hpp), streamed
+  // tensor by tensor from the ranks that hold each slice: no rank holds more than one tensor
+  // of it in host memory. Returns this rank's host-buffer figures. ConfigError (agreed) when
+  // the folder cannot be written.
+  io::HfExportStats export_hf(const std::string& dir, const io::HfExportOptions& opt);
+
+  // ---- the whole model (sampling) ----
   // Calls f(model) on world rank 0 with the whole model: this rank's own when it holds all of
   // it (one rank, parameters allocated), else a gathered fp32 copy (collective). Other ranks
   // take part in the gather and do not call f.
