@@ -67,7 +67,8 @@ ModelFootprint model_footprint(const GptConfig& cfg, int micro_batch, int seq_le
   // epilogue: no separate gradient of the GELU output; SwiGLU's is dh) ----
   f.scratch = static_cast<double>((Nl * C + N * C + N * (QW + 2 * KW) + N * QW + N * FW) * E);
   if (swiglu) f.scratch += static_cast<double>(N * I * E);
-  if (KV < P) f.scratch += static_cast<double>(2 * KV * HS * C * E);  // replicated kv grads
+  if (KV < P)  // replicated kv heads' weight (and Qwen2 bias) gradients before their tp sum
+    f.scratch += static_cast<double>(2 * KV * HS * (C + (cfg.qkv_bias ? 1 : 0)) * E);
   if (cfg.positions == Positions::rotary) f.scratch += static_cast<double>(T * HS * 4);  // rope
   // row-parallel partial sums and their reduced local rows (before the residual add)
   if (P > 1) f.scratch += static_cast<double>((N * C + Nl * C) * E);

@@ -132,3 +132,23 @@ TEST_CASE("predicted memory per rank matches the allocations of a Llama model",
   c.tied_head = false;
   check_grid(c, "test_plan_memory_llama", true);
 }
+
+// Qwen2's q/k/v biases on the same block: their parameters and gradients (the registry's),
+// and at tp 4 the replicated kv heads' bias gradients in the scratch summed over tp.
+TEST_CASE("predicted memory per rank matches the allocations of a Qwen2 model",
+          "[plan][memory][mpi][llama]") {
+  model::GptConfig c = model::preset("llama-tiny");
+  const auto g = plan_test::small_model();
+  c.name = "plan-test-qwen2";
+  c.n_layer = g.n_layer;
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.n_embd = g.n_embd;
+  c.intermediate_size = 160;
+  c.vocab_size = g.vocab_size;
+  c.vocab_pad = g.vocab_pad;
+  c.block_size = g.block_size;
+  c.tied_head = false;
+  c.qkv_bias = true;
+  check_grid(c, "test_plan_memory_qwen2", true);
+}
