@@ -11,3 +11,4 @@ meshtrain_add_test(NAME test_tensor_parallel
 meshtrain_add_test(NAME test_hook_order SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_hook_order.cpp)
 meshtrain_add_test(NAME test_llama_parity SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_llama_parity.cpp)
 target_compile_definitions(test_llama_parity PRIVATE MESHTRAIN_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+meshtrain_add_test(NAME test_moe_model SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_moe_model.cpp)
