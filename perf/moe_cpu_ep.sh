@@ -45,7 +45,8 @@ res = {}
 for ep in (1, 2):
     ms, tok, a2a, mem = [], [], [], []
     for r in range(1, rounds + 1):
-        recs = [json.loads(l) for l in open(f"{work}/ep{ep}-{r}/metrics.jsonl")][2:]
+        recs = [json.loads(l) for l in open(f"{work}/ep{ep}-{r}/metrics.jsonl")]
+        recs = [x for x in recs if "step_ms" in x][2:]  # training steps after the first two
         for x in recs:
             ms.append(x["step_ms"]); tok.append(x["tokens_per_s"]); mem.append(x["memory_bytes"])
             a2a.append(sum(b["a2a_ms"] for b in x.get("moe", [])))
