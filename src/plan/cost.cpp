@@ -203,6 +203,14 @@ StepCost step_cost(const model::GptConfig& cfg, int seq_len, const Layout& l,
     s.QW = cfg.n_head * HS / l.tp;
     s.KW = (KV < l.tp ? 1.0 : KV / l.tp) * HS;  // replicated kv: the one head of a rank's group
     s.I = double(cfg.mlp_width()) / l.tp;
+    if (cfg.moe.enabled()) {
+      // MoE blocks: every tp rank runs top_k experts per token (and the shared expert) whole;
+      // an average block's MLP width over the dense and MoE blocks (the router, the
+      // permutation and uneven expert loads are left out).
+      const double Lm = cfg.n_moe_layers(), L = cfg.n_layer;
+      const double moe_w = double(cfg.moe.top_k) * cfg.expert_width() + cfg.moe.shared_ffn;
+      s.I = ((L - Lm) * s.I + Lm * moe_w) / L;
+    }
     s.FW = cfg.mlp == model::Mlp::swiglu ? 2 * s.I : s.I;
     s.bias = cfg.bias;
   }

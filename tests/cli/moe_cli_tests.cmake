@@ -28,3 +28,8 @@ endforeach()
 meshtrain_cli_test(moe_no_export 1 2 "exporting a Mixture-of-Experts model \\(moe\\.experts=4\\) is not implemented"
   train ${_train_base} --model.n_layer 2 --model.n_head 2 --moe.experts 4 --train.sample_tokens 0)
 set_tests_properties(cli_moe_no_export PROPERTIES FIXTURES_REQUIRED kjv_shards)
+# The planner searches mesh.ep for an MoE model and writes it into the layout's INI.
+meshtrain_cli_test(moe_plan 0 0 "  1  [0-9]+x[0-9]+x[0-9]+ ep[0-9]+ .*wrote .*moe_plan\\.ini" plan
+  --model.preset gpt2-124m --moe.experts 64 --plan.world 16 --plan.gpus_per_node 8
+  --plan.global_batch 64 --plan.memory_gib 80 --plan.top 3
+  --plan.emit_config ${CMAKE_BINARY_DIR}/moe_plan.ini)
