@@ -175,14 +175,14 @@ std::vector<Layout> matrix(bool llama) {
   if (W == 1) return {{1, 1, 1, 1, 0}, {1, 1, 1, 1, 3, K::one_f_one_b, 1, false, true}};
   if (W == 2) {
     if (llama) return {{2, 2, 1, 1, 1}, {1, 1, 1, 2, 0, K::one_f_one_b, 1, true}};
-    return {{2, 2, 1, 1, 0}, {2, 2, 1, 1, 3}, {2, 1, 1, 1, 2}, {1, 1, 2, 1, 1},
+    return {{2, 2, 1, 1, 0}, {2, 2, 1, 1, 3}, {2, 2, 1, 1, 2}, {2, 1, 1, 1, 2}, {1, 1, 2, 1, 1},
             {1, 1, 1, 2, 0, K::one_f_one_b, 1, true}};
   }
   if (W == 4) {
     if (llama) return {{4, 4, 1, 1, 2}, {2, 2, 1, 2, 0}};
     return {{4, 4, 1, 1, 0}, {4, 2, 1, 1, 1}, {4, 4, 1, 1, 3, K::one_f_one_b, 1, false, true},
             {2, 2, 2, 1, 1, K::one_f_one_b}, {2, 2, 1, 2, 1, K::one_f_one_b, 1, true},
-            {2, 2, 2, 1, 2, K::gpipe}};
+            {2, 2, 2, 1, 2, K::gpipe}, {2, 2, 2, 1, 3, K::one_f_one_b}};
   }
   if (W == 8) {
     if (llama) return {{4, 4, 2, 1, 1, K::one_f_one_b}};
