@@ -109,7 +109,8 @@ po::options_description moe_options() {
       ("moe.shared_expert_size", po::value<int>(),
        "intermediate size of a shared expert every token goes through; 0 (default): none")
       ("moe.router_score", po::value<std::string>(),
-       "softmax (default; top-k renormalised when k > 1) or sigmoid")
+       "softmax (default; top-k renormalised when k > 1) or sigmoid (per-token normalised "
+       "sigmoid scores; DeepSeek-V3's aux-loss-free bias is not implemented in the model)")
       ("moe.router_fp64", po::value<bool>()->implicit_value(true),
        "run the router in fp64 (layout comparisons without top-k tie flips; default false)")
       ("moe.aux_loss_coeff", po::value<double>(),
@@ -117,7 +118,7 @@ po::options_description moe_options() {
       ("moe.z_loss_coeff", po::value<double>(), "router z-loss coefficient (default 0)")
       ("moe.capacity_factor", po::value<double>(),
        "cap tokens per expert at ceil(factor N k / E), dropping lowest router probability "
-       "first; 0 (default): dropless; must be > 0 when given");
+       "first; absent (default): dropless; when given it must be > 0");
   return d;
 }
 
