@@ -8,6 +8,8 @@
 //          [--n-layer L] [--vocab-size V]   (a preset cut down: CPU smoke runs of the GPU shapes)
 //   e.g. --preset llama3.2-1b --seq-len 2048 --precision bf16 --micro-batch 4 on one H200
 //   (perf/torch_llama_gpu.py is the PyTorch side), --n-layer 1 --vocab-size 512 on a CPU.
+//          [--moe-experts E --moe-top-k 2 --moe-ffn I --moe-layer-freq 1 --moe-shared S]
+// (the --moe-* options make the preset a Mixture-of-Experts model, docs/moe.md; fp32 only)
 //
 // Time shares come from Kokkos' profiling callbacks installed by this program (no tool library
 // needed): every parallel_for/reduce/scan, deep_copy and region (gemm.cpp wraps each BLAS call
@@ -55,6 +57,7 @@ struct Args {
   std::string precision = "fp32";  // bf16: bf16 compute, fp32 master weights (GPU builds)
   std::string attn_impl = "auto";  // --attn.impl of meshtrain train
   bool attn_deterministic = false;
+  model::MoeConfig moe;  // --moe-*: experts = 0 keeps the preset dense
 };
 
 Args parse(int argc, char** argv) {
@@ -76,6 +79,16 @@ Args parse(int argc, char** argv) {
       a.attn_impl = v;
     else if (k == "--attn-deterministic")
       a.attn_deterministic = v == "1" || v == "true";
+    else if (k == "--moe-experts")
+      a.moe.experts = std::stoi(v);
+    else if (k == "--moe-top-k")
+      a.moe.top_k = std::stoi(v);
+    else if (k == "--moe-ffn")
+      a.moe.ffn = std::stoi(v);
+    else if (k == "--moe-layer-freq")
+      a.moe.layer_freq = std::stoi(v);
+    else if (k == "--moe-shared")
+      a.moe.shared_ffn = std::stoi(v);
     else {
       std::fprintf(stderr, "bench_train_step: unknown option %s\n", k.c_str());
       std::exit(2);
@@ -205,6 +218,7 @@ void run(const Args& a) {
     model::GptConfig cfg = model::preset(a.preset);
     if (a.n_layer > 0) cfg.n_layer = a.n_layer;
     if (a.vocab_size > 0) cfg.vocab_size = a.vocab_size;
+    cfg.moe = a.moe;
     cfg.validate();
     const int B = a.micro_batch, T = a.seq_len > 0 ? a.seq_len : cfg.block_size;
     const int N = B * T, C = cfg.n_embd, L = cfg.n_layer, Vp = cfg.padded_vocab();

@@ -1,5 +1,9 @@
 #include "meshtrain/app/options.hpp"
 
+#include <type_traits>
+
+#include "meshtrain/core/error.hpp"
+
 namespace meshtrain::app {
 
 po::options_description mesh_options() {
@@ -9,6 +13,10 @@ po::options_description mesh_options() {
        "data-parallel size; 0 = world / (pp * tp)")
       ("mesh.pp", po::value<int>()->default_value(1), "pipeline-parallel size (stages)")
       ("mesh.tp", po::value<int>()->default_value(1), "tensor-parallel size (keep within a node)")
+      ("mesh.ep", po::value<int>()->default_value(1),
+       "expert-parallel size (MoE models): experts split over ep ranks carved out of dp; "
+       "expert gradients reduce over the expert-data-parallel group of dp / ep ranks; "
+       "mesh.ep x mesh.tp x mesh.pp must divide the world")
       ("mesh.order", po::value<std::string>()->default_value("tp-dp-pp"),
        "rank order of the axes, fastest-varying first");
   return d;
@@ -70,6 +78,12 @@ mesh::Shape mesh_shape(const po::variables_map& vm, int world_size) {
   s.pp = vm["mesh.pp"].as<int>();
   s.tp = vm["mesh.tp"].as<int>();
   s.dp = vm["mesh.dp"].as<int>();
+  s.ep = vm.count("mesh.ep") ? vm["mesh.ep"].as<int>() : 1;
+  if (s.ep <= 0) throw ConfigError(cat("mesh.ep=", s.ep, " must be a positive integer"));
+  if (world_size % (static_cast<long>(s.ep) * s.tp * s.pp) != 0)
+    throw ConfigError(cat("mesh.ep x mesh.tp x mesh.pp = ", s.ep, " x ", s.tp, " x ", s.pp,
+                          " does not divide the ", world_size, " ranks of the job (experts are "
+                          "split over ep ranks carved out of dp)"));
   if (s.pp <= 0) throw ConfigError(cat("mesh.pp=", s.pp, " must be a positive integer"));
   if (s.tp <= 0) throw ConfigError(cat("mesh.tp=", s.tp, " must be a positive integer"));
   if (s.dp < 0) throw ConfigError(cat("mesh.dp=", s.dp, " must be positive (or 0 to derive it)"));
@@ -81,6 +95,51 @@ mesh::Shape mesh_shape(const po::variables_map& vm, int world_size) {
   }
   mesh::validate(s, world_size);
   return s;
+}
+
+po::options_description moe_options() {
+  po::options_description d("Mixture of Experts [moe] (docs/moe.md)");
+  d.add_options()
+      ("moe.experts", po::value<int>(), "experts per MoE block (E); 0: a dense model")
+      ("moe.top_k", po::value<int>(), "experts per token, 1-8 and <= moe.experts (default 2)")
+      ("moe.layer_freq", po::value<int>(),
+       "every n-th block (blocks l with l % n == 0) is an MoE block (default 1: all)")
+      ("moe.ffn_hidden_size", po::value<int>(),
+       "each expert's intermediate size; 0 (default): the dense MLP width")
+      ("moe.shared_expert_size", po::value<int>(),
+       "intermediate size of a shared expert every token goes through; 0 (default): none")
+      ("moe.router_score", po::value<std::string>(),
+       "softmax (default; top-k renormalised when k > 1) or sigmoid (per-token normalised "
+       "sigmoid scores; DeepSeek-V3's aux-loss-free bias is not implemented in the model)")
+      ("moe.router_fp64", po::value<bool>()->implicit_value(true),
+       "run the router in fp64 (layout comparisons without top-k tie flips; default false)")
+      ("moe.aux_loss_coeff", po::value<double>(),
+       "Switch load-balancing loss coefficient (default 0.01)")
+      ("moe.z_loss_coeff", po::value<double>(), "router z-loss coefficient (default 0)")
+      ("moe.capacity_factor", po::value<double>(),
+       "cap tokens per expert at ceil(factor N k / E), dropping lowest router probability "
+       "first; absent (default): dropless; when given it must be > 0");
+  return d;
+}
+
+void apply_moe_options(const po::variables_map& vm, model::GptConfig& c) {
+  auto over = [&](const char* key, auto& field) {
+    if (vm.count(key)) field = vm[key].as<std::remove_reference_t<decltype(field)>>();
+  };
+  over("moe.experts", c.moe.experts);
+  over("moe.top_k", c.moe.top_k);
+  over("moe.layer_freq", c.moe.layer_freq);
+  over("moe.ffn_hidden_size", c.moe.ffn);
+  over("moe.shared_expert_size", c.moe.shared_ffn);
+  over("moe.router_score", c.moe.router_score);
+  over("moe.router_fp64", c.moe.router_fp64);
+  over("moe.aux_loss_coeff", c.moe.aux_loss_coeff);
+  over("moe.z_loss_coeff", c.moe.z_loss_coeff);
+  over("moe.capacity_factor", c.moe.capacity_factor);
+  if (vm.count("moe.capacity_factor"))
+    MESHTRAIN_CONFIG_CHECK(c.moe.capacity_factor > 0, "moe.capacity_factor=",
+                           c.moe.capacity_factor, " must be > 0 (leave it out for dropless)");
+  if (c.moe.experts != 0) c.validate();  // one message naming the moe.* option
 }
 
 mesh::Order mesh_order(const po::variables_map& vm) {

@@ -89,13 +89,26 @@ std::string block_section(const model::GptConfig& c) {
              c.rope.original_max_position_embeddings, "\n");
 }
 
+// The Mixture-of-Experts options of a MoE model (empty for a dense one).
+std::string moe_section(const model::GptConfig& c) {
+  if (!c.moe.enabled()) return "";
+  const auto& m = c.moe;
+  return cat("[moe]\nexperts = ", m.experts, "\ntop_k = ", m.top_k, "\nlayer_freq = ", m.layer_freq,
+             "\nffn_hidden_size = ", m.ffn, "\nshared_expert_size = ", m.shared_ffn,
+             "\nrouter_score = ", m.router_score, "\nrouter_fp64 = ",
+             m.router_fp64 ? "true" : "false", "\naux_loss_coeff = ", m.aux_loss_coeff,
+             "\nz_loss_coeff = ", m.z_loss_coeff, "\n",
+             m.capacity_factor > 0 ? cat("capacity_factor = ", m.capacity_factor, "\n")
+                                   : std::string());
+}
+
 std::string model_section(const po::variables_map& vm, const model::GptConfig& c) {
   const std::string init = vm["model.init_from"].as<std::string>();
   if (!init.empty()) return cat("[model]\ninit_from = ", init, "\n");
   return cat("[model]\npreset = ", vm["model.preset"].as<std::string>(), "\nn_layer = ",
              c.n_layer, "\nn_head = ", c.n_head, "\nn_embd = ", c.n_embd, "\nvocab_size = ",
              c.vocab_size, "\nvocab_pad = ", c.vocab_pad, "\nblock_size = ", c.block_size, "\n",
-             block_section(c));
+             block_section(c), moe_section(c));
 }
 
 void write_file(const std::string& path, const std::string& text, const char* option) {

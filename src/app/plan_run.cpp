@@ -78,6 +78,7 @@ LayoutRun run_typed(MPI_Comm world, const model::GptConfig& cfg, int seq_len,
   AllocTracker tracker({"init.params", "Kokkos::", "scratch_"});
   parallel::EngineOptions eo;
   eo.parallel.shape = mesh::Shape{l.dp, l.pp, l.tp};
+  eo.parallel.shape.ep = l.ep;
   eo.parallel.backend = comm::default_backend();
   eo.parallel.sequence_parallel = l.sequence_parallel;
   eo.parallel.schedule = l.schedule;

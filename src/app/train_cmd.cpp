@@ -62,6 +62,7 @@ po::options_description model_options() {
       ("model.rope_high_freq_factor", po::value<double>(), "llama3 scaling: high_freq_factor")
       ("model.rope_original_max_position", po::value<int>(),
        "llama3 scaling: original_max_position_embeddings");
+  d.add(moe_options());
   return d;
 }
 
@@ -216,6 +217,7 @@ model::GptConfig model_config(const po::variables_map& vm) {
   over("model.vocab_size", c.vocab_size);
   over("model.block_size", c.block_size);
   if (vm.count("model.vocab_pad")) c.vocab_pad = pad;
+  apply_moe_options(vm, c);
   c.validate();
   return c;
 }
@@ -299,6 +301,10 @@ bool train_and_sample(const po::variables_map& vm, const model::GptConfig& mc,
                       const parallel::EngineOptions& eo) {
   // Checked before training, not after it.
   const OutputOptions o = read_output_options(vm, tc.seed, tok_kind);
+  MESHTRAIN_CONFIG_CHECK(!mc.moe.enabled() || !o.save,
+                         "train.save=true exports a HuggingFace folder; exporting a "
+                         "Mixture-of-Experts model (moe.experts=", mc.moe.experts, ") is not "
+                         "implemented: set train.save=false (checkpoints hold the model)");
   parallel::Engine<T> engine(world, mc, eo);
   logging::info("layout: ", engine.describe());
   const std::string advice = engine.advice();

@@ -161,7 +161,12 @@ std::vector<std::pair<std::string, std::string>> block_attributes(const model::G
           {"model.rope_low_freq_factor", num(c.rope.low_freq_factor)},
           {"model.rope_high_freq_factor", num(c.rope.high_freq_factor)},
           {"model.rope_original_max_position",
-           std::to_string(c.rope.original_max_position_embeddings)}};
+           std::to_string(c.rope.original_max_position_embeddings)},
+          // Mixture of Experts: what the parameters' shapes and names depend on (absent: dense)
+          {"moe.experts", std::to_string(c.moe.experts)},
+          {"moe.layer_freq", std::to_string(c.moe.experts > 0 ? c.moe.layer_freq : 1)},
+          {"moe.ffn_hidden_size", std::to_string(c.moe.experts > 0 ? c.expert_width() : 0)},
+          {"moe.shared_expert_size", std::to_string(c.moe.shared_ffn)}};
 }
 
 void set_block_attribute(model::GptConfig& c, const std::string& key, const std::string& v,
@@ -201,6 +206,10 @@ void set_block_attribute(model::GptConfig& c, const std::string& key, const std:
   else if (key == "model.rope_high_freq_factor") c.rope.high_freq_factor = number();
   else if (key == "model.rope_original_max_position")
     c.rope.original_max_position_embeddings = static_cast<int>(number());
+  else if (key == "moe.experts") c.moe.experts = static_cast<int>(number());
+  else if (key == "moe.layer_freq") c.moe.layer_freq = static_cast<int>(number());
+  else if (key == "moe.ffn_hidden_size") c.moe.ffn = static_cast<int>(number());
+  else if (key == "moe.shared_expert_size") c.moe.shared_ffn = static_cast<int>(number());
   else throw Error(cat("set_block_attribute: unknown key ", key));
 }
 

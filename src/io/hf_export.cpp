@@ -40,6 +40,11 @@ HfFolderWriter::HfFolderWriter(const model::GptConfig& cfg, const std::string& d
                          dir, "': dtype '", opt.dtype, "' is not F32 or BF16");
   MESHTRAIN_CONFIG_CHECK(opt.max_shard_bytes > 0, "HuggingFace export of '", dir,
                          "': the maximum shard size must be positive");
+  // No HuggingFace MoE family (Mixtral, OLMoE) is mapped yet: its experts would have no names.
+  MESHTRAIN_CONFIG_CHECK(!cfg.moe.enabled(), "HuggingFace export of '", dir,
+                         "': the model has moe.experts=", cfg.moe.experts,
+                         "; Mixture-of-Experts folders cannot be written yet (checkpoints hold "
+                         "the model)");
   reg_ = std::make_unique<model::ParameterRegistry>(cfg, 0, 1, 0, 0, cfg.n_layer, true, true);
   std::vector<ShardedSafetensorsWriter::Tensor> tensors;
   for (const auto& p : reg_->params()) tensors.push_back({p.name, opt.dtype, hf_shape(*reg_, p)});

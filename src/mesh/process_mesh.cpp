@@ -29,11 +29,14 @@ ProcessMesh::ProcessMesh(MPI_Comm parent, const Shape& shape, const Order& order
   const bool in_embedding = coord_.pp == 0 || coord_.pp == shape_.pp - 1;
   const int emb_color = in_embedding ? coord_.dp * shape_.tp + coord_.tp : MPI_UNDEFINED;
   embedding_ = MpiComm::split(world_.get(), emb_color, coord_.pp);
+  // Expert parallelism inside dp: ep groups of consecutive dp ranks, expert-dp across them.
+  ep_ = MpiComm::split(dp_.get(), coord_.dp / shape_.ep, coord_.dp % shape_.ep);
+  edp_ = MpiComm::split(dp_.get(), coord_.dp % shape_.ep, coord_.dp / shape_.ep);
 
   // Names for the flight recorder and the watchdog's messages (comm/flight_recorder.hpp).
   const std::pair<const MpiComm*, const char*> names[] = {
       {&world_, "world"}, {&tp_, "tp"}, {&dp_, "dp"}, {&pp_, "pp"}, {&mp_, "model_parallel"},
-      {&embedding_, "embedding"}};
+      {&embedding_, "embedding"}, {&ep_, "ep"}, {&edp_, "expert_dp"}};
   for (const auto& [c, name] : names)
     if (c->get() != MPI_COMM_NULL) MESHTRAIN_MPI_CHECK(MPI_Comm_set_name(c->get(), name));
 
@@ -50,8 +53,10 @@ std::string ProcessMesh::coord_string() const {
 }
 
 std::string ProcessMesh::describe() const {
-  return cat("mesh: world ", size(), " = dp ", shape_.dp, " x pp ", shape_.pp, " x tp ",
-             shape_.tp, ", order ", order_.str(), ", ", local_size_, " rank(s) on this node");
+  return cat("mesh: world ", size(), " = dp ", shape_.dp,
+             shape_.ep > 1 ? cat(" (ep ", shape_.ep, " x expert-dp ", shape_.dp / shape_.ep, ")")
+                           : std::string(),
+             " x pp ", shape_.pp, " x tp ", shape_.tp, ", order ", order_.str(), ", ", local_size_, " rank(s) on this node");
 }
 
 NodeRank node_local_rank(MPI_Comm comm) {

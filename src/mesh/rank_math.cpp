@@ -55,6 +55,11 @@ void validate(const Shape& s, int world_size) {
                           s.world(), " but the job has ", world_size,
                           " ranks; change the sizes or the rank count (mesh.dp = 0 derives dp)"));
   }
+  if (s.ep <= 0 || s.dp % s.ep != 0)
+    throw ConfigError(cat("mesh.ep=", s.ep, " must be a positive divisor of mesh.dp=", s.dp,
+                          " (expert parallelism is carved out of data parallelism: mesh.ep x "
+                          "mesh.tp x mesh.pp = ", static_cast<long>(s.ep) * s.tp * s.pp,
+                          " must divide the ", world_size, " ranks)"));
 }
 
 namespace {

@@ -1,5 +1,7 @@
 #include "meshtrain/model/config.hpp"
 
+#include <algorithm>
+
 #include "meshtrain/core/error.hpp"
 
 namespace meshtrain::model {
@@ -35,23 +37,43 @@ Mlp parse_mlp(const std::string& s, const char* key) {
   return parse_enum(s, key, {Mlp::gelu, Mlp::swiglu}, mlp_name);
 }
 
-long long GptConfig::num_parameters() const {
-  const long long C = n_embd, L = n_layer, I = mlp_width();
-  const long long Q = static_cast<long long>(n_head) * head_size();
-  const long long KV = static_cast<long long>(kv_heads()) * head_size();
-  const long long nrm = norm == Norm::layernorm ? 2 * C : C;  // weight (and bias)
-  long long per_block = 2 * nrm + C * (Q + 2 * KV) + Q * C;  // norms, q/k/v, output projection
-  per_block += mlp == Mlp::swiglu ? 3 * C * I : 2 * C * I;    // gate+up+down / fc+proj
-  if (bias) per_block += (Q + 2 * KV) + C + (mlp == Mlp::swiglu ? 2 * I : I) + C;
-  if (qkv_bias) per_block += Q + 2 * KV;
-  const long long V = vocab_size;
-  return V * C * (tied_head ? 1 : 2) +
-         (positions == Positions::learned ? static_cast<long long>(block_size) * C : 0) +
-         L * per_block + nrm;
+namespace {
+// Parameters with `experts` experts counted per MoE block (all of them, or the top_k a token
+// uses).
+long long count_parameters(const GptConfig& g, long long experts) {
+  const long long C = g.n_embd, I = g.mlp_width();
+  const long long Q = static_cast<long long>(g.n_head) * g.head_size();
+  const long long KV = static_cast<long long>(g.kv_heads()) * g.head_size();
+  const long long nrm = g.norm == Norm::layernorm ? 2 * C : C;  // weight (and bias)
+  const bool swiglu = g.mlp == Mlp::swiglu;
+  auto mlp = [&](long long width) { return (swiglu ? 3 : 2) * C * width; };
+  long long attn = 2 * nrm + C * (Q + 2 * KV) + Q * C;  // norms, q/k/v, output projection
+  if (g.bias) attn += (Q + 2 * KV) + C;
+  if (g.qkv_bias) attn += Q + 2 * KV;  // Qwen2
+  long long dense = mlp(I) + (g.bias ? (swiglu ? 2 * I : I) + C : 0);  // experts have no bias
+  long long moe = C * g.moe.experts + experts * mlp(g.expert_width()) + mlp(g.moe.shared_ffn);
+  const long long L = g.n_layer, Lm = g.n_moe_layers();
+  const long long V = g.vocab_size;
+  return V * C * (g.tied_head ? 1 : 2) +
+         (g.positions == Positions::learned ? static_cast<long long>(g.block_size) * C : 0) +
+         L * attn + (L - Lm) * dense + Lm * moe + nrm;
+}
+}  // namespace
+
+int GptConfig::n_moe_layers() const {
+  int n = 0;
+  for (int l = 0; l < n_layer; ++l) n += moe.is_moe_layer(l) ? 1 : 0;
+  return n;
+}
+
+long long GptConfig::num_parameters() const { return count_parameters(*this, moe.experts); }
+
+long long GptConfig::active_parameters() const {
+  return count_parameters(*this, std::min(moe.top_k, moe.experts));
 }
 
 double GptConfig::flops_per_token(int seq_len) const {
-  return 6.0 * static_cast<double>(num_parameters()) +
+  return 6.0 * static_cast<double>(active_parameters()) +
          12.0 * n_layer * static_cast<double>(n_head) * head_size() * seq_len;
 }
 
@@ -67,6 +89,28 @@ void GptConfig::validate() const {
   MESHTRAIN_CONFIG_CHECK(intermediate_size >= 0, "model.intermediate_size=", intermediate_size,
                          " must be positive (0: 4 x model.n_embd)");
   MESHTRAIN_CONFIG_CHECK(norm_eps > 0, "model.norm_eps=", norm_eps, " must be positive");
+  if (moe.experts != 0) {
+    MESHTRAIN_CONFIG_CHECK(moe.experts > 0, "moe.experts=", moe.experts,
+                           " must be positive (0: a dense model)");
+    MESHTRAIN_CONFIG_CHECK(moe.top_k >= 1 && moe.top_k <= 8 && moe.top_k <= moe.experts,
+                           "moe.top_k=", moe.top_k, " must be in [1, min(8, moe.experts=",
+                           moe.experts, ")]");
+    MESHTRAIN_CONFIG_CHECK(moe.layer_freq >= 1, "moe.layer_freq=", moe.layer_freq,
+                           " must be positive (1: every block is an MoE block)");
+    MESHTRAIN_CONFIG_CHECK(moe.ffn >= 0, "moe.ffn_hidden_size=", moe.ffn,
+                           " must be positive (0: the dense MLP width)");
+    MESHTRAIN_CONFIG_CHECK(moe.shared_ffn >= 0, "moe.shared_expert_size=", moe.shared_ffn,
+                           " must be positive (0: no shared expert)");
+    MESHTRAIN_CONFIG_CHECK(moe.router_score == "softmax" || moe.router_score == "sigmoid",
+                           "moe.router_score='", moe.router_score,
+                           "' must be softmax or sigmoid");
+    MESHTRAIN_CONFIG_CHECK(moe.aux_loss_coeff >= 0, "moe.aux_loss_coeff=", moe.aux_loss_coeff,
+                           " must be >= 0");
+    MESHTRAIN_CONFIG_CHECK(moe.z_loss_coeff >= 0, "moe.z_loss_coeff=", moe.z_loss_coeff,
+                           " must be >= 0");
+    MESHTRAIN_CONFIG_CHECK(moe.capacity_factor >= 0, "moe.capacity_factor=",
+                           moe.capacity_factor, " must be positive (0: dropless)");
+  }
   if (family == Family::gpt2) {
     MESHTRAIN_CONFIG_CHECK(n_embd > 0 && n_embd % n_head == 0, "model.n_embd=", n_embd,
                            " must be a positive multiple of model.n_head=", n_head);
@@ -119,6 +163,11 @@ std::string GptConfig::describe() const {
              qkv_bias ? ", q/k/v biases" : "",
              sliding_window > 0 ? cat(", window ", sliding_window) : std::string(),
              tied_head ? ", tied head" : ", untied head", ")");
+  if (moe.enabled())
+    s += cat(", MoE every ", moe.layer_freq, " block(s): ", moe.experts, " experts of width ",
+             expert_width(), ", top-", moe.top_k,
+             moe.shared_ffn > 0 ? cat(", shared expert ", moe.shared_ffn) : std::string(), " (",
+             active_parameters() / 1e6, "M active)");
   return s + cat(", ", num_parameters() / 1e6, "M parameters");
 }
 
@@ -128,7 +177,12 @@ std::string GptConfig::key() const {
              mlp_name(mlp), ' ', kv_heads(), ' ', head_size(), ' ', mlp_width(), ' ', bias, ' ',
              tied_head, ' ', norm_eps, ' ', rope.theta, ' ', rope.llama3_scaling, ' ', rope.factor,
              ' ', rope.low_freq_factor, ' ', rope.high_freq_factor, ' ',
-             rope.original_max_position_embeddings, ' ', qkv_bias, ' ', sliding_window);
+             rope.original_max_position_embeddings, ' ', qkv_bias, ' ', sliding_window,
+             moe.enabled() ? cat(" moe ", moe.experts, ' ', moe.top_k, ' ', moe.layer_freq, ' ',
+                                 expert_width(), ' ', moe.shared_ffn, ' ', moe.router_score, ' ',
+                                 moe.router_fp64, ' ', moe.aux_loss_coeff, ' ', moe.z_loss_coeff,
+                                 ' ', moe.capacity_factor)
+                           : std::string());
 }
 
 namespace {

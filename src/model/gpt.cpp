@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "meshtrain/comm/factory.hpp"
+#include "meshtrain/comm/self_communicator.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/rng.hpp"
 #include "meshtrain/model/gpt_activations.hpp"
@@ -23,8 +25,11 @@ BlockActivations<T>::BlockActivations(const BlockShape& s) {
   ln2 = alloc<T>("act.ln2", N * C);
   if (s.norm_mean) ln2_mean = alloc<float>("act.ln2_mean", Nl);
   ln2_rstd = alloc<float>("act.ln2_rstd", Nl);
-  fch = alloc<T>("act.fch", N * s.FW);
-  fch_gelu = alloc<T>("act.fch_gelu", N * s.HW);
+  if (s.dense) {
+    fch = alloc<T>("act.fch", N * s.FW);
+    fch_gelu = alloc<T>("act.fch_gelu", N * s.HW);
+  }
+  if (s.moe) moe = make_moe_activations<T>();
 }
 
 template <class T>
@@ -49,6 +54,8 @@ std::vector<LayerRange> chunks_or_all(const ModelLayout& l, const GptConfig& cfg
 }
 int tp_rank_of(const ModelLayout& l) { return l.tp ? l.tp->rank() : 0; }
 int tp_size_of(const ModelLayout& l) { return l.tp ? l.tp->size() : 1; }
+int ep_rank_of(const ModelLayout& l) { return l.ep ? l.ep->rank() : 0; }
+int ep_size_of(const ModelLayout& l) { return l.ep ? l.ep->size() : 1; }
 }  // namespace
 
 template <class T>
@@ -66,7 +73,8 @@ GptT<T>::GptT(const GptConfig& cfg, int micro_batch, int seq_len, const ModelLay
       tp_size_(tp_size_of(layout)),
       exec_(exec),
       reg_(cfg, tp_rank_of(layout), tp_size_of(layout), layout.pp_stage,
-           chunks_or_all(layout, cfg), layout.has_embedding, layout.has_head) {
+           chunks_or_all(layout, cfg), layout.has_embedding, layout.has_head, ep_rank_of(layout),
+           ep_size_of(layout)) {
   layout_.chunks = chunks_or_all(layout, cfg);
   MESHTRAIN_CONFIG_CHECK(B_ > 0, "train.micro_batch=", B_, " must be positive");
   MESHTRAIN_CONFIG_CHECK(T_ > 0 && T_ <= cfg_.block_size, "train.seq_len=", T_,
@@ -108,12 +116,37 @@ GptT<T>::GptT(const GptConfig& cfg, int micro_batch, int seq_len, const ModelLay
   if (layout_.allocate_grads) grads_ = zeros<T>("grads", reg_.size());
   block_params_.resize(static_cast<std::size_t>(cfg_.n_layer));
   block_grads_.resize(static_cast<std::size_t>(cfg_.n_layer));
+  moe_params_.resize(static_cast<std::size_t>(cfg_.n_layer));
+  moe_grads_.resize(static_cast<std::size_t>(cfg_.n_layer));
+  moe_stats_.resize(static_cast<std::size_t>(cfg_.n_layer));
   bind_all();
 
-  const BlockShape shape{B_,  T_,   N_,  Nl_, cfg_.n_embd, NHl_, P,
-                         QW_, KW_, swiglu ? 2 * Il_ : Il_, Il_, cfg_.norm == Norm::layernorm};
+  BlockShape shape{B_,  T_,   N_,  Nl_, cfg_.n_embd, NHl_, P,
+                   QW_, KW_, swiglu ? 2 * Il_ : Il_, Il_, cfg_.norm == Norm::layernorm};
+  // Which blocks this rank holds are MoE blocks and which dense (per block below; both for the
+  // one set recomputation shares).
+  bool any_moe = false, any_dense = false;
+  for (const auto& ch : layout_.chunks)
+    for (int l = ch.first; l < ch.last; ++l) {
+      (cfg_.moe.is_moe_layer(l) ? any_moe : any_dense) = true;
+      if (cfg_.moe.is_moe_layer(l))
+        moe_stats_[static_cast<std::size_t>(l)].load.assign(std::size_t(cfg_.moe.experts), 0.0);
+    }
+  auto shape_of = [&](int l) {
+    BlockShape b = shape;
+    b.moe = l < 0 ? any_moe : cfg_.moe.is_moe_layer(l);
+    b.dense = l < 0 ? any_dense : !b.moe;
+    return b;
+  };
+  if (any_moe) {
+    MESHTRAIN_CONFIG_CHECK(!layout_.ep || layout_.ep->size() == reg_.ep_size(), "model: ep");
+    self_ = std::make_unique<comm::SelfCommunicator>(
+        layout_.ep ? layout_.ep->backend() : comm::default_backend(), exec_);
+    moe_y_ = alloc<T>("moe.y", N * C);
+    if (cfg_.moe.shared_ffn > 0) moe_dx_ = alloc<T>("moe.shared_dx", N * C);
+  }
   if (cfg_.positions == Positions::rotary) rope_ = kernels::rope_table(exec_, T_, HS_, cfg_.rope);
-  if (layout_.recompute) shared_acts_ = std::make_unique<BlockActivations<T>>(shape);
+  if (layout_.recompute) shared_acts_ = std::make_unique<BlockActivations<T>>(shape_of(-1));
   const int n_chunks = static_cast<int>(layout_.chunks.size());
   for (int c = 0; c < n_chunks; ++c) {
     auto ca = std::make_unique<ChunkActivations<T>>();
@@ -129,7 +162,8 @@ GptT<T>::GptT(const GptConfig& cfg, int micro_batch, int seq_len, const ModelLay
       sa.input = alloc<T>("act.chunk_input", Nl * C);
       for (int l = ca->range.first; l < ca->range.last; ++l) {
         sa.block_out.push_back(alloc<T>("act.block_out", Nl * C));
-        if (!layout_.recompute) sa.acts.push_back(std::make_unique<BlockActivations<T>>(shape));
+        if (!layout_.recompute)
+          sa.acts.push_back(std::make_unique<BlockActivations<T>>(shape_of(l)));
       }
       if (ca->head) sa.dhead = alloc<T>("act.dhead", Nl * C);
       ca->slots.push_back(std::move(owned));
@@ -152,8 +186,8 @@ GptT<T>::GptT(const GptConfig& cfg, int micro_batch, int seq_len, const ModelLay
   dln_ = alloc<T>("grad.dln", N * C);
   dqkv_ = alloc<T>("grad.dqkv", N * (QW_ + 2 * KW_));
   datty_ = alloc<T>("grad.datty", N * QW_);
-  dfch_ = alloc<T>("grad.dfch", N * shape.FW);
-  if (swiglu) dh_ = alloc<T>("grad.dh", N * Il_);
+  if (any_dense) dfch_ = alloc<T>("grad.dfch", N * shape.FW);
+  if (swiglu && any_dense) dh_ = alloc<T>("grad.dh", N * Il_);
   if (reg_.kv_replicated() && P > 1)
     kv_dw_ = alloc<T>("tp.kv_dw", 2 * static_cast<std::size_t>(cfg_.kv_heads()) * HS_ *
                                       (C + (cfg_.qkv_bias ? 1 : 0)));
@@ -230,11 +264,19 @@ void GptT<T>::bind_unit(int u, View1<T> pstore, View1<T> gstore) {
     const auto& info = reg_.get(name);
     return View1<T>(slice(store, info.offset - unit.begin, info.numel));
   };
-  auto bind_block = [&](const View1<T>& store, BlockTensors<T>& t) {
+  auto bind_block = [&](const View1<T>& store, BlockTensors<T>& t, MoeTensors<T>& m) {
     const std::string p = reg_.block_prefix(unit.layer);
     auto at = [&](const char* s) { return view(store, p + s); };
+    const bool moe = cfg_.moe.is_moe_layer(unit.layer);
+    t = BlockTensors<T>{};
+    if (moe) {  // the router and the shared expert; the experts are in the next unit
+      m.router = at("mlp.router.weight");
+      if (cfg_.moe.shared_ffn > 0) {
+        m.shared_in = at("mlp.shared_expert.w_in");
+        m.shared_out = at("mlp.shared_expert.w_out");
+      }
+    }
     if (cfg_.is_gpt2()) {
-      t = BlockTensors<T>{};
       t.ln_1_w = at("ln_1.weight");
       t.ln_1_b = at("ln_1.bias");
       t.c_attn_w = at("attn.c_attn.weight");
@@ -243,19 +285,20 @@ void GptT<T>::bind_unit(int u, View1<T> pstore, View1<T> gstore) {
       t.attn_proj_b = at("attn.c_proj.bias");
       t.ln_2_w = at("ln_2.weight");
       t.ln_2_b = at("ln_2.bias");
+      if (moe) return;
       t.c_fc_w = at("mlp.c_fc.weight");
       t.c_fc_b = at("mlp.c_fc.bias");
       t.mlp_proj_w = at("mlp.c_proj.weight");
       t.mlp_proj_b = at("mlp.c_proj.bias");
       return;
     }
-    t = BlockTensors<T>{};
     t.ln_1_w = at("input_layernorm.weight");
     t.ln_2_w = at("post_attention_layernorm.weight");
     t.q_w = at("self_attn.q_proj.weight");
     t.k_w = at("self_attn.k_proj.weight");
     t.v_w = at("self_attn.v_proj.weight");
     t.attn_proj_w = at("self_attn.o_proj.weight");
+    if (moe) return;
     t.gate_w = at("mlp.gate_proj.weight");
     t.up_w = at("mlp.up_proj.weight");
     t.mlp_proj_w = at("mlp.down_proj.weight");
@@ -265,13 +308,29 @@ void GptT<T>::bind_unit(int u, View1<T> pstore, View1<T> gstore) {
       t.v_b = at("self_attn.v_proj.bias");
     }
   };
+  // This rank's experts of block l: w_in of every local expert, then w_out, a stride apart.
+  auto bind_experts = [&](const View1<T>& store, MoeTensors<T>& m) {
+    const int l = unit.layer, n = reg_.local_experts(), e0 = reg_.first_expert();
+    for (int which = 0; which < 2; ++which) {
+      const bool in = which == 0;
+      const auto& first = reg_.get(reg_.expert_prefix(l, e0) + (in ? "w_in" : "w_out"));
+      const std::size_t stride = reg_.expert_stride(l, in);
+      View1<T> v = slice(store, first.offset - unit.begin, std::size_t(n - 1) * stride + first.numel);
+      (in ? m.w_in : m.w_out) = v;
+      (in ? m.in_stride : m.out_stride) = stride;
+    }
+  };
   for (int which = 0; which < 2; ++which) {
     const View1<T>& store = which == 0 ? pstore : gstore;
     if (store.span() == 0) continue;
     MESHTRAIN_CHECK(store.span() >= unit.size(), "bind_unit(", unit.name, "): ", store.span(),
                     " elements, the unit needs ", unit.size());
-    if (unit.layer >= 0) {
-      bind_block(store, which == 0 ? block_params_[unit.layer] : block_grads_[unit.layer]);
+    auto& moe = which == 0 ? moe_params_ : moe_grads_;
+    if (unit.layer >= 0 && unit.group == ParamGroup::expert_dp) {
+      bind_experts(store, moe[unit.layer]);
+    } else if (unit.layer >= 0) {
+      bind_block(store, which == 0 ? block_params_[unit.layer] : block_grads_[unit.layer],
+                 moe[unit.layer]);
     } else if (u == reg_.embedding_unit()) {
       (which == 0 ? wte_ : dwte_) = view(store, reg_.embedding_name());
       if (layout_.has_embedding && cfg_.positions == Positions::learned)
@@ -378,10 +437,14 @@ View1<const T> GptT<T>::run_forward(int c, int slot, View1<const std::int32_t> t
                     " elements, expected ", activation_elems());
     Kokkos::deep_copy(exec_, s.input, x_in);
   }
+  // MoE router losses enter the objective with the weight of this micro-batch's tokens.
+  s.grad_scale = mode == Mode::train ? grad_scale : 0.0f;
+  moe_loss_weight_ = s.grad_scale * static_cast<float>(N_);
   for (int l = ca.range.first; l < ca.range.last; ++l) {
     const int i = l - ca.range.first;
     View1<const T> x = i == 0 ? s.input : s.block_out[static_cast<std::size_t>(i - 1)];
     hook_before_forward(reg_.unit_of_layer(l));
+    if (reg_.expert_unit_of_layer(l) >= 0) hook_before_forward(reg_.expert_unit_of_layer(l));
     block_forward(l, x, acts_for(ca, s, l), s.block_out[static_cast<std::size_t>(i)]);
   }
   View1<const T> out = s.block_out.back();
@@ -411,14 +474,22 @@ View1<const T> GptT<T>::backward(int c, int slot, View1<const T> dy) {
                     " elements, expected ", activation_elems());
     Kokkos::deep_copy(exec_, dres_, dy);
   }
+  moe_loss_weight_ = s.grad_scale * static_cast<float>(N_);
   for (int l = ca.range.last - 1; l >= ca.range.first; --l) {
     const int i = l - ca.range.first;
     View1<const T> x = i == 0 ? s.input : s.block_out[static_cast<std::size_t>(i - 1)];
-    const int u = reg_.unit_of_layer(l);
+    const int u = reg_.unit_of_layer(l), eu = reg_.expert_unit_of_layer(l);
+    // An MoE block's experts (the later unit) first: backward walks the units downwards.
+    if (eu >= 0) hook_before_backward(eu);
     hook_before_backward(u);
     auto& a = acts_for(ca, s, l);
-    if (layout_.recompute) block_forward(l, x, a, s.block_out[static_cast<std::size_t>(i)]);
+    if (layout_.recompute) {
+      recomputing_ = true;
+      block_forward(l, x, a, s.block_out[static_cast<std::size_t>(i)]);
+      recomputing_ = false;
+    }
     block_backward(l, x, a, dres_);
+    if (eu >= 0) hook_after_backward(eu);
     hook_after_backward(u);
   }
   if (!ca.embed) return dres_;

@@ -3,6 +3,8 @@
 // (test_plan_memory holds it to the measured allocations).
 #include "meshtrain/model/gpt.hpp"
 
+#include <algorithm>
+
 namespace meshtrain::model {
 
 namespace {
@@ -22,6 +24,20 @@ double block_activation_bytes(std::size_t B, std::size_t T, std::size_t N, std::
   // ln1/ln2 rstd (and mean for LayerNorm), attention lse
   const std::size_t stats = (norm_mean ? 4 : 2) * Nl + B * NHl * T;
   return static_cast<double>(compute * E + stats * 4);
+}
+
+// An MoE block keeps its router state and the expert path's rows instead of fch / fch_gelu:
+// M = N k rows (dropless, balanced: the expected size; the real one depends on the routing),
+// xp, xr, xe, ye, yr, yp of C, the expert pre-activation (W) and activation (I); logits and
+// scores [N, E] (fp64 with moe.router_fp64), four [N, k] choice tables; a shared expert's two.
+double moe_state_bytes(const GptConfig& cfg, std::size_t N, std::size_t C, std::size_t E) {
+  const auto& m = cfg.moe;
+  const bool swiglu = cfg.mlp == Mlp::swiglu;
+  const std::size_t I = cfg.expert_width(), W = swiglu ? 2 * I : I, k = m.top_k;
+  const std::size_t M = N * k, S = m.shared_ffn, Ws = swiglu ? 2 * S : S;
+  const double router = static_cast<double>(2 * N * m.experts * (m.router_fp64 ? 8 : 4) +
+                                            4 * N * k * 4);
+  return static_cast<double>((M * (6 * C + W + I) + N * (Ws + S)) * E) + router;
 }
 
 }  // namespace
@@ -44,7 +60,16 @@ ModelFootprint model_footprint(const GptConfig& cfg, int micro_batch, int seq_le
   // ---- activations: the slots of every chunk ----
   const std::size_t KW = KVl * HS;
   const double block = block_activation_bytes(B, T, N, Nl, C, NHl, QW, KW, FW, I, norm_mean, E);
-  if (layout.recompute) f.activations += block;  // one shared set, recomputed per block
+  const double moe_block = cfg.moe.enabled()
+      ? block_activation_bytes(B, T, N, Nl, C, NHl, QW, KW, 0, 0, norm_mean, E) +
+            moe_state_bytes(cfg, N, C, E)
+      : 0.0;
+  auto saved = [&](int first, int last) {  // the blocks' saved tensors
+    double b = 0;
+    for (int l = first; l < last; ++l) b += cfg.moe.is_moe_layer(l) ? moe_block : block;
+    return b;
+  };
+  if (layout.recompute) f.activations += std::max(block, moe_block);  // one shared set
   for (std::size_t c = 0; c < chunks.size(); ++c) {
     const bool embed = c == 0 && layout.has_embedding;
     const bool head = c + 1 == chunks.size() && layout.has_head;
@@ -53,7 +78,7 @@ ModelFootprint model_footprint(const GptConfig& cfg, int micro_batch, int seq_le
     double per_slot = static_cast<double>(Nl * C * E);           // chunk input
     if (embed) per_slot += static_cast<double>(N * 4);           // tokens
     per_slot += static_cast<double>(nblocks * Nl * C * E);       // block outputs
-    if (!layout.recompute) per_slot += nblocks * block;          // saved tensors
+    if (!layout.recompute) per_slot += saved(chunks[c].first, chunks[c].last);
     if (head) per_slot += static_cast<double>(Nl * C * E);       // d(last block output)
     f.activations += per_slot * slots;
   }
@@ -74,6 +99,12 @@ ModelFootprint model_footprint(const GptConfig& cfg, int micro_batch, int seq_le
   if (P > 1) f.scratch += static_cast<double>((N * C + Nl * C) * E);
   if (sp) f.scratch += static_cast<double>((Nl * C + N * C + Nl * C + (norm_mean ? 2 : 1) * C) * E);
   f.scratch += 8;  // the loss sum: a rank-0 View, which Kokkos allocates in 8 bytes
+  if (cfg.moe.enabled()) {  // the MoE output and the backward's transient rows (one block)
+    const std::size_t Ie = cfg.expert_width(), We = swiglu ? 2 * Ie : Ie;
+    const std::size_t M = N * cfg.moe.top_k;
+    f.scratch += static_cast<double>((N * C + M * (4 * C + We + Ie)) * E);
+    if (cfg.moe.shared_ffn > 0) f.scratch += static_cast<double>(N * C * E);
+  }
   return f;
 }
 

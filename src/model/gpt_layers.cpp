@@ -136,6 +136,10 @@ void GptT<T>::block_forward(int l, View1<const T> x, BlockActivations<T>& a, Vie
   k::layernorm_forward<T>(exec_, sp ? ln_local_ : a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln_2_w,
                           w.ln_2_b, Nl, C);
   if (sp) { TpTimer t(tp_comm_seconds_); layout_.tp->all_gather(ln_local_, a.ln2); }
+  if (a.moe && cfg_.moe.is_moe_layer(l)) {
+    moe_mlp_forward(l, a, a.res2, out);
+    return;
+  }
   k::linear_gelu_forward<T>(exec_, a.fch_gelu, a.fch, a.ln2, w.c_fc_w, w.c_fc_b, N, C, I);
   row_parallel_forward(out, a.fch_gelu, w.mlp_proj_w, w.mlp_proj_b, I, a.res2);
 }
@@ -154,11 +158,15 @@ void GptT<T>::block_backward(int l, View1<const T> x, BlockActivations<T>& a, Vi
   View1<T> dx = sp ? dln_local_ : dln_;  // column-parallel input gradient, local rows
   // MLP: res3 = res2 + proj(gelu(fc(ln2(res2))))
   View1<const T> dfull = gather_rows(dres, dres_full_);
-  // d(pre-GELU) in one GEMM: the GELU derivative is the input-gradient GEMM's epilogue, and so
-  // is c_fc's bias gradient (the column sums of d(pre-GELU)), which c_fc's backward then skips.
-  k::linear_backward_dgelu<T>(exec_, dfch_, g.mlp_proj_w, g.mlp_proj_b, dfull, a.fch_gelu,
-                              w.mlp_proj_w, a.fch, N, I, C, g.c_fc_b);
-  column_parallel_backward(dx, g.c_fc_w, View1<T>{}, dfch_, a.ln2, w.c_fc_w, I);
+  if (cfg_.moe.is_moe_layer(l)) {
+    moe_mlp_backward(l, a, dfull, dx);
+  } else {
+    // d(pre-GELU) in one GEMM: the GELU derivative is the input-gradient GEMM's epilogue, and
+    // so is c_fc's bias gradient (the column sums of d(pre-GELU)), which c_fc's backward skips.
+    k::linear_backward_dgelu<T>(exec_, dfch_, g.mlp_proj_w, g.mlp_proj_b, dfull, a.fch_gelu,
+                                w.mlp_proj_w, a.fch, N, I, C, g.c_fc_b);
+    column_parallel_backward(dx, g.c_fc_w, View1<T>{}, dfch_, a.ln2, w.c_fc_w, I);
+  }
   layernorm_backward_tp(dres, g.ln_2_w, g.ln_2_b, dx, a.res2, w.ln_2_w, a.ln2_mean, a.ln2_rstd);
   // Attention: res2 = x + proj(attn(c_attn(ln1(x))))
   dfull = gather_rows(dres, dres_full_);

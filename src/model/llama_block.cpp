@@ -113,6 +113,10 @@ void GptT<T>::llama_block_forward(int l, View1<const T> x, BlockActivations<T>& 
   row_parallel_forward_nt(a.res2, a.atty, w.attn_proj_w, QW, x);
   norm_forward(sp ? ln_local_ : a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln_2_w, {});
   if (sp) { TpTimer t(tp_comm_seconds_); layout_.tp->all_gather(ln_local_, a.ln2); }
+  if (a.moe && cfg_.moe.is_moe_layer(l)) {
+    moe_mlp_forward(l, a, a.res2, out);
+    return;
+  }
   // [gate | up] of this rank's MLP columns, one packed row each
   k::gemm<T>(exec_, Trans::N, Trans::T, N, I, C, 1.0f, a.ln2.data(), C, w.gate_w.data(), C, 0.0f,
              a.fch.data(), 2 * I);
@@ -149,14 +153,18 @@ void GptT<T>::llama_block_backward(int l, View1<const T> x, BlockActivations<T>&
 
   // MLP: out = res2 + down(swiglu(gate_up(norm2(res2))))
   View1<const T> dfull = gather_rows(dres, dres_full_);
-  k::gemm<T>(exec_, Trans::N, Trans::N, N, I, C, 1.0f, dfull.data(), C, w.mlp_proj_w.data(), I,
-             0.0f, dh_.data(), I);
-  k::gemm<T>(exec_, Trans::T, Trans::N, C, I, N, 1.0f, dfull.data(), C, a.fch_gelu.data(), I,
-             1.0f, g.mlp_proj_w.data(), I);
-  k::swiglu_backward<T>(exec_, dfch_, a.fch, dh_, N, I);
-  const Piece<T> mlp[2] = {{w.gate_w.data(), g.gate_w.data(), 0, I},
-                           {w.up_w.data(), g.up_w.data(), I, I}};
-  column_parallel(mlp, 2, dfch_.data(), 2 * I, a.ln2.data());
+  if (cfg_.moe.is_moe_layer(l)) {
+    moe_mlp_backward(l, a, dfull, dx);
+  } else {
+    k::gemm<T>(exec_, Trans::N, Trans::N, N, I, C, 1.0f, dfull.data(), C, w.mlp_proj_w.data(), I,
+               0.0f, dh_.data(), I);
+    k::gemm<T>(exec_, Trans::T, Trans::N, C, I, N, 1.0f, dfull.data(), C, a.fch_gelu.data(), I,
+               1.0f, g.mlp_proj_w.data(), I);
+    k::swiglu_backward<T>(exec_, dfch_, a.fch, dh_, N, I);
+    const Piece<T> mlp[2] = {{w.gate_w.data(), g.gate_w.data(), 0, I},
+                             {w.up_w.data(), g.up_w.data(), I, I}};
+    column_parallel(mlp, 2, dfch_.data(), 2 * I, a.ln2.data());
+  }
   layernorm_backward_tp(dres, g.ln_2_w, {}, dx, a.res2, w.ln_2_w, a.ln2_mean, a.ln2_rstd);
 
   // Attention: res2 = x + o_proj(attn(rope(q, k), v)), q/k/v = proj(norm1(x))

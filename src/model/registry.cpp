@@ -33,19 +33,27 @@ std::int64_t ParamInfo::global_index(std::int64_t i, int tp_rank, int /*tp_size*
 
 ParameterRegistry::ParameterRegistry(const GptConfig& cfg, int tp_rank, int tp_size, int stage,
                                      int first_layer, int last_layer, bool has_embedding,
-                                     bool has_head)
+                                     bool has_head, int ep_rank, int ep_size)
     : ParameterRegistry(cfg, tp_rank, tp_size, stage, {LayerRange{first_layer, last_layer}},
-                        has_embedding, has_head) {}
+                        has_embedding, has_head, ep_rank, ep_size) {}
 
 ParameterRegistry::ParameterRegistry(const GptConfig& cfg, int tp_rank, int tp_size, int stage,
                                      const std::vector<LayerRange>& chunks, bool has_embedding,
-                                     bool has_head)
+                                     bool has_head, int ep_rank, int ep_size)
     : cfg_(cfg),
       tp_rank_(tp_rank),
       tp_size_(tp_size),
       stage_(stage),
       has_embedding_(has_embedding),
-      has_head_(has_head) {
+      has_head_(has_head),
+      ep_rank_(ep_rank),
+      ep_size_(ep_size) {
+  MESHTRAIN_CONFIG_CHECK(ep_size_ >= 1 && ep_rank_ >= 0 && ep_rank_ < ep_size_, "mesh.ep=",
+                         ep_size_, " (rank ", ep_rank_, ")");
+  MESHTRAIN_CONFIG_CHECK(!cfg_.moe.enabled() || cfg_.moe.experts % ep_size_ == 0,
+                         "moe.experts=", cfg_.moe.experts, " is not divisible by mesh.ep=",
+                         ep_size_, " (each expert-parallel rank holds moe.experts / mesh.ep "
+                         "whole experts)");
   build(chunks);
 }
 
@@ -76,6 +84,7 @@ void ParameterRegistry::build(const std::vector<LayerRange>& chunks) {
   wte_name_ = gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight";
   head_w_name_ = cfg_.tied_head ? wte_name_ : "lm_head.weight";
   layer_unit_.assign(static_cast<std::size_t>(cfg_.n_layer), -1);
+  expert_unit_.assign(static_cast<std::size_t>(cfg_.n_layer), -1);
   auto open_unit = [&](std::string name, int layer) {
     UnitInfo u;
     u.name = std::move(name);
@@ -105,7 +114,15 @@ void ParameterRegistry::build(const std::vector<LayerRange>& chunks) {
       open_unit(p.substr(0, p.size() - 1), l);
       if (gpt2) add_gpt2_block(l);
       else add_llama_block(l);
+      if (cfg_.moe.is_moe_layer(l)) add_moe(l);
       close_unit();
+      if (cfg_.moe.is_moe_layer(l)) {
+        expert_unit_[static_cast<std::size_t>(l)] = static_cast<int>(units_.size());
+        open_unit(p + "mlp.experts", l);
+        units_.back().group = ParamGroup::expert_dp;
+        add_experts(l);
+        close_unit();
+      }
     }
   }
   if (has_head_) {
@@ -133,16 +150,72 @@ void ParameterRegistry::add_gpt2_block(int l) {
   // block in two contiguous ranges.
   add(p + "attn.c_attn.weight", {C, 3 * C}, Split::qkv_cols, l, true, Init::normal);
   add(p + "attn.c_proj.weight", {C, C}, Split::rows, l, true, Init::residual);
-  add(p + "mlp.c_fc.weight", {C, I}, Split::cols, l, true, Init::normal);
-  add(p + "mlp.c_proj.weight", {I, C}, Split::rows, l, true, Init::residual);
+  const bool dense = !cfg_.moe.is_moe_layer(l);  // an MoE block's MLP is its experts
+  if (dense) {
+    add(p + "mlp.c_fc.weight", {C, I}, Split::cols, l, true, Init::normal);
+    add(p + "mlp.c_proj.weight", {I, C}, Split::rows, l, true, Init::residual);
+  }
   add(p + "ln_1.weight", {C}, Split::replicated, l, false, Init::ones);
   add(p + "ln_1.bias", {C}, Split::replicated, l, false, Init::zeros);
   add(p + "attn.c_attn.bias", {3 * C}, Split::qkv_cols, l, false, Init::zeros);
   add(p + "attn.c_proj.bias", {C}, Split::replicated, l, false, Init::zeros);
   add(p + "ln_2.weight", {C}, Split::replicated, l, false, Init::ones);
   add(p + "ln_2.bias", {C}, Split::replicated, l, false, Init::zeros);
-  add(p + "mlp.c_fc.bias", {I}, Split::cols, l, false, Init::zeros);
-  add(p + "mlp.c_proj.bias", {C}, Split::replicated, l, false, Init::zeros);
+  if (dense) {
+    add(p + "mlp.c_fc.bias", {I}, Split::cols, l, false, Init::zeros);
+    add(p + "mlp.c_proj.bias", {C}, Split::replicated, l, false, Init::zeros);
+  }
+}
+
+// The router [C, E] and the shared expert, replicated over tp (experts are not tensor-parallel,
+// docs/moe.md), reduced over dp like every dense parameter.
+void ParameterRegistry::add_moe(int l) {
+  const std::int64_t C = cfg_.n_embd, E = cfg_.moe.experts, S = cfg_.moe.shared_ffn;
+  const std::string p = block_prefix(l);
+  const Init out_init = cfg_.is_gpt2() ? Init::residual : Init::normal;
+  add(p + "mlp.router.weight", {C, E}, Split::replicated, l, true, Init::normal);
+  if (S > 0) {
+    const std::int64_t W = cfg_.mlp == Mlp::swiglu ? 2 * S : S;
+    add(p + "mlp.shared_expert.w_in", {C, W}, Split::replicated, l, true, Init::normal);
+    add(p + "mlp.shared_expert.w_out", {S, C}, Split::replicated, l, true, out_init);
+  }
+}
+
+std::string ParameterRegistry::expert_prefix(int layer, int e) const {
+  return block_prefix(layer) + "mlp.experts." + std::to_string(e) + ".";
+}
+
+// This rank's experts, whole (replicated over tp), each its own global tensor, so that any
+// mesh.ep reads them back by name. Reduced and sharded over the expert-data-parallel group.
+void ParameterRegistry::add_experts(int l) {
+  const std::int64_t C = cfg_.n_embd, I = cfg_.expert_width();
+  const std::int64_t W = cfg_.mlp == Mlp::swiglu ? 2 * I : I;
+  const Init out_init = cfg_.is_gpt2() ? Init::residual : Init::normal;
+  const int e0 = first_expert(), n = local_experts();
+  for (int which = 0; which < 2; ++which)
+    for (int e = e0; e < e0 + n; ++e) {
+      const std::string q = expert_prefix(l, e);
+      if (which == 0) add(q + "w_in", {C, W}, Split::replicated, l, true, Init::normal);
+      else add(q + "w_out", {I, C}, Split::replicated, l, true, out_init);
+      params_.back().grad_group = params_.back().state_group = ParamGroup::expert_dp;
+    }
+}
+
+int ParameterRegistry::expert_unit_of_layer(int layer) const {
+  if (layer < 0 || layer >= cfg_.n_layer) return -1;
+  return expert_unit_[static_cast<std::size_t>(layer)];
+}
+
+std::size_t ParameterRegistry::expert_stride(int layer, bool w_in) const {
+  const int n = local_experts(), e0 = first_expert();
+  const char* w = w_in ? "w_in" : "w_out";
+  const ParamInfo& a = get(expert_prefix(layer, e0) + w);
+  if (n == 1) return a.numel;
+  const std::size_t stride = get(expert_prefix(layer, e0 + 1) + w).offset - a.offset;
+  for (int e = 2; e < n; ++e)
+    MESHTRAIN_CHECK(get(expert_prefix(layer, e0 + e) + w).offset - a.offset == e * stride,
+                    "registry: experts of block ", layer, " are not evenly spaced");
+  return stride;
 }
 
 // HF LlamaDecoderLayer's names and nn.Linear shapes [out, in]; HF's init (_init_weights: every
@@ -156,9 +229,11 @@ void ParameterRegistry::add_llama_block(int l) {
   add(p + "self_attn.k_proj.weight", {KV, C}, kv, l, true, Init::normal);
   add(p + "self_attn.v_proj.weight", {KV, C}, kv, l, true, Init::normal);
   add(p + "self_attn.o_proj.weight", {C, Q}, Split::cols, l, true, Init::normal);
-  add(p + "mlp.gate_proj.weight", {I, C}, Split::rows, l, true, Init::normal);
-  add(p + "mlp.up_proj.weight", {I, C}, Split::rows, l, true, Init::normal);
-  add(p + "mlp.down_proj.weight", {C, I}, Split::cols, l, true, Init::normal);
+  if (!cfg_.moe.is_moe_layer(l)) {  // an MoE block's MLP is its experts
+    add(p + "mlp.gate_proj.weight", {I, C}, Split::rows, l, true, Init::normal);
+    add(p + "mlp.up_proj.weight", {I, C}, Split::rows, l, true, Init::normal);
+    add(p + "mlp.down_proj.weight", {C, I}, Split::cols, l, true, Init::normal);
+  }
   add(p + "input_layernorm.weight", {C}, Split::replicated, l, false, Init::ones);
   add(p + "post_attention_layernorm.weight", {C}, Split::replicated, l, false, Init::ones);
   if (cfg_.qkv_bias) {

@@ -5,6 +5,7 @@ target_sources(meshtrain_lib PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/gpt.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gpt_layers.cpp
   ${CMAKE_CURRENT_LIST_DIR}/llama_block.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/moe_block.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gpt_footprint.cpp
   ${CMAKE_CURRENT_LIST_DIR}/hook_order.cpp
 )

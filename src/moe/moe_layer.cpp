@@ -8,6 +8,7 @@
 #include "meshtrain/moe/moe_layer.hpp"
 
 #include "common.hpp"
+#include "meshtrain/core/timer.hpp"
 #include "meshtrain/kernels/gelu.hpp"
 #include "meshtrain/kernels/swiglu.hpp"
 #include "meshtrain/moe/grouped_gemm.hpp"
@@ -53,6 +54,15 @@ void regroup(const ExecSpace& exec, View1<const T> src, View1<T> dst, View1<std:
       });
 }
 
+// Host time of the exchanges (exact for MPI, whose calls return when done; launch time for
+// NCCL), added to MoeLayerState::a2a_seconds.
+struct A2aTimer {
+  explicit A2aTimer(double& acc) : acc_(acc) {}
+  ~A2aTimer() { acc_ += t_.seconds(); }
+  double& acc_;
+  Timer t_;
+};
+
 std::vector<std::size_t> scaled(const std::vector<std::size_t>& rows, int H) {
   std::vector<std::size_t> v(rows);
   for (auto& x : v) x *= static_cast<std::size_t>(H);
@@ -76,26 +86,30 @@ void MoeLayerConfig::validate(int ep) const {
 }
 
 template <class T>
-void moe_forward(const ExecSpace& exec, const MoeLayerConfig& cfg, const MoeParams<T>& p,
-                 View1<const T> x, int N, comm::Communicator& ep,
-                 comm::Communicator& router_group, MoeLayerState<T>& st, View1<T> y) {
-  const char* fn = "moe::moe_forward";
+void moe_experts_forward(const ExecSpace& exec, const MoeLayerConfig& cfg, const MoeParams<T>& p,
+                         View1<const int> expert, View1<const T> weight, View1<const T> x, int N,
+                         comm::Communicator& ep, MoeLayerState<T>& st, View1<T> y) {
+  const char* fn = "moe::moe_experts_forward";
   const int P = ep.size(), E = cfg.router.experts, H = cfg.hidden, I = cfg.ffn;
   cfg.validate(P);
   check_ep_memory(ep, fn);
   const int El = E / P, W = cfg.in_width();
-  detail::check_extent(p.w_in, std::size_t(El) * H * W, fn, "w_in");
-  detail::check_extent(p.w_out, std::size_t(El) * I * H, fn, "w_out");
+  const std::size_t sin = p.in_stride ? p.in_stride : std::size_t(H) * W;
+  const std::size_t sout = p.out_stride ? p.out_stride : std::size_t(I) * H;
+  detail::check_extent(p.w_in, std::size_t(El - 1) * sin + std::size_t(H) * W, fn, "w_in");
+  detail::check_extent(p.w_out, std::size_t(El - 1) * sout + std::size_t(I) * H, fn, "w_out");
   detail::check_extent(y, std::size_t(N) * H, fn, "y");
 
-  router_forward<T>(exec, cfg.router, x, p.router, p.bias, N, H, router_group, st.router);
-  plan_dispatch(exec, st.router.expert, N, cfg.router.top_k, E, st.plan);
+  plan_dispatch(exec, expert, N, cfg.router.top_k, E, st.plan);
   const std::int64_t M = st.plan.rows;
   detail::ensure(st.xp, "moe::xp", std::size_t(M) * H);
   dispatch_forward<T>(exec, st.plan, x, st.xp, H);
 
   // Counts first, then the tokens.
-  st.chunk_rows = exchange_chunk_counts(exec, ep, st.plan.counts);
+  {
+    A2aTimer t(st.a2a_seconds);
+    st.chunk_rows = exchange_chunk_counts(exec, ep, st.plan.counts);
+  }
   st.send_rows.assign(P, 0);
   st.recv_rows.assign(P, 0);
   for (int q = 0; q < P; ++q)
@@ -132,27 +146,81 @@ void moe_forward(const ExecSpace& exec, const MoeLayerConfig& cfg, const MoePara
 
   detail::ensure(st.xr, "moe::xr", std::size_t(R) * H);
   detail::ensure(st.xe, "moe::xe", std::size_t(R) * H);
-  ep.all_to_allv(st.xp, scaled(st.send_rows, H), st.xr, scaled(st.recv_rows, H));
+  { A2aTimer t(st.a2a_seconds); ep.all_to_allv(st.xp, scaled(st.send_rows, H), st.xr, scaled(st.recv_rows, H)); }
   regroup<T>(exec, st.xr, st.xe, st.source_major, st.expert_major, st.chunk_count, H);
 
   // The experts: h = xe @ w_in, act = gelu(h) or swiglu(h), ye = act @ w_out.
   detail::ensure(st.h, "moe::expert_pre_act", std::size_t(R) * W);
   detail::ensure(st.act, "moe::expert_act", std::size_t(R) * I);
   detail::ensure(st.ye, "moe::ye", std::size_t(R) * H);
-  grouped_linear_forward<T>(exec, st.expert_offsets, st.xe, p.w_in, st.h, H, W);
+  grouped_linear_forward<T>(exec, st.expert_offsets, st.xe, p.w_in, st.h, H, W, sin);
   if (cfg.activation == ExpertActivation::gelu)
     kernels::gelu_forward<T>(exec, st.act, st.h, std::size_t(R) * I);
   else
     kernels::swiglu_forward<T>(exec, st.act, st.h, static_cast<int>(R), I);
-  grouped_linear_forward<T>(exec, st.expert_offsets, st.act, p.w_out, st.ye, I, H);
+  grouped_linear_forward<T>(exec, st.expert_offsets, st.act, p.w_out, st.ye, I, H, sout);
 
   // Back to the sources, and combined with the router weights.
   detail::ensure(st.yr, "moe::yr", std::size_t(R) * H);
   detail::ensure(st.yp, "moe::yp", std::size_t(M) * H);
   regroup<T>(exec, st.ye, st.yr, st.expert_major, st.source_major, st.chunk_count, H);
-  ep.all_to_allv(st.yr, scaled(st.recv_rows, H), st.yp, scaled(st.send_rows, H));
-  combine_forward<T>(exec, st.plan, st.yp, st.router.weight, y, H);
+  { A2aTimer t(st.a2a_seconds); ep.all_to_allv(st.yr, scaled(st.recv_rows, H), st.yp, scaled(st.send_rows, H)); }
+  combine_forward<T>(exec, st.plan, st.yp, weight, y, H);
   exec.fence();  // the host copies of the chunk tables are freed on return
+}
+
+template <class T>
+void moe_forward(const ExecSpace& exec, const MoeLayerConfig& cfg, const MoeParams<T>& p,
+                 View1<const T> x, int N, comm::Communicator& ep,
+                 comm::Communicator& router_group, MoeLayerState<T>& st, View1<T> y) {
+  cfg.validate(ep.size());
+  router_forward<T>(exec, cfg.router, x, p.router, p.bias, N, cfg.hidden, router_group,
+                    st.router);
+  moe_experts_forward<T>(exec, cfg, p, st.router.expert, st.router.weight, x, N, ep, st, y);
+}
+
+template <class T>
+void moe_experts_backward(const ExecSpace& exec, const MoeLayerConfig& cfg, const MoeParams<T>& p,
+                          MoeLayerState<T>& st, View1<const T> weight, View1<const T> dy,
+                          comm::Communicator& ep, View1<T> dx, View1<T> dweight,
+                          const MoeGrads<T>& g) {
+  const char* fn = "moe::moe_experts_backward";
+  const int H = cfg.hidden, I = cfg.ffn, W = cfg.in_width(), N = st.plan.tokens;
+  const std::int64_t M = st.plan.rows, R = st.expert_offsets.back();
+  const std::size_t sin = p.in_stride ? p.in_stride : std::size_t(H) * W;
+  const std::size_t sout = p.out_stride ? p.out_stride : std::size_t(I) * H;
+  detail::check_extent(dy, std::size_t(N) * H, fn, "dy");
+  detail::check_extent(dx, std::size_t(N) * H, fn, "dx");
+  detail::check_extent(dweight, std::size_t(N) * cfg.router.top_k, fn, "dweight");
+  // Combine: gradients of the expert outputs (local order) and of the router weights.
+  auto dyp = alloc<T>("moe::dyp", std::size_t(M) * H);
+  combine_backward<T>(exec, st.plan, dy, st.yp, weight, dyp, dweight, H);
+
+  // To the experts along the forward path.
+  auto dyr = alloc<T>("moe::dyr", std::size_t(R) * H);
+  auto dye = alloc<T>("moe::dye", std::size_t(R) * H);
+  { A2aTimer t(st.a2a_seconds); ep.all_to_allv(dyp, scaled(st.send_rows, H), dyr, scaled(st.recv_rows, H)); }
+  regroup<T>(exec, dyr, dye, st.source_major, st.expert_major, st.chunk_count, H);
+
+  // The experts, last layer first. dact and dh reuse the forward's buffers' shapes.
+  auto dact = alloc<T>("moe::dact", std::size_t(R) * I);
+  auto dh = alloc<T>("moe::dh", std::size_t(R) * W);
+  grouped_linear_backward<T>(exec, st.expert_offsets, dye, st.act, p.w_out, dact, g.w_out, I, H,
+                             sout);
+  if (cfg.activation == ExpertActivation::gelu)
+    kernels::gelu_backward<T>(exec, dh, st.h, dact, std::size_t(R) * I);
+  else
+    kernels::swiglu_backward<T>(exec, dh, st.h, dact, static_cast<int>(R), I);
+  auto dxe = alloc<T>("moe::dxe", std::size_t(R) * H);
+  grouped_linear_backward<T>(exec, st.expert_offsets, dh, st.xe, p.w_in, dxe, g.w_in, H, W, sin);
+
+  // Back to the tokens' ranks, then to the tokens.
+  auto dxr = dyr;  // same shape, no longer needed
+  regroup<T>(exec, dxe, dxr, st.expert_major, st.source_major, st.chunk_count, H);
+  auto dxp = dyp;  // same shape, no longer needed
+  { A2aTimer t(st.a2a_seconds); ep.all_to_allv(dxr, scaled(st.recv_rows, H), dxp, scaled(st.send_rows, H)); }
+  dispatch_backward<T>(exec, st.plan, dxp, dx, H);
+  exec.fence();  // the scratch buffers are freed on return
 }
 
 template <class T>
@@ -160,42 +228,11 @@ void moe_backward(const ExecSpace& exec, const MoeLayerConfig& cfg, const MoePar
                   MoeLayerState<T>& st, View1<const T> x, View1<const T> dy,
                   comm::Communicator& ep, View1<T> dx, const MoeGrads<T>& g,
                   double loss_scale) {
-  const char* fn = "moe::moe_backward";
-  const int H = cfg.hidden, I = cfg.ffn, W = cfg.in_width(), N = st.plan.tokens;
-  const std::int64_t M = st.plan.rows, R = st.expert_offsets.back();
-  detail::check_extent(dy, std::size_t(N) * H, fn, "dy");
-  detail::check_extent(dx, std::size_t(N) * H, fn, "dx");
-  // Combine: gradients of the expert outputs (local order) and of the router weights.
-  auto dyp = alloc<T>("moe::dyp", std::size_t(M) * H);
-  auto dweight = alloc<T>("moe::dweight", std::size_t(N) * cfg.router.top_k);
-  combine_backward<T>(exec, st.plan, dy, st.yp, st.router.weight, dyp, dweight, H);
-
-  // To the experts along the forward path.
-  auto dyr = alloc<T>("moe::dyr", std::size_t(R) * H);
-  auto dye = alloc<T>("moe::dye", std::size_t(R) * H);
-  ep.all_to_allv(dyp, scaled(st.send_rows, H), dyr, scaled(st.recv_rows, H));
-  regroup<T>(exec, dyr, dye, st.source_major, st.expert_major, st.chunk_count, H);
-
-  // The experts, last layer first. dact and dh reuse the forward's buffers' shapes.
-  auto dact = alloc<T>("moe::dact", std::size_t(R) * I);
-  auto dh = alloc<T>("moe::dh", std::size_t(R) * W);
-  grouped_linear_backward<T>(exec, st.expert_offsets, dye, st.act, p.w_out, dact, g.w_out, I, H);
-  if (cfg.activation == ExpertActivation::gelu)
-    kernels::gelu_backward<T>(exec, dh, st.h, dact, std::size_t(R) * I);
-  else
-    kernels::swiglu_backward<T>(exec, dh, st.h, dact, static_cast<int>(R), I);
-  auto dxe = alloc<T>("moe::dxe", std::size_t(R) * H);
-  grouped_linear_backward<T>(exec, st.expert_offsets, dh, st.xe, p.w_in, dxe, g.w_in, H, W);
-
-  // Back to the tokens' ranks, then to the tokens.
-  auto dxr = dyr;  // same shape, no longer needed
-  regroup<T>(exec, dxe, dxr, st.expert_major, st.source_major, st.chunk_count, H);
-  auto dxp = dyp;  // same shape, no longer needed
-  ep.all_to_allv(dxr, scaled(st.recv_rows, H), dxp, scaled(st.send_rows, H));
-  dispatch_backward<T>(exec, st.plan, dxp, dx, H);
-  router_backward<T>(exec, cfg.router, st.router, dweight, x, p.router, dx, g.router, H,
+  auto dweight = alloc<T>("moe::dweight", std::size_t(st.plan.tokens) * cfg.router.top_k);
+  moe_experts_backward<T>(exec, cfg, p, st, st.router.weight, dy, ep, dx, dweight, g);
+  router_backward<T>(exec, cfg.router, st.router, dweight, x, p.router, dx, g.router, cfg.hidden,
                      loss_scale);
-  exec.fence();  // the scratch buffers are freed on return
+  exec.fence();
 }
 
 #define MESHTRAIN_INSTANTIATE_MOE_LAYER(T)                                                     \
@@ -204,7 +241,15 @@ void moe_backward(const ExecSpace& exec, const MoeLayerConfig& cfg, const MoePar
                                MoeLayerState<T>&, View1<T>);                                   \
   template void moe_backward<T>(const ExecSpace&, const MoeLayerConfig&, const MoeParams<T>&,  \
                                 MoeLayerState<T>&, View1<const T>, View1<const T>,             \
-                                comm::Communicator&, View1<T>, const MoeGrads<T>&, double);
+                                comm::Communicator&, View1<T>, const MoeGrads<T>&, double);    \
+  template void moe_experts_forward<T>(const ExecSpace&, const MoeLayerConfig&,                \
+                                       const MoeParams<T>&, View1<const int>, View1<const T>,  \
+                                       View1<const T>, int, comm::Communicator&,               \
+                                       MoeLayerState<T>&, View1<T>);                           \
+  template void moe_experts_backward<T>(const ExecSpace&, const MoeLayerConfig&,               \
+                                        const MoeParams<T>&, MoeLayerState<T>&, View1<const T>, \
+                                        View1<const T>, comm::Communicator&, View1<T>,         \
+                                        View1<T>, const MoeGrads<T>&);
 MESHTRAIN_INSTANTIATE_MOE_LAYER(float)
 MESHTRAIN_INSTANTIATE_MOE_LAYER(double)
 #undef MESHTRAIN_INSTANTIATE_MOE_LAYER

@@ -31,6 +31,8 @@ ParallelContext::ParallelContext(MPI_Comm world, const ParallelConfig& cfg,
   mp_ = comm::make_group_communicator(b, mesh_->model_parallel().get());
   if (cfg.shape.pp > 1 && mesh_->embedding().get() != MPI_COMM_NULL)
     emb_ = comm::make_group_communicator(b, mesh_->embedding().get());
+  ep_ = comm::make_group_communicator(b, mesh_->ep().get());
+  if (cfg.shape.ep > 1) edp_ = comm::make_group_communicator(b, mesh_->expert_dp().get());
 }
 
 ParallelContext::~ParallelContext() = default;
@@ -40,6 +42,7 @@ model::ModelLayout ParallelContext::layout(bool recompute) const {
   base.tp = cfg_.shape.tp > 1 ? tp_.get() : nullptr;
   base.sequence_parallel = cfg_.sequence_parallel && cfg_.shape.tp > 1;
   base.recompute = recompute;
+  base.ep = ep_.get();
   base.allocate_params = cfg_.dp.zero_stage < 3;
   base.allocate_grads = cfg_.dp.zero_stage < 2;
   model::ModelLayout l = pipeline_layout(spec_, pieces_, stage(), base);
@@ -51,7 +54,11 @@ model::ModelLayout ParallelContext::layout(bool recompute) const {
 }
 
 std::string ParallelContext::describe() const {
-  std::string s = cat("dp ", cfg_.shape.dp, " (ZeRO-", cfg_.dp.zero_stage,
+  std::string s = cat("dp ", cfg_.shape.dp,
+                      cfg_.shape.ep > 1 ? cat(" (ep ", cfg_.shape.ep, " x expert-dp ",
+                                              cfg_.shape.dp / cfg_.shape.ep, ")")
+                                        : std::string(),
+                      " (ZeRO-", cfg_.dp.zero_stage,
                       cfg_.dp.offload ? ", optimizer offloaded to the CPU" : "", ") x pp ",
                       cfg_.shape.pp);
   if (cfg_.shape.pp > 1)

@@ -38,7 +38,7 @@ std::size_t BufferPlan::total_elems() const {
 // ---- the plan ----
 
 DpLayout make_dp_layout(const model::ParameterRegistry& reg, std::size_t elem_bytes,
-                        const DpOptions& opt, int dp) {
+                        const DpOptions& opt, int dp, int ep) {
   MESHTRAIN_CONFIG_CHECK(opt.zero_stage >= 0 && opt.zero_stage <= 3, "zero.stage=",
                          opt.zero_stage, " must be 0, 1, 2 or 3");
   MESHTRAIN_CONFIG_CHECK(opt.bucket_bytes > 0, "dp.bucket_mb must be positive");
@@ -49,22 +49,34 @@ DpLayout make_dp_layout(const model::ParameterRegistry& reg, std::size_t elem_by
   p.overlap = opt.overlap;
   const auto& units = reg.units();
   MESHTRAIN_CHECK(!units.empty(), "make_dp_layout: the model has no units");
-  // Every unit here reduces over data parallelism (the registry's parameter groups); units of
-  // another group (experts) need their own reducer over their own group.
-  for (const auto& u : units)
-    MESHTRAIN_CHECK(u.group == model::ParamGroup::dp, "make_dp_layout: unit ", u.name,
-                    " reduces over the ", model::param_group_name(u.group),
-                    " group, not over dp");
+  // Dense units reduce over dp; MoE expert units over the expert-data-parallel group (the dp
+  // ranks holding the same experts: dp / ep of them, stride ep in dp).
+  MESHTRAIN_CHECK(ep >= 1 && dp % ep == 0, "make_dp_layout: mesh.ep=", ep, " does not divide dp=",
+                  dp);
   p.buckets = plan_buckets(units, elem_bytes, opt.bucket_bytes, opt.zero_stage == 3);
   p.unit_bucket.assign(units.size(), -1);
+  p.partner.assign(units.size(), -1);
   std::vector<FlatRange> groups;
+  std::vector<int> strides;
   for (int b = 0; b < static_cast<int>(p.buckets.size()); ++b) {
     for (int u = p.buckets[b].first_unit; u <= p.buckets[b].last_unit; ++u) p.unit_bucket[u] = b;
     groups.push_back(p.buckets[b].range);
+    const bool expert = units[p.buckets[b].first_unit].group == model::ParamGroup::expert_dp;
+    strides.push_back(expert ? ep : 1);
+    p.bucket_expert.push_back(expert);
   }
-  out.partition = ZeroPartition(groups, dp);
-  for (const auto& b : p.buckets)
-    p.bucket_piece.push_back(out.partition.groups()[out.partition.group_of(b.range.begin)].piece);
+  for (int u = 0; u < static_cast<int>(units.size()); ++u)
+    if (units[u].group == model::ParamGroup::expert_dp) {
+      const int d = reg.unit_of_layer(units[u].layer);
+      p.partner[u] = d;
+      p.partner[d] = u;
+    }
+  out.partition = ZeroPartition(groups, dp, strides);
+  for (const auto& b : p.buckets) {
+    const ZeroGroup& zg = out.partition.groups()[out.partition.group_of(b.range.begin)];
+    p.bucket_piece.push_back(zg.piece);
+    p.bucket_ranks.push_back(zg.ranks);
+  }
   p.embedding_unit = reg.embedding_unit();
   p.head_unit = reg.head_unit();
   // The head reads wte (tied LM head): the unit holding wte stays gathered, and its gradient
@@ -140,7 +152,7 @@ void DpPolicy::reset_counts() {
 
 void DpPolicy::ensure_grad_buffer(int b) {
   if (grad_buf_[b] >= 0) return;
-  const std::size_t need = plan_.bucket_piece[b] * static_cast<std::size_t>(plan_.dp);
+  const std::size_t need = plan_.bucket_piece[b] * static_cast<std::size_t>(plan_.bucket_ranks[b]);
   // A small pool: at most two buckets in flight (three with the tied embedding's, which stays
   // bound through the whole backward); beyond that wait for the oldest.
   const std::size_t limit = plan_.tied_unit >= 0 ? 3 : 2;
@@ -211,8 +223,8 @@ void DpPolicy::finish() {
 
 void DpPolicy::start_gather(int u) {
   if (param_buf_[u] >= 0) return;  // gathered or in flight
-  const std::size_t need =
-      plan_.bucket_piece[plan_.unit_bucket[u]] * static_cast<std::size_t>(plan_.dp);
+  const int b = plan_.unit_bucket[u];
+  const std::size_t need = plan_.bucket_piece[b] * static_cast<std::size_t>(plan_.bucket_ranks[b]);
   const BufferPlan::Taken t = param_pool_.acquire(need);
   param_buf_[u] = t.id;
   gather_->start_gather(u, t.id, need, t.grown);
@@ -242,8 +254,10 @@ void DpPolicy::release_all_params() {
 }
 
 void DpPolicy::keep_only(int a, int b) {
+  // A unit's partner (an MoE block and its experts) is in use with it.
+  const int pa = a >= 0 ? plan_.partner[a] : -1;
   for (int u = 0; u < plan_.n_units(); ++u)
-    if (u != a && u != b && u != plan_.tied_unit) release_params(u);
+    if (u != a && u != b && u != pa && u != plan_.tied_unit) release_params(u);
 }
 
 // ---- hooks ----

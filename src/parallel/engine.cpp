@@ -2,7 +2,9 @@
 // evaluation. Checkpoints are in engine_checkpoint.cpp.
 #include "meshtrain/parallel/engine.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "meshtrain/comm/flight_recorder.hpp"
 #include "meshtrain/core/agree.hpp"
@@ -28,13 +30,26 @@ Engine<T>::Engine(MPI_Comm world, const model::GptConfig& cfg, const EngineOptio
                          " must be positive");
   // The attention kernels read their backend choice process-wide (one engine per process).
   kernels::set_attention_options(opt_.attention);
+  // Mixture of Experts: experts split over mesh.ep (carved out of dp), the fp32 model only.
+  const int ep = opt_.parallel.shape.ep;
+  MESHTRAIN_CONFIG_CHECK(ep == 1 || cfg_.moe.enabled(), "mesh.ep=", ep,
+                         " needs a Mixture-of-Experts model (moe.experts > 0)");
+  MESHTRAIN_CONFIG_CHECK(!cfg_.moe.enabled() || cfg_.moe.experts % ep == 0, "moe.experts=",
+                         cfg_.moe.experts, " is not divisible by mesh.ep=", ep);
+  constexpr bool fp32 = std::is_same_v<T, float>;
+  MESHTRAIN_CONFIG_CHECK(!cfg_.moe.enabled() || fp32,
+                         "moe.experts=", cfg_.moe.experts, " with train.precision other than "
+                         "fp32 is not implemented (the MoE layer runs in fp32 and fp64 only)");
   // 1. the mesh and its groups, the schedule and the pipeline pieces
   ctx_ = std::make_unique<ParallelContext>(world, opt_.parallel, cfg_, opt_.seq_len, opt_.n_micro);
   // 2. this rank's slice of the model: its stage's chunks, split over tp inside the model
   model_ = std::make_unique<model::GptT<T>>(cfg_, opt_.micro_batch, opt_.seq_len,
                                             ctx_->layout(opt_.recompute), exec);
   // 3. data parallelism and ZeRO as the model's hooks
-  sync_ = std::make_unique<GradSync<T>>(model_buffers(*model_), ctx_->dp(), opt_.parallel.dp, exec);
+  // (MoE experts reduce and shard over the expert-data-parallel group instead of dp)
+  sync_ = std::make_unique<GradSync<T>>(model_buffers(*model_), ctx_->dp(), opt_.parallel.dp, exec,
+                                        ctx_->ep_size() > 1 ? &ctx_->expert_dp() : nullptr,
+                                        &ctx_->ep());
   model_->set_hooks(sync_.get());
   // The runner drives the hooks without a call between micro-batches: ZeRO 0/1 reduce a bucket
   // once its units have completed every micro-batch's backward.
@@ -106,6 +121,7 @@ void Engine<T>::fill_batch(const BatchSource& batch, int first) {
 template <class T>
 StepComm Engine<T>::forward_backward(const BatchSource& batch, float grad_scale) {
   model_->reset_loss_sum();
+  model_->reset_moe_stats();
   sync_->reset_stats();
   sync_->begin_step();
   const double tp0 = model_->tp_comm_seconds();
@@ -147,6 +163,61 @@ float Engine<T>::global_loss_sum() {
   double total = ctx_->last_stage() && ctx_->tp_rank() == 0 ? loss_sum : 0.0;
   world_all_reduce(&total, 1, MPI_DOUBLE, MPI_SUM);
   return static_cast<float>(total);
+}
+
+template <class T>
+std::vector<MoeLayerMetrics> Engine<T>::moe_metrics() {
+  std::vector<MoeLayerMetrics> out;
+  const auto& mc = cfg_.moe;
+  if (!mc.enabled()) return out;
+  // Per block: calls, aux, z, tokens, dropped, expert seconds, ranks that ran it, load [E];
+  // tp rank 0 of each dp rank of the stage holding the block contributes (tp ranks route the
+  // same rows).
+  const int L = cfg_.n_layer, E = mc.experts, W = 8 + E;
+  std::vector<double> v(static_cast<std::size_t>(L) * W, 0.0);
+  const auto& st = model_->moe_stats();
+  if (ctx_->tp_rank() == 0)
+    for (int l = 0; l < L; ++l) {
+      const model::MoeLayerStats& s = st[static_cast<std::size_t>(l)];
+      if (s.load.empty()) continue;
+      double* r = v.data() + static_cast<std::size_t>(l) * W;
+      r[0] = s.calls;
+      r[1] = s.aux;
+      r[2] = s.z;
+      r[3] = s.tokens;
+      r[4] = s.dropped;
+      r[5] = s.expert_seconds;
+      r[6] = 1;
+      r[7] = s.a2a_seconds;
+      for (int e = 0; e < E; ++e) r[8 + e] = s.load[static_cast<std::size_t>(e)];
+    }
+  world_all_reduce(v.data(), static_cast<int>(v.size()), MPI_DOUBLE, MPI_SUM);
+  for (int l = 0; l < L; ++l) {
+    if (!mc.is_moe_layer(l)) continue;
+    const double* r = v.data() + static_cast<std::size_t>(l) * W;
+    MoeLayerMetrics m;
+    m.layer = l;
+    const double calls = r[0] > 0 ? r[0] : 1;
+    m.aux = r[1] / calls;
+    m.z = r[2] / calls;
+    m.dropped = r[3] > 0 ? r[4] / (r[3] * mc.top_k) : 0;
+    m.expert_ms = r[6] > 0 ? 1e3 * r[5] / r[6] : 0;
+    m.a2a_ms = r[6] > 0 ? 1e3 * r[7] / r[6] : 0;
+    const double* load = r + 8;
+    double lo = load[0], hi = load[0], sum = 0, sq = 0;
+    for (int e = 0; e < E; ++e) {
+      lo = std::min(lo, load[e]);
+      hi = std::max(hi, load[e]);
+      sum += load[e];
+    }
+    const double mean = sum / E;
+    for (int e = 0; e < E; ++e) sq += (load[e] - mean) * (load[e] - mean);
+    m.load_min = lo;
+    m.load_max = hi;
+    m.load_cv = mean > 0 ? std::sqrt(sq / E) / mean : 0;
+    out.push_back(m);
+  }
+  return out;
 }
 
 template <class T>

@@ -82,13 +82,17 @@ void from_host_float(const ExecSpace& exec, HostView1<const float> src, View1<T>
 HostView1<float> host_zeros(std::size_t n) { return HostView1<float>("meshtrain::ckpt.host", n); }
 
 // The pieces of the registry inside each range of `ranges`, with their data in `state`.
+// only: 0 every parameter, 1 dense ones only, 2 MoE experts only (ZeRO-0 under mesh.ep, where
+// dp and expert-dp split the buffer differently).
 template <class Ptr>
 void add_pieces(const model::ParameterRegistry& reg, const std::vector<ShardPiece>& ranges,
                 bool dedup, const HostState& state, std::vector<io::TensorPiece>& pieces,
-                std::vector<Ptr>& data) {
+                std::vector<Ptr>& data, int only = 0) {
   for (const auto& r : ranges) {
     if (r.length == 0) continue;
     for (const auto& pc : io::pieces_for_range(reg, r.flat, r.flat + r.length, dedup)) {
+      const bool expert = pc.param->grad_group == model::ParamGroup::expert_dp;
+      if ((only == 1 && expert) || (only == 2 && !expert)) continue;
       pieces.push_back(pc);
       data.push_back(state.at(pc.flat_offset(), pc.count));
     }
@@ -120,20 +124,31 @@ std::string Engine<T>::save_checkpoint(const std::string& dir, std::int64_t step
   else params = {whole(n), host_float<T>(exec, model_->params())};
   const HostState m = shard(optim::StateKind::exp_avg), v = shard(optim::StateKind::exp_avg_sq);
   // The disjoint part of the flat buffer this rank writes.
-  std::vector<ShardPiece> ranges;
+  // ZeRO-0: dense parameters split over dp; MoE experts (each ep rank's own, replicated over
+  // expert-dp) split over expert-dp. ZeRO >= 1: the shard pieces, which already are both.
+  std::vector<ShardPiece> ranges, expert_ranges;
+  auto split = [&](std::size_t d, std::size_t D) {
+    return std::vector<ShardPiece>{ShardPiece{n * d / D, 0, n * (d + 1) / D - n * d / D}};
+  };
+  const bool ep_split = zero == 0 && ctx_->ep_size() > 1;
   if (zero >= 1) {
     ranges = opt.pieces();
   } else {
-    const std::size_t d = static_cast<std::size_t>(ctx_->dp_rank());
-    const std::size_t D = static_cast<std::size_t>(ctx_->dp_size());
-    ranges = {ShardPiece{n * d / D, 0, n * (d + 1) / D - n * d / D}};
+    ranges = split(static_cast<std::size_t>(ctx_->dp_rank()),
+                   static_cast<std::size_t>(ctx_->dp_size()));
+    if (ep_split)
+      expert_ranges = split(static_cast<std::size_t>(ctx_->expert_dp().rank()),
+                            static_cast<std::size_t>(ctx_->expert_dp().size()));
   }
   std::vector<io::SaveGroup> groups{{io::kModelPrefix, {}, {}},
                                     {io::kExpAvgPrefix, {}, {}},
                                     {io::kExpAvgSqPrefix, {}, {}}};
   const HostState* states[] = {&params, &m, &v};
-  for (int g = 0; g < 3; ++g)
-    add_pieces(reg, ranges, true, *states[g], groups[g].pieces, groups[g].data);
+  for (int g = 0; g < 3; ++g) {
+    add_pieces(reg, ranges, true, *states[g], groups[g].pieces, groups[g].data, ep_split ? 1 : 0);
+    if (ep_split)
+      add_pieces(reg, expert_ranges, true, *states[g], groups[g].pieces, groups[g].data, 2);
+  }
 
   const auto& c = ctx_->config();
   a.model = cfg_;

@@ -86,17 +86,19 @@ void GradReducer<T>::launch_grad(int b, int buffer) {
   if (plan_.zero_stage <= 1) {
     auto g = slice(model_.grads, bk.range.begin, bk.range.size());
     op.t_launch = clock_.seconds();
-    op.req = dp_.iall_reduce(g);
+    op.req = shards_.comm_of(shards_.partition().group_of(bk.range.begin)).iall_reduce(g);
     stats_.bytes += g.span() * sizeof(T);
   } else {
     const std::size_t piece = plan_.bucket_piece[b];
-    const ZeroGroup& zg = shards_.partition().groups()[shards_.partition().group_of(bk.range.begin)];
-    const std::size_t mine = static_cast<std::size_t>(dp_.rank()) * piece;
-    auto buf = slice(pool_[buffer], 0, piece * dp_.size());
+    const int g = shards_.partition().group_of(bk.range.begin);
+    const ZeroGroup& zg = shards_.partition().groups()[g];
+    comm::Communicator& c = shards_.comm_of(g);  // dp, or expert-dp for MoE experts
+    const std::size_t mine = static_cast<std::size_t>(c.rank()) * piece;
+    auto buf = slice(pool_[buffer], 0, piece * c.size());
     auto shard = slice(shards_.shard_grads(), zg.shard_offset, piece);
     accumulate<T>(exec_, slice(buf, mine, piece), shard);
     op.t_launch = clock_.seconds();
-    op.req = dp_.ireduce_scatter(buf, shard);
+    op.req = c.ireduce_scatter(buf, shard);
     stats_.bytes += buf.span() * sizeof(T);
   }
   ++stats_.ops;

@@ -51,9 +51,11 @@ std::unique_ptr<model::Gpt> gather_to_rank0(const ParallelContext& par, const mo
   const auto& mesh = par.mesh();
   const MPI_Comm world = mesh.world().get();
   const int me = mesh.rank();
-  // Data-parallel replicas hold the same parameters: dp rank 0 of each (pp, tp) sends.
+  // Data-parallel replicas hold the same parameters: dp rank 0 of each (pp, tp) sends; with
+  // expert parallelism the first ep dp ranks (expert-dp rank 0), each with its experts.
+  const int ep = mesh.shape().ep;
   if (me != 0) {
-    if (par.dp_rank() == 0) {
+    if (par.dp_rank() < ep) {
       auto h = to_host_float<T>(params, m.registry().size());
       MESHTRAIN_MPI_CHECK(MPI_Send(h.data(), static_cast<int>(h.size()), MPI_FLOAT, 0, 77, world));
     }
@@ -65,11 +67,11 @@ std::unique_ptr<model::Gpt> gather_to_rank0(const ParallelContext& par, const mo
   std::vector<float> gbuf(greg.size(), 0.0f);
   for (int r = 0; r < mesh.size(); ++r) {
     const mesh::Coord c = mesh::coord_of(r, mesh.shape(), mesh.order());
-    if (c.dp != 0) continue;
+    if (c.dp >= ep) continue;
     const auto& spec = par.schedule();
     const model::ParameterRegistry reg(cfg, c.tp, mesh.shape().tp, c.pp,
                                        stage_chunks(par.pieces(), spec.pp, c.pp), c.pp == 0,
-                                       c.pp == spec.pp - 1);
+                                       c.pp == spec.pp - 1, c.dp % ep, ep);
     std::vector<float> buf;
     if (r == 0) {
       buf = to_host_float<T>(params, reg.size());

@@ -45,10 +45,11 @@ void ParamGatherer<T>::start_gather(int u, int buffer, std::size_t elems, bool g
     pool_.push_back(alloc<T>("zero.param_gather", elems));
   }
   const ZeroPartition& part = shards_.partition();
-  const ZeroGroup& zg = part.groups()[part.group_of(model_.registry->units()[u].begin)];
+  const int g = part.group_of(model_.registry->units()[u].begin);
+  const ZeroGroup& zg = part.groups()[g];
   Op& op = ops_[u];
   op.t_launch = clock_.seconds();
-  op.req = dp_.iall_gather(slice(shards_.shard_params(), zg.shard_offset, zg.piece),
+  op.req = shards_.comm_of(g).iall_gather(slice(shards_.shard_params(), zg.shard_offset, zg.piece),
                            slice(pool_[buffer], 0, elems));
   stats_.exposed_seconds += clock_.seconds() - op.t_launch;
   stats_.bytes += elems * sizeof(T);

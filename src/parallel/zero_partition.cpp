@@ -14,7 +14,8 @@ std::vector<Bucket> plan_buckets(const std::vector<model::UnitInfo>& units, std:
   std::size_t bytes = 0;
   for (int u = n - 1; u >= 0; --u) {
     bytes += units[u].size() * elem_bytes;
-    if (per_unit || bytes >= bucket_bytes || u == 0) {
+    // A bucket reduces over one group: units of another group (MoE experts) start a new one.
+    if (per_unit || bytes >= bucket_bytes || u == 0 || units[u - 1].group != units[u].group) {
       out.push_back(Bucket{u, hi, FlatRange{units[u].begin, units[hi].end}});
       hi = u - 1;
       bytes = 0;
@@ -26,18 +27,28 @@ std::vector<Bucket> plan_buckets(const std::vector<model::UnitInfo>& units, std:
 ZeroPartition::ZeroPartition(std::size_t n, int dp_size)
     : ZeroPartition(std::vector<FlatRange>{FlatRange{0, n}}, dp_size) {}
 
-ZeroPartition::ZeroPartition(std::vector<FlatRange> groups, int dp_size) : dp_(dp_size) {
+ZeroPartition::ZeroPartition(std::vector<FlatRange> groups, int dp_size, std::vector<int> strides)
+    : dp_(dp_size) {
   MESHTRAIN_CHECK(dp_ >= 1, "ZeroPartition: dp=", dp_);
-  std::sort(groups.begin(), groups.end(),
-            [](const FlatRange& a, const FlatRange& b) { return a.begin < b.begin; });
-  for (std::size_t i = 0; i < groups.size(); ++i) {
-    const FlatRange& r = groups[i];
+  if (strides.empty()) strides.assign(groups.size(), 1);
+  MESHTRAIN_CHECK(strides.size() == groups.size(), "ZeroPartition: ", strides.size(),
+                  " strides for ", groups.size(), " groups");
+  std::vector<std::size_t> order(groups.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](std::size_t a, std::size_t b) { return groups[a].begin < groups[b].begin; });
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    const FlatRange& r = groups[order[k]];
+    const int stride = strides[order[k]];
     MESHTRAIN_CHECK(r.begin <= r.end, "ZeroPartition: group [", r.begin, ", ", r.end, ")");
-    MESHTRAIN_CHECK(i == 0 || groups[i - 1].end <= r.begin, "ZeroPartition: groups overlap at ",
-                    r.begin);
-    const std::size_t per_rank = (r.size() + dp_ - 1) / dp_;
+    MESHTRAIN_CHECK(k == 0 || groups_.back().range.end <= r.begin,
+                    "ZeroPartition: groups overlap at ", r.begin);
+    MESHTRAIN_CHECK(stride >= 1 && dp_ % stride == 0, "ZeroPartition: stride ", stride,
+                    " does not divide dp=", dp_);
+    const int ranks = dp_ / stride;
+    const std::size_t per_rank = (r.size() + ranks - 1) / ranks;
     const std::size_t piece = (per_rank + kShardAlign - 1) / kShardAlign * kShardAlign;
-    groups_.push_back(ZeroGroup{r, piece, shard_});
+    groups_.push_back(ZeroGroup{r, piece, shard_, stride, ranks});
     shard_ += piece;
   }
 }
@@ -52,7 +63,8 @@ int ZeroPartition::group_of(std::size_t i) const {
 
 FlatRange ZeroPartition::piece(int g, int r) const {
   const ZeroGroup& z = groups_[g];
-  const std::size_t lo = std::min(z.range.begin + r * z.piece, z.range.end);
+  const std::size_t lo =
+      std::min(z.range.begin + static_cast<std::size_t>(z.member(r)) * z.piece, z.range.end);
   const std::size_t hi = std::min(lo + z.piece, z.range.end);
   return FlatRange{lo, hi};
 }

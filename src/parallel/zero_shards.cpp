@@ -9,14 +9,20 @@ namespace meshtrain::parallel {
 
 template <class T>
 ZeroShards<T>::ZeroShards(const model::ParameterRegistry& reg, ZeroPartition part, int zero_stage,
-                          View1<T> params, comm::Communicator& dp, ExecSpace exec)
+                          View1<T> params, comm::Communicator& dp, ExecSpace exec,
+                          comm::Communicator* expert_dp)
     : reg_(reg),
       part_(std::move(part)),
       whole_(reg.size(), 1),
       stage_(zero_stage),
       params_(params),
       dp_(dp),
-      exec_(exec) {
+      exec_(exec),
+      edp_(expert_dp ? expert_dp : &dp) {
+  for (const auto& g : part_.groups())
+    MESHTRAIN_CHECK(g.ranks == comm_of(static_cast<int>(&g - part_.groups().data())).size(),
+                    "ZeroShards: a group split over ", g.ranks, " ranks, its communicator has ",
+                    comm_of(static_cast<int>(&g - part_.groups().data())).size());
   if (stage_ <= 2)
     MESHTRAIN_CHECK(params_.span() >= reg.size(), "ZeroShards: ZeRO-", stage_,
                     " needs the model's full parameter buffer (", reg.size(), " elements), got ",
@@ -40,13 +46,15 @@ std::vector<optim::ShardPiece> shard_pieces(const ZeroPartition& p, int rank) {
 }
 
 std::vector<optim::ShardRange> shard_ranges(const model::ParameterRegistry& reg,
-                                            const ZeroPartition& part, int rank) {
+                                            const ZeroPartition& part, int rank,
+                                            bool count_experts) {
   // Consecutive parameters of one piece with the same decay and norm flags form one range; the
   // alignment gaps between them hold zeros in parameters and gradients, which AdamW keeps zero.
   std::vector<optim::ShardRange> out;
   int last_group = -1;
   for (const auto& s : part.segments(reg, rank)) {
-    const bool counted = reg.counts_in_norm(*s.param);
+    const bool counted = reg.counts_in_norm(*s.param) &&
+                         (count_experts || s.param->grad_group != model::ParamGroup::expert_dp);
     if (!out.empty() && last_group == s.group && out.back().decay == s.param->decay &&
         out.back().counted == counted) {
       out.back().length = s.flat_begin + s.size() - out.back().flat;
@@ -68,9 +76,12 @@ ShardBytes zero_shard_bytes(const ZeroPartition& part, int zero_stage, std::size
 
 std::size_t zero_staging_bytes(const ZeroPartition& part, int zero_stage, std::size_t elem_bytes) {
   if (!(zero_stage == 1 || zero_stage == 2) || part.dp_size() == 1) return 0;
-  std::size_t max_piece = 0;
-  for (const auto& g : part.groups()) max_piece = std::max(max_piece, g.piece);
-  return max_piece * (1 + static_cast<std::size_t>(part.dp_size())) * elem_bytes;
+  std::size_t max_piece = 0, max_recv = 0;
+  for (const auto& g : part.groups()) {
+    max_piece = std::max(max_piece, g.piece);
+    max_recv = std::max(max_recv, g.piece * static_cast<std::size_t>(g.ranks));
+  }
+  return (max_piece + max_recv) * elem_bytes;
 }
 
 template <class T>
@@ -80,7 +91,10 @@ std::vector<optim::ShardPiece> ZeroShards<T>::optimizer_pieces() const {
 
 template <class T>
 std::vector<optim::ShardRange> ZeroShards<T>::optimizer_ranges() const {
-  return shard_ranges(reg_, optimizer_partition(), optimizer_rank());
+  // Unsharded (ZeRO-0) under expert parallelism: each rank's experts are its own, replicated
+  // only over expert-dp; the optimizer sums their squares over the ep group apart.
+  const bool ep_split = edp_ != &dp_ && edp_->size() < dp_.size();
+  return shard_ranges(reg_, optimizer_partition(), optimizer_rank(), sharded() || !ep_split);
 }
 
 template <class T>
@@ -103,25 +117,28 @@ optim::Index ZeroShards<T>::optimizer_params_index() const {
 template <class T>
 void ZeroShards<T>::gather_groups(View1<const T> src, optim::Index where, View1<T> dst,
                                   CommStats& stats) {
-  const int P = dp_.size(), me = dp_.rank();
-  std::size_t max_piece = 0;
-  for (const auto& g : part_.groups()) max_piece = std::max(max_piece, g.piece);
-  if (stage_send_.span() < max_piece) {
+  const int me = dp_.rank();
+  std::size_t max_piece = 0, max_recv = 0;
+  for (const auto& g : part_.groups()) {
+    max_piece = std::max(max_piece, g.piece);
+    max_recv = std::max(max_recv, g.piece * static_cast<std::size_t>(g.ranks));
+  }
+  if (stage_send_.span() < max_piece || stage_recv_.span() < max_recv) {
     stage_send_ = alloc<T>("zero.gather_send", max_piece);
-    stage_recv_ = alloc<T>("zero.gather_recv", max_piece * P);
+    stage_recv_ = alloc<T>("zero.gather_recv", max_recv);
   }
   const Timer t;
   for (int g = 0; g < static_cast<int>(part_.groups().size()); ++g) {
     const ZeroGroup& zg = part_.groups()[g];
     const FlatRange pc = part_.piece(g, me);
     auto send = slice(stage_send_, 0, zg.piece);
-    auto recv = slice(stage_recv_, 0, zg.piece * P);
+    auto recv = slice(stage_recv_, 0, zg.piece * static_cast<std::size_t>(zg.ranks));
     Kokkos::deep_copy(exec_, send, T(0.0f));
     if (pc.size()) {
       const std::size_t from = where == optim::Index::flat ? pc.begin : zg.shard_offset;
       Kokkos::deep_copy(exec_, slice(send, 0, pc.size()), slice(src, from, pc.size()));
     }
-    dp_.all_gather(send, recv);
+    comm_of(g).all_gather(send, recv);
     Kokkos::deep_copy(exec_, slice(dst, zg.range.begin, zg.range.size()),
                       slice(recv, 0, zg.range.size()));
     stats.bytes += recv.span() * sizeof(T);

@@ -203,6 +203,14 @@ StepCost step_cost(const model::GptConfig& cfg, int seq_len, const Layout& l,
     s.QW = cfg.n_head * HS / l.tp;
     s.KW = (KV < l.tp ? 1.0 : KV / l.tp) * HS;  // replicated kv: the one head of a rank's group
     s.I = double(cfg.mlp_width()) / l.tp;
+    if (cfg.moe.enabled()) {
+      // MoE blocks: every tp rank runs top_k experts per token (and the shared expert) whole;
+      // an average block's MLP width over the dense and MoE blocks (the router, the
+      // permutation and uneven expert loads are left out).
+      const double Lm = cfg.n_moe_layers(), L = cfg.n_layer;
+      const double moe_w = double(cfg.moe.top_k) * cfg.expert_width() + cfg.moe.shared_ffn;
+      s.I = ((L - Lm) * s.I + Lm * moe_w) / L;
+    }
     s.FW = cfg.mlp == model::Mlp::swiglu ? 2 * s.I : s.I;
     s.bias = cfg.bias;
   }
@@ -236,7 +244,7 @@ StepCost step_cost(const model::GptConfig& cfg, int seq_len, const Layout& l,
     dopt.zero_stage = l.zero_stage;
     dopt.bucket_bytes = l.bucket_bytes;
     const parallel::DpLayout dpl_layout =
-        parallel::make_dp_layout(reg, compute_bytes(l.precision), dopt, dp);
+        parallel::make_dp_layout(reg, compute_bytes(l.precision), dopt, dp, l.ep);
     const auto& buckets = dpl_layout.plan.buckets;
     const parallel::ZeroPartition& part = dpl_layout.partition;
     // Backward completion time of each unit in the last micro-batch (the head's backward runs
@@ -258,9 +266,10 @@ StepCost step_cost(const model::GptConfig& cfg, int seq_len, const Layout& l,
       for (const auto& b : buckets) {
         ready.push_back(done[b.first_unit]);
         const auto& g = part.groups()[part.group_of(b.range.begin)];
-        const double bytes = static_cast<double>(g.piece) * dp * s.E;
-        cost.push_back(l.zero_stage <= 1 ? all_reduce(dpl, dp, bytes)
-                                         : all_gather(dpl, dp, bytes));
+        // g.ranks: dp, or the expert-data-parallel group of MoE experts (dp / ep)
+        const double bytes = static_cast<double>(g.piece) * g.ranks * s.E;
+        cost.push_back(l.zero_stage <= 1 ? all_reduce(dpl, g.ranks, bytes)
+                                         : all_gather(dpl, g.ranks, bytes));
       }
       const auto [exp, tot] = bucket_timeline(ready, cost, bwd.compute() + bwd.tp, cal.dp_overlap);
       if (l.zero_stage <= 1) {
@@ -273,7 +282,8 @@ StepCost step_cost(const model::GptConfig& cfg, int seq_len, const Layout& l,
       }
       if (l.zero_stage == 1 || l.zero_stage == 2) {  // updated parameters, blocking
         for (const auto& g : part.groups()) {
-          const double c = all_gather(dpl, dp, static_cast<double>(g.piece) * dp * s.E);
+          const double c =
+              all_gather(dpl, g.ranks, static_cast<double>(g.piece) * g.ranks * s.E);
           dp_exposed += c;
           dp_total += c;
         }
@@ -288,8 +298,8 @@ StepCost step_cost(const model::GptConfig& cfg, int seq_len, const Layout& l,
         double first = 0, exp_f = 0, exp_b = 0, total = 0;
         for (std::size_t u = 0; u < units.size(); ++u) {
           const auto& g = part.groups()[part.group_of(units[u].begin)];
-          const double bytes = static_cast<double>(g.piece) * dp * s.E;
-          const double t = all_gather(dpl, dp, bytes);  // a reduce-scatter costs the same
+          const double bytes = static_cast<double>(g.piece) * g.ranks * s.E;
+          const double t = all_gather(dpl, g.ranks, bytes);  // a reduce-scatter costs the same
           total += 3 * t;
           if (u == 0) first = t;
           if (units[u].layer >= 0) {
@@ -307,6 +317,16 @@ StepCost step_cost(const model::GptConfig& cfg, int seq_len, const Layout& l,
       const double c = all_reduce(ppl, 2, s.Vl * s.C * s.E);
       dp_exposed += c;
       dp_total += c;
+    }
+    // ---- MoE all-to-alls: per MoE block and micro-batch the token rows out and back, forward
+    // and backward (4 exchanges of N k rows of C), each rank keeping 1 / ep of them; blocking.
+    double a2a = 0;
+    if (cfg.moe.enabled() && l.ep > 1) {
+      int moe_blocks = 0;
+      for (const auto& u : units)
+        if (u.group == model::ParamGroup::expert_dp) ++moe_blocks;
+      const double rows_bytes = s.N * cfg.moe.top_k * s.C * s.E;
+      a2a = m * moe_blocks * (4 * all_gather(dpl, l.ep, rows_bytes) * (l.recompute ? 1.5 : 1.0));
     }
     // ---- optimizer ----
     const double S = l.zero_stage >= 1 ? part.shard_size() : n;
@@ -342,6 +362,7 @@ StepCost step_cost(const model::GptConfig& cfg, int seq_len, const Layout& l,
     out.dp_comm_s = std::max(out.dp_comm_s, dp_exposed);
     out.dp_comm_total_s = std::max(out.dp_comm_total_s, dp_total);
     out.zero3_gather_s = std::max(out.zero3_gather_s, gather_exposed);
+    out.moe_a2a_s = std::max(out.moe_a2a_s, a2a);
   }
   if (l.pp > 1) {
     out.pp_bubble_s = (l.pp - 1.0) / v * worst_mb;
@@ -361,8 +382,10 @@ StepCost step_cost(const model::GptConfig& cfg, int seq_len, const Layout& l,
   out.dp_comm_s *= sm;
   out.dp_comm_total_s *= sm;
   out.zero3_gather_s *= sm;
+  out.moe_a2a_s *= sm;
   const double critical = out.compute_s + out.tp_comm_s + out.pp_bubble_s + out.pp_comm_s +
-                          out.dp_comm_s + out.zero3_gather_s + out.optimizer_s + out.overhead_s;
+                          out.dp_comm_s + out.zero3_gather_s + out.optimizer_s + out.overhead_s +
+                          out.moe_a2a_s;
   // Ranks of one node slow each other down (shared memory bandwidth; on a CPU with fewer cores
   // than ranks, time-sharing) by the calibration's measured factor at the number of ranks busy
   // on average: the node's busy work over the step. Waiting ranks do not count: oversubscribed
@@ -385,6 +408,7 @@ StepCost step_cost(const model::GptConfig& cfg, int seq_len, const Layout& l,
       {out.pp_comm_s, "pipeline messages"},
       {out.dp_comm_s, "dp communication"},
       {out.zero3_gather_s, "ZeRO-3 gathers"},
+      {out.moe_a2a_s, "MoE all-to-all"},
       {out.optimizer_s, l.offload ? "optimizer (offloaded)" : "optimizer"},
       {out.overhead_s, "launch overhead"},
       {out.step_s - critical, "cores shared by ranks"}};

@@ -30,7 +30,7 @@ parallel::ScheduleSpec Layout::schedule_spec() const {
 }
 
 std::string Layout::name() const {
-  std::string s = cat("dp ", dp, " x pp ", pp);
+  std::string s = cat("dp ", dp, ep > 1 ? cat(" (ep ", ep, ")") : std::string(), " x pp ", pp);
   if (pp > 1) {
     s += cat(" (", parallel::schedule_name(schedule));
     if (virtual_chunks > 1) s += cat(", v ", virtual_chunks);
@@ -43,7 +43,7 @@ std::string Layout::name() const {
 }
 
 std::string Layout::short_name() const {
-  std::string s = cat(dp, "x", pp, "x", tp, " z", zero_stage, offload ? "+off" : "", " mb",
+  std::string s = cat(dp, "x", pp, "x", tp, ep > 1 ? cat(" ep", ep) : std::string(), " z", zero_stage, offload ? "+off" : "", " mb",
                       micro_batch, "x", n_micro);
   if (pp > 1) {
     s += schedule == parallel::ScheduleKind::gpipe         ? " gpipe"

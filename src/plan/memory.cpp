@@ -31,6 +31,10 @@ std::string layout_error(const model::GptConfig& cfg, int seq_len, const Layout&
                            l.pp, "/", l.tp, " must be positive");
     MESHTRAIN_CONFIG_CHECK(l.zero_stage >= 0 && l.zero_stage <= 3, "zero.stage=", l.zero_stage,
                            " must be 0, 1, 2 or 3");
+    MESHTRAIN_CONFIG_CHECK(l.ep >= 1 && l.dp % l.ep == 0, "mesh.ep=", l.ep,
+                           " must divide mesh.dp=", l.dp);
+    MESHTRAIN_CONFIG_CHECK(l.ep == 1 || (cfg.moe.enabled() && cfg.moe.experts % l.ep == 0),
+                           "mesh.ep=", l.ep, " needs moe.experts divisible by it");
     MESHTRAIN_CONFIG_CHECK(l.micro_batch >= 1, "train.micro_batch=", l.micro_batch,
                            " must be positive");
     MESHTRAIN_CONFIG_CHECK(seq_len >= 1 && seq_len <= cfg.block_size, "train.seq_len=", seq_len,
@@ -82,7 +86,7 @@ std::vector<MemoryBreakdown> memory_per_stage(const model::GptConfig& cfg, int s
     parallel::DpOptions dopt;
     dopt.zero_stage = l.zero_stage;
     dopt.bucket_bytes = l.bucket_bytes;
-    const parallel::DpLayout dpl = parallel::make_dp_layout(reg, E, dopt, l.dp);
+    const parallel::DpLayout dpl = parallel::make_dp_layout(reg, E, dopt, l.dp, l.ep);
     const parallel::ZeroPartition& part = dpl.partition;
     // The model allocates what ZeRO does not shard (model::ModelLayout's allocate_*).
     const parallel::ShardBytes shards = parallel::zero_shard_bytes(part, l.zero_stage, E);
@@ -92,7 +96,8 @@ std::vector<MemoryBreakdown> memory_per_stage(const model::GptConfig& cfg, int s
     const parallel::ZeroPartition& opart = l.zero_stage >= 1 ? part : whole;
     const int orank = 0;  // every rank's shard has the same size; its range count is rank 0's
     const auto of = optim::sharded_adamw_footprint(
-        opart.shard_size(), parallel::shard_ranges(reg, opart, orank).size(),
+        opart.shard_size(),
+        parallel::shard_ranges(reg, opart, orank, l.zero_stage >= 1 || l.ep == 1).size(),
         l.offload ? optim::StatePlacement::host : optim::StatePlacement::device, E);
     m.optimizer = static_cast<double>(of.device_state);
     m.host_optimizer = static_cast<double>(of.host_state);

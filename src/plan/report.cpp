@@ -157,7 +157,7 @@ std::string to_json(const SearchResult& r, const model::GptConfig& cfg, int seq_
 std::string layout_ini(const Layout& l, int seq_len, const std::string& model_section) {
   std::ostringstream o;
   o << "# written by `meshtrain plan` for " << l.name() << "\n" << model_section << "[mesh]\ndp = "
-    << l.dp << "\npp = " << l.pp << "\ntp = " << l.tp << "\n[pp]\nschedule = "
+    << l.dp << "\npp = " << l.pp << "\ntp = " << l.tp << "\nep = " << l.ep << "\n[pp]\nschedule = "
     << parallel::schedule_name(l.schedule) << "\nvirtual_chunks = " << l.virtual_chunks
     << "\n[tp]\nsequence_parallel = " << (l.sequence_parallel ? "true" : "false")
     << "\n[zero]\nstage = " << l.zero_stage << "\noffload_optimizer = "

@@ -169,6 +169,12 @@ SearchResult search(const model::GptConfig& cfg, int seq_len, const SearchOption
       if (pp > cfg.n_layer) continue;
       const int dp = W / (tp * pp);
       if (GB % dp != 0) continue;
+      // MoE: every ep dividing dp and the experts (1 for a dense model).
+      std::vector<int> eps{1};
+      if (cfg.moe.enabled())
+        for (int e : divisors(dp))
+          if (e > 1 && cfg.moe.experts % e == 0) eps.push_back(e);
+      for (int ep : eps)
       for (int mb : opt.micro_batches) {
         if ((GB / dp) % mb != 0) continue;
         if (GB / dp / mb > opt.max_micro_batches) {
@@ -191,6 +197,7 @@ SearchResult search(const model::GptConfig& cfg, int seq_len, const SearchOption
               l.dp = dp;
               l.pp = pp;
               l.tp = tp;
+              l.ep = ep;
               l.zero_stage = zero;
               l.micro_batch = mb;
               l.n_micro = n_micro;

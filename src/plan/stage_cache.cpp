@@ -29,16 +29,17 @@ const std::vector<model::LayerRange>& cached_pieces(const model::GptConfig& cfg,
 
 const model::ParameterRegistry& cached_registry(const model::GptConfig& cfg, int seq_len,
                                                 const Layout& l, int stage) {
-  static std::map<std::tuple<ModelKey, int, int, int, int, int>,
+  static std::map<std::tuple<ModelKey, int, int, int, int, int, int>,
                   std::unique_ptr<model::ParameterRegistry>>
       cache;
-  const auto key = std::make_tuple(model_key(cfg), seq_len, l.tp, l.pp, l.virtual_chunks, stage);
+  const auto key =
+      std::make_tuple(model_key(cfg), seq_len, l.tp, l.pp, l.virtual_chunks, stage, l.ep);
   auto it = cache.find(key);
   if (it == cache.end()) {
     const auto& pieces = cached_pieces(cfg, seq_len, l);
     auto reg = std::make_unique<model::ParameterRegistry>(
         cfg, 0, l.tp, stage, parallel::stage_chunks(pieces, l.pp, stage), stage == 0,
-        stage == l.pp - 1);
+        stage == l.pp - 1, 0, l.ep);  // MoE: ep rank 0's experts (every ep rank holds as many)
     it = cache.emplace(key, std::move(reg)).first;
   }
   return *it->second;

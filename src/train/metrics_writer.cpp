@@ -83,6 +83,17 @@ Json step_record(const StepMetrics& m, int ranks, std::int64_t tokens_per_step) 
          {"tp_comm_ms", m.tp_comm_ms},
          {"ranks", ranks},
          {"tokens", (m.step + 1) * tokens_per_step}};
+  if (!m.moe.empty()) {
+    r["moe_aux"] = m.moe_aux;
+    r["moe_z"] = m.moe_z;
+    Json layers = Json::array();
+    for (const auto& l : m.moe)
+      layers.push_back(Json{{"layer", l.layer}, {"tokens_min", l.load_min},
+                            {"tokens_max", l.load_max}, {"tokens_cv", l.load_cv},
+                            {"dropped", l.dropped}, {"aux", l.aux}, {"z", l.z},
+                            {"expert_ms", l.expert_ms}, {"a2a_ms", l.a2a_ms}});
+    r["moe"] = layers;
+  }
   // A step that saved a checkpoint says so: the scaling driver leaves its time out.
   if (m.ckpt_ms > 0) {
     r["checkpoint"] = 1;

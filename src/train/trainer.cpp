@@ -1,5 +1,7 @@
 #include "meshtrain/train/trainer.hpp"
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -100,6 +102,11 @@ template <class T>
 void TrainerT<T>::read_back(StepMetrics& m) {
   m.loss = engine_.global_loss_sum() * (1.0f / static_cast<float>(tokens_per_step()));
   m.grad_norm = engine_.grad_norm();
+  m.moe = engine_.moe_metrics();
+  for (const auto& l : m.moe) {
+    m.moe_aux += l.aux;
+    m.moe_z += l.z;
+  }
 }
 
 template <class T>
@@ -123,6 +130,20 @@ void TrainerT<T>::log_step(const StepMetrics& m, double eta) {
   std::string text = line;
   if (cfg_.loss_scaling)
     text += cat(" | scale ", m.loss_scale, m.skipped ? " (inf/nan: step skipped)" : "");
+  if (!m.moe.empty()) {  // one field over the MoE blocks: worst balance and drops, expert time
+    double cv = 0, drop = 0, ms = 0, a2a = 0;
+    for (const auto& l : m.moe) {
+      cv = std::max(cv, l.load_cv);
+      drop = std::max(drop, l.dropped);
+      ms += l.expert_ms;
+      a2a += l.a2a_ms;
+    }
+    char extra[200];
+    std::snprintf(extra, sizeof extra,
+                  " | moe aux %.4f z %.4f cv %.2f drop %.1f%% a2a %.1f/%.1f ms", m.moe_aux,
+                  m.moe_z, cv, 100.0 * drop, a2a, ms);
+    text += extra;
+  }
   if (m.comm_reported) {
     char extra[160];
     std::snprintf(extra, sizeof extra, " | dp comm %.1f ms (%.0f%% hidden) | tp comm %.1f ms",

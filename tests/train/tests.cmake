@@ -10,3 +10,7 @@ meshtrain_add_test(NAME test_hf_import SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_hf
 target_compile_definitions(test_hf_import PRIVATE MESHTRAIN_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 meshtrain_add_test(NAME test_hf_export SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_hf_export.cpp
   RANKS 1 2 4)
+meshtrain_add_test(NAME test_moe_layouts SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_moe_layouts.cpp
+  RANKS 1 2 4 8 TIMEOUT 600)
+meshtrain_add_test(NAME test_moe_resume SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_moe_resume.cpp
+  RANKS 8 TIMEOUT 600)

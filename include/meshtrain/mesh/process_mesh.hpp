@@ -28,6 +28,12 @@ class ProcessMesh {
   const MpiComm& pp() const { return pp_; }
   const MpiComm& along(Axis a) const { return a == Axis::tp ? tp_ : a == Axis::dp ? dp_ : pp_; }
   const MpiComm& model_parallel() const { return mp_; }
+  // Expert parallelism (Shape::ep): the dp ranks holding all experts between them, and those
+  // holding the same experts (split from dp; both equal dp's ranks when ep = 1 / ep = dp).
+  const MpiComm& ep() const { return ep_; }
+  const MpiComm& expert_dp() const { return edp_; }
+  int ep_rank() const { return coord_.dp % shape_.ep; }
+  int expert_dp_rank() const { return coord_.dp / shape_.ep; }
   // Null on middle pipeline stages.
   const MpiComm& embedding() const { return embedding_; }
   const MpiComm& node() const { return node_; }
@@ -48,7 +54,7 @@ class ProcessMesh {
   Coord coord_;
   int rank_ = 0;
   int local_rank_ = 0, local_size_ = 1;
-  MpiComm world_, tp_, dp_, pp_, mp_, embedding_, node_;
+  MpiComm world_, tp_, dp_, pp_, mp_, embedding_, node_, ep_, edp_;
 };
 
 // Node-local rank and size of `comm` (MPI_Comm_split_type SHARED): usable before Kokkos starts,

@@ -12,8 +12,13 @@ enum class Axis { tp = 0, dp = 1, pp = 2 };
 
 const char* axis_name(Axis a);
 
+// ep (expert parallelism, issue 20) is carved out of dp, as in Megatron-Core: the dp ranks
+// d with the same d / ep form one expert-parallel group (ep rank d % ep) and hold together all
+// experts; the expert-data-parallel group (the dp ranks with the same d % ep, world / (ep tp pp)
+// of them) holds the same experts and reduces their gradients. ep does not enter world().
 struct Shape {
   int dp = 1, pp = 1, tp = 1;
+  int ep = 1;
   int size(Axis a) const { return a == Axis::tp ? tp : a == Axis::dp ? dp : pp; }
   long world() const { return static_cast<long>(dp) * pp * tp; }
 };

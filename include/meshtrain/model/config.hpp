@@ -25,6 +25,25 @@ Norm parse_norm(const std::string& s, const char* key);
 Positions parse_positions(const std::string& s, const char* key);
 Mlp parse_mlp(const std::string& s, const char* key);
 
+// Mixture of Experts (issue 20, docs/moe.md): every layer_freq-th block (blocks l with
+// l % layer_freq == 0) replaces its MLP by `experts` experts of the family's MLP (GELU or
+// SwiGLU, no biases) of width `ffn`, top_k of them per token chosen by an fp32 (or fp64) router,
+// plus an optional shared expert of width `shared_ffn` that every token goes through.
+struct MoeConfig {
+  int experts = 0;               // moe.experts (E); 0: a dense model
+  int top_k = 2;                 // moe.top_k (k)
+  int layer_freq = 1;            // moe.layer_freq
+  int ffn = 0;                   // moe.ffn_hidden_size; 0: the dense MLP width
+  int shared_ffn = 0;            // moe.shared_expert_size; 0: no shared expert
+  std::string router_score = "softmax";  // moe.router_score: softmax | sigmoid (no bias)
+  bool router_fp64 = false;      // moe.router_fp64: router in double (tests: no tie flips)
+  double aux_loss_coeff = 0.01;  // moe.aux_loss_coeff
+  double z_loss_coeff = 0.0;     // moe.z_loss_coeff
+  double capacity_factor = 0.0;  // moe.capacity_factor; 0: dropless
+  bool enabled() const { return experts > 0; }
+  bool is_moe_layer(int l) const { return experts > 0 && l % layer_freq == 0; }
+};
+
 struct GptConfig {
   std::string name = "custom";
   int n_layer = 4;
@@ -55,14 +74,20 @@ struct GptConfig {
   bool tied_head = true;      // LM head shares the token embedding
   double norm_eps = 1e-5;
   kernels::RopeConfig rope;   // rotary: rope_theta and Llama 3 frequency scaling
+  MoeConfig moe;              // experts in place of the MLP (moe.*)
 
   int padded_vocab() const { return (vocab_size + vocab_pad - 1) / vocab_pad * vocab_pad; }
   int head_size() const { return head_dim > 0 ? head_dim : n_embd / n_head; }
   int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int mlp_width() const { return intermediate_size > 0 ? intermediate_size : 4 * n_embd; }
+  int expert_width() const { return moe.ffn > 0 ? moe.ffn : mlp_width(); }
+  int n_moe_layers() const;
   bool is_gpt2() const { return family == Family::gpt2; }
-  // Parameters counted once (tied LM head not counted twice), padding rows excluded.
+  // Parameters counted once (tied LM head not counted twice), padding rows excluded; every
+  // expert counted. active_parameters(): what one token multiplies by (top_k experts of each
+  // MoE block), which FLOPs count.
   long long num_parameters() const;
+  long long active_parameters() const;
   // Training FLOPs per token: 6 N + 12 n_layer (n_head head_size) T (PaLM appendix B; attention
   // included, its q.k and p.v products over the query heads' width).
   double flops_per_token(int seq_len) const;

@@ -39,6 +39,20 @@ template <class T>
 struct SlotActivations;   // gpt_activations.hpp
 template <class T>
 struct ChunkActivations;  // gpt_activations.hpp
+template <class T>
+struct MoeTensors;        // gpt_activations.hpp
+
+// What the MoE blocks' routers saw since the last reset_moe_stats(), per block (training
+// forwards only; recomputation not counted twice). Values are sums over router calls (one per
+// micro-batch and MoE block); load is per expert, before capacity drops.
+struct MoeLayerStats {
+  int calls = 0;
+  double aux = 0, z = 0;          // the losses (coefficients applied)
+  double tokens = 0, dropped = 0; // routed tokens, (token, choice) pairs dropped by the capacity
+  std::vector<double> load;       // [E] (token, choice) pairs routed to each expert
+  double expert_seconds = 0;      // host time of the expert path (all-to-alls and expert GEMMs)
+  double a2a_seconds = 0;         // of which in the all-to-alls (counts and tokens)
+};
 
 // What this rank holds of the model and whom it talks to.
 struct ModelLayout {
@@ -50,6 +64,9 @@ struct ModelLayout {
   int n_slots = 1;                   // micro-batches whose activations are kept at once
   std::vector<int> chunk_slots;      // per chunk (pipelines); empty: n_slots for every chunk
   bool recompute = false;            // activation checkpointing per block
+  // Mixture of Experts: the expert-parallel group (ranks holding the other experts; null or size
+  // 1: this rank holds all of them). The registry holds experts of rank ep->rank().
+  comm::Communicator* ep = nullptr;
   int pp_stage = 0;                  // recorded in the registry
   // false: the caller binds storage per unit (bind_unit) before use, e.g. ZeRO-3 gathering a
   // unit's parameters just in time, ZeRO-2 keeping gradients only for buckets in flight.
@@ -155,6 +172,11 @@ class GptT {
   Scalar<float> loss_sum() const { return loss_sum_; }
   void reset_loss_sum();
 
+  // Mixture of Experts: router statistics per global block (empty entries for dense blocks and
+  // blocks of other ranks).
+  const std::vector<MoeLayerStats>& moe_stats() const { return moe_stats_; }
+  void reset_moe_stats();
+
  private:
   enum class Mode { train, eval, logits };
   View1<const T> run_forward(int c, int slot, View1<const std::int32_t> tokens,
@@ -165,6 +187,10 @@ class GptT {
   void head_forward(SlotActivations<T>& s, View1<const T> x, View1<const std::int32_t> targets,
                     float grad_scale, Mode mode);
   void block_forward(int l, View1<const T> x, BlockActivations<T>& a, View1<T> out);
+  // An MoE block's MLP (moe_block.cpp): out (local rows) = res2 + moe(a.ln2) with a.ln2 the
+  // full rows; backward: dx (local rows) = d(ln2) from dfull (full rows of d(out)).
+  void moe_mlp_forward(int l, BlockActivations<T>& a, View1<const T> res2, View1<T> out);
+  void moe_mlp_backward(int l, BlockActivations<T>& a, View1<const T> dfull, View1<T> dx);
   void block_backward(int l, View1<const T> x, BlockActivations<T>& a, View1<T> dres);
   // The Llama block (llama_block.cpp): nn.Linear [out, in] weights, RMSNorm, rotary, GQA, SwiGLU.
   void llama_block_forward(int l, View1<const T> x, BlockActivations<T>& a, View1<T> out);
@@ -215,6 +241,13 @@ class GptT {
   View1<T> params_, grads_;
   // Per-layer views of parameters / gradients (indexed by global layer; empty when not held).
   std::vector<BlockTensors<T>> block_params_, block_grads_;
+  std::vector<MoeTensors<T>> moe_params_, moe_grads_;  // MoE blocks (router, experts)
+  std::unique_ptr<comm::Communicator> self_;  // the router's group and ep when none is given
+  View1<T> moe_y_, moe_dx_;   // [N, C]: the MoE output, a shared expert's input gradient
+  View1<double> moe_x64_, moe_w64_, moe_dx64_, moe_dw64_;  // moe.router_fp64 scratch
+  float moe_loss_weight_ = 0;  // d(loss)/d(router losses) of the current micro-batch
+  bool recomputing_ = false;
+  std::vector<MoeLayerStats> moe_stats_;
   View1<T> wte_, wpe_, lnf_w_, lnf_b_, dwte_, dwpe_, dlnf_w_, dlnf_b_;
   View1<T> lm_head_, dlm_head_;  // untied head
   kernels::RopeTable rope_;      // rotary positions: cos/sin of [T, HS/2]

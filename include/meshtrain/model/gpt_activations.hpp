@@ -28,10 +28,25 @@ struct BlockTensors {
 // heads x head size, KW = local key-value heads x head size (the attention input qkv is
 // QW + 2 KW wide; GPT-2: KW = QW), the MLP's first output FW (GELU: I / tp; SwiGLU: gate and up, 2 I / tp) and its
 // activation HW = I / tp.
+// Views of an MoE block's parameters (or gradients): the router [C, E] and the shared expert
+// in the block's unit, this rank's experts' stacked w_in / w_out (expert_stride apart) in the
+// expert unit.
+template <class T>
+struct MoeTensors {
+  View1<T> router, shared_in, shared_out, w_in, w_out;
+  std::size_t in_stride = 0, out_stride = 0;
+};
+
+template <class T>
+struct MoeActivations;  // moe_block.cpp
+template <class T>
+std::shared_ptr<MoeActivations<T>> make_moe_activations();
+
 struct BlockShape {
   int B = 0, T = 0, N = 0, Nl = 0, C = 0, NHl = 0, tp = 1;
   int QW = 0, KW = 0, FW = 0, HW = 0;
   bool norm_mean = true;  // LayerNorm keeps its mean; RMSNorm has none
+  bool dense = true, moe = false;  // an MLP's activations / an MoE block's state
 };
 
 template <class T>
@@ -45,6 +60,8 @@ struct BlockActivations {
   View1<T> ln2;                         // [N, C]
   View1<float> ln2_mean, ln2_rstd;      // [Nl]
   View1<T> fch, fch_gelu;               // [N, FW] before and [N, HW] after the GELU / SwiGLU
+  // An MoE block's router and expert state (shared_ptr: the type is private to moe_block.cpp).
+  std::shared_ptr<MoeActivations<T>> moe;
   // The projections' outputs are not kept: at tp = 1 the residual add is the projection GEMM's
   // epilogue (beta = 1 onto the residual), under tp the reduced sum lands in a model-wide
   // scratch and is added from there; backward needs neither.
@@ -61,6 +78,7 @@ struct SlotActivations {
   std::vector<View1<T>> block_out;      // [Nl, C] per block of the chunk
   std::vector<std::unique_ptr<BlockActivations<T>>> acts;  // per block; empty with recompute
   View1<T> dhead;                       // head chunk: d(loss)/d(last block output) [Nl, C]
+  float grad_scale = 0;                 // the forward's, for the MoE router losses' backward
 };
 
 template <class T>

@@ -101,11 +101,14 @@ class ParameterRegistry {
   // Parameters of the layers this rank holds (pipeline stage `stage` owning blocks
   // [first_layer, last_layer); `has_embedding` / `has_head` for the first / last stage), sliced for
   // tp rank `tp_rank` of `tp_size`. Offsets are aligned to `kAlign` elements.
+  // MoE blocks hold experts [ep_rank E / ep_size, (ep_rank + 1) E / ep_size) of each MoE block.
   ParameterRegistry(const GptConfig& cfg, int tp_rank, int tp_size, int stage, int first_layer,
-                    int last_layer, bool has_embedding, bool has_head);
+                    int last_layer, bool has_embedding, bool has_head, int ep_rank = 0,
+                    int ep_size = 1);
   // Several layer ranges (the virtual chunks of an interleaved pipeline) in one flat buffer.
   ParameterRegistry(const GptConfig& cfg, int tp_rank, int tp_size, int stage,
-                    const std::vector<LayerRange>& chunks, bool has_embedding, bool has_head);
+                    const std::vector<LayerRange>& chunks, bool has_embedding, bool has_head,
+                    int ep_rank = 0, int ep_size = 1);
 
   static constexpr std::size_t kAlign = 64;
 
@@ -137,6 +140,19 @@ class ParameterRegistry {
   const std::vector<UnitInfo>& units() const { return units_; }
   // Unit index of block `layer`, of the embedding (-1 when wte is not held) and of the head.
   int unit_of_layer(int layer) const;
+  // Mixture of Experts: the unit of block `layer`'s experts (the unit after the block's, of
+  // group expert_dp; -1 for a dense block), and which experts this rank holds. Expert e's
+  // weights are `<block>mlp.experts.<e>.w_in` [C, W] and `.w_out` [I, C] (W = I, or 2 I packed
+  // [gate | up] per row for SwiGLU; the project's linear layout out = in @ w), all local w_in
+  // first, then all w_out, each a run of equal stride (expert_stride).
+  int expert_unit_of_layer(int layer) const;
+  int ep_rank() const { return ep_rank_; }
+  int ep_size() const { return ep_size_; }
+  int local_experts() const { return cfg_.moe.experts / ep_size_; }
+  int first_expert() const { return ep_rank_ * local_experts(); }
+  std::string expert_prefix(int layer, int e) const;  // "<block>mlp.experts.<e>."
+  // Elements from one local expert's w_in (w_out) to the next's in the flat buffer.
+  std::size_t expert_stride(int layer, bool w_in) const;
   int embedding_unit() const { return embedding_unit_; }
   int head_unit() const { return head_unit_; }
 
@@ -154,6 +170,8 @@ class ParameterRegistry {
   void build(const std::vector<LayerRange>& chunks);
   void add_gpt2_block(int l);
   void add_llama_block(int l);
+  void add_moe(int l);  // router and shared expert (block unit)
+  void add_experts(int l);  // the expert unit's parameters
   void add(std::string name, std::vector<std::int64_t> shape, Split split, int layer, bool decay,
            Init init);
   GptConfig cfg_;
@@ -162,6 +180,8 @@ class ParameterRegistry {
   std::vector<ParamInfo> params_;
   std::vector<UnitInfo> units_;
   std::vector<int> layer_unit_;  // per global layer; -1 when not held
+  std::vector<int> expert_unit_;  // per global layer; -1 when dense or not held
+  int ep_rank_ = 0, ep_size_ = 1;
   int embedding_unit_ = -1, head_unit_ = -1;
   std::string wte_name_, head_w_name_;
   int kv_local_ = 0, kv_first_ = 0;

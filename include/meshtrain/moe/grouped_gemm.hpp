@@ -13,16 +13,18 @@
 namespace meshtrain::moe {
 
 // y [M, Nout] (overwritten) = x_e [n_e, K] @ w_e [K, Nout] per expert; offsets has E + 1
-// entries, offsets[E] = M.
+// entries, offsets[E] = M. w_e starts at element e * w_stride of w (0: K * Nout, packed; the
+// model's registry aligns each expert's tensor, so its experts may be further apart).
 template <class T>
 void grouped_linear_forward(const ExecSpace& exec, const std::vector<std::int64_t>& offsets,
-                            View1<const T> x, View1<const T> w, View1<T> y, int K, int Nout);
+                            View1<const T> x, View1<const T> w, View1<T> y, int K, int Nout,
+                            std::size_t w_stride = 0);
 
 // dx [M, K] = dy_e @ w_e^T per expert (overwritten; skipped when dx is empty) and
 // dw [E, K, Nout] += x_e^T @ dy_e (accumulates, as every weight gradient does).
 template <class T>
 void grouped_linear_backward(const ExecSpace& exec, const std::vector<std::int64_t>& offsets,
                              View1<const T> dy, View1<const T> x, View1<const T> w, View1<T> dx,
-                             View1<T> dw, int K, int Nout);
+                             View1<T> dw, int K, int Nout, std::size_t w_stride = 0);
 
 }  // namespace meshtrain::moe

@@ -39,6 +39,8 @@ struct MoeParams {
   View1<const T> w_in;    // [E_local, H, in_width]: GELU's up projection, or SwiGLU's
                           // [gate | up] packed per row (kernels/swiglu.hpp)
   View1<const T> w_out;   // [E_local, I, H]
+  // Elements from one local expert's w_in (w_out) to the next's; 0: packed (H in_width, I H).
+  std::size_t in_stride = 0, out_stride = 0;
 };
 
 // Gradients, accumulated into (+=) like every other weight gradient.
@@ -47,6 +49,7 @@ struct MoeGrads {
   View1<T> router;        // [H, E]
   View1<T> w_in;          // [E_local, H, in_width]
   View1<T> w_out;         // [E_local, I, H]
+  // (strides: those of MoeParams)
 };
 
 // What the forward pass keeps for the backward pass.
@@ -62,6 +65,7 @@ struct MoeLayerState {
   View1<T> xp, xr, xe;    // dispatched rows: local order [M, H], received [R, H], by expert
   View1<T> h, act;        // expert pre-activation [R, in_width] and activation [R, I]
   View1<T> ye, yr, yp;    // expert outputs by expert [R, H], to send back, received [M, H]
+  double a2a_seconds = 0; // host time in the all-to-alls so far (forward and backward)
 };
 
 // x [N, H] -> y [N, H] (overwritten). `ep` partitions the experts; `router_group` is the group
@@ -70,6 +74,23 @@ template <class T>
 void moe_forward(const ExecSpace& exec, const MoeLayerConfig& cfg, const MoeParams<T>& p,
                  View1<const T> x, int N, comm::Communicator& ep,
                  comm::Communicator& router_group, MoeLayerState<T>& st, View1<T> y);
+
+// The experts' half of moe_forward, for choices made elsewhere (the model's fp64 router):
+// expert [N k] (RouterState::expert: -1 where dropped) and the combine weights [N k].
+// Fills st except st.router. Collective over `ep`.
+template <class T>
+void moe_experts_forward(const ExecSpace& exec, const MoeLayerConfig& cfg, const MoeParams<T>& p,
+                         View1<const int> expert, View1<const T> weight, View1<const T> x, int N,
+                         comm::Communicator& ep, MoeLayerState<T>& st, View1<T> y);
+
+// Its backward: dx [N, H] (overwritten) through the experts and the dispatch only (the router's
+// part is router_backward's), dweight [N k] (overwritten) = dL/d(combine weights), and the
+// expert weight gradients g.w_in, g.w_out (accumulated; g.router is not touched).
+template <class T>
+void moe_experts_backward(const ExecSpace& exec, const MoeLayerConfig& cfg, const MoeParams<T>& p,
+                          MoeLayerState<T>& st, View1<const T> weight, View1<const T> dy,
+                          comm::Communicator& ep, View1<T> dx, View1<T> dweight,
+                          const MoeGrads<T>& g);
 
 // dy [N, H] -> dx [N, H] (overwritten) and the gradients (accumulated); the router's losses
 // enter with weight loss_scale (router_backward). Collective over `ep` (the same as forward's).

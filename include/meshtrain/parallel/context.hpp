@@ -54,6 +54,12 @@ class ParallelContext {
   comm::Communicator& pp() const { return *pp_; }
   comm::Communicator& model_parallel() const { return *mp_; }
   comm::Communicator* embedding() const { return emb_.get(); }  // null when pp = 1 or a middle stage
+  // Expert parallelism (mesh.ep, carved out of dp): the group whose ranks hold all experts
+  // between them, and the expert-data-parallel group (the same experts; dp itself when ep = 1).
+  comm::Communicator& ep() const { return *ep_; }
+  comm::Communicator& expert_dp() const { return edp_ ? *edp_ : *dp_; }
+  int ep_size() const { return mesh_->shape().ep; }
+  int ep_rank() const { return mesh_->ep_rank(); }
 
   // The model layout of this rank (chunks, embedding/head, slots, tp); recompute as given.
   model::ModelLayout layout(bool recompute) const;
@@ -65,7 +71,7 @@ class ParallelContext {
   std::unique_ptr<mesh::ProcessMesh> mesh_;
   ScheduleSpec spec_;
   std::vector<LayerRange> pieces_;
-  std::unique_ptr<comm::Communicator> world_, tp_, dp_, pp_, mp_, emb_;
+  std::unique_ptr<comm::Communicator> world_, tp_, dp_, pp_, mp_, emb_, ep_, edp_;
 };
 
 // Which combinations of ZeRO and pipelining are allowed, and why (the configuration check):

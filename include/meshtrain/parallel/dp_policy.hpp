@@ -59,6 +59,13 @@ struct DpPlan {
   bool overlap = true;
   std::vector<Bucket> buckets;            // launch order (last units first)
   std::vector<std::size_t> bucket_piece;  // elements of each bucket's group per dp rank
+  // Ranks that split each bucket (dp, or the expert-data-parallel group of MoE experts) and
+  // whether it is an expert bucket (reduced over expert-dp instead of dp).
+  std::vector<int> bucket_ranks;
+  std::vector<bool> bucket_expert;
+  // Per unit: the unit used together with it (an MoE block's unit and its experts' unit, each
+  // the other's; -1: none). ZeRO-3 keeps a unit's partner gathered while the unit is.
+  std::vector<int> partner;
   std::vector<int> unit_bucket;           // per unit
   int embedding_unit = -1;                // the unit holding wte (-1: none)
   int tied_unit = -1;                     // the embedding unit when the head reads it (tied head)
@@ -76,8 +83,9 @@ struct DpLayout {
   DpPlan plan;
   ZeroPartition partition{std::size_t{0}, 1};
 };
+// ep: mesh.ep; expert units (ParamGroup::expert_dp) are split over dp / ep ranks (stride ep).
 DpLayout make_dp_layout(const model::ParameterRegistry& reg, std::size_t elem_bytes,
-                        const DpOptions& opt, int dp);
+                        const DpOptions& opt, int dp, int ep = 1);
 
 // The effects the policy asks for. Gradient effects are carried out by GradReducer, parameter
 // effects by ParamGatherer; the planner's replay only records them.

@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <mpi.h>
 
@@ -61,6 +62,19 @@ struct StepComm {
   bool reported = false, pipelined = false;
 };
 
+// One MoE block's router figures over the last forward_backward's global batch (issue 20):
+// tokens per expert (min, max, coefficient of variation of the (token, choice) pairs routed to
+// each expert, before capacity drops), the share of (token, choice) pairs the capacity dropped,
+// the aux and z losses (mean over the global batch's micro-batches), and the host time of the
+// expert path (all-to-alls, expert GEMMs) and of its all-to-alls alone, averaged over the ranks
+// that ran it (host wall time: exact on the CPU build; how much of it the GPU hid is not
+// measured).
+struct MoeLayerMetrics {
+  int layer = 0;
+  double load_min = 0, load_max = 0, load_cv = 0, dropped = 0, aux = 0, z = 0, expert_ms = 0;
+  double a2a_ms = 0;
+};
+
 template <class T>
 class Engine {
  public:
@@ -95,6 +109,9 @@ class Engine {
   float global_loss_sum();
   // The global gradient norm of the last optimizer step (reads it back).
   float grad_norm() const;
+  // Collective: per MoE block, its router figures of the last forward_backward (empty for a
+  // dense model).
+  std::vector<MoeLayerMetrics> moe_metrics();
   // Mean token loss over `batches` micro-batches that `batch` fills (first = b x micro_batch);
   // every data-parallel rank evaluates the same batches. Collective; the same on every rank.
   float evaluate(const BatchSource& batch, int batches);

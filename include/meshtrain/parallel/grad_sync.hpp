@@ -40,9 +40,13 @@ template <class T>
 class GradSync : public model::LayerHooks {
  public:
   // Collective over `dp`. The model's buffers must match the stage: grads allocated for ZeRO 0/1,
-  // params allocated for ZeRO 0-2.
+  // params allocated for ZeRO 0-2. MoE experts (units of ParamGroup::expert_dp) reduce and shard
+  // over `expert_dp` (null: dp, i.e. mesh.ep = 1), the dp ranks holding the same experts;
+  // `ep` (dp.size() / expert_dp.size()) is then the expert-parallel group they sum over for
+  // the gradient norm at ZeRO-0.
   GradSync(ModelBuffers<T> model, comm::Communicator& dp, const DpOptions& opt,
-           ExecSpace exec = ExecSpace{});
+           ExecSpace exec = ExecSpace{}, comm::Communicator* expert_dp = nullptr,
+           comm::Communicator* ep = nullptr);
   ~GradSync() override;
   GradSync(const GradSync&) = delete;
   GradSync& operator=(const GradSync&) = delete;
@@ -87,6 +91,8 @@ class GradSync : public model::LayerHooks {
   const DpOptions& options() const { return opt_; }
   bool sharded() const { return shards_->sharded(); }
   comm::Communicator& dp() const { return dp_; }
+  comm::Communicator& expert_dp() const { return edp_ ? *edp_ : dp_; }
+  comm::Communicator* ep() const { return ep_; }  // null or size 1: no expert parallelism
   const model::ParameterRegistry& registry() const { return *model_.registry; }
   const ZeroShards<T>& shards() const { return *shards_; }
   const ZeroPartition& optimizer_partition() const { return shards_->optimizer_partition(); }
@@ -118,6 +124,8 @@ class GradSync : public model::LayerHooks {
 
   ModelBuffers<T> model_;
   comm::Communicator& dp_;
+  comm::Communicator* edp_ = nullptr;
+  comm::Communicator* ep_ = nullptr;
   DpOptions opt_;
   DpPlan plan_;  // the effects read it; the policy keeps its own copy
   std::unique_ptr<ZeroShards<T>> shards_;

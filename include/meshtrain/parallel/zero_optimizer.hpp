@@ -7,8 +7,10 @@
 // replicated tensor-parallel parameters on tp rank 0 only, the last stage's tied copy of wte
 // not at all (parallel::counts_in_norm). It is summed over dp when the gradients are sharded
 // (ZeRO >= 1: each rank holds a different part; at stage 0 every dp rank holds all of them) and
-// over the model-parallel group (tp x pp) always.
+// over the model-parallel group (tp x pp) always. MoE experts under mesh.ep > 1 at ZeRO-0 (each
+// ep rank holds other experts, replicated over expert-dp) are summed over the ep group apart.
 #include <cstdint>
+#include <vector>
 
 #include "meshtrain/comm/communicator.hpp"
 #include "meshtrain/optim/sharded_adamw.hpp"
@@ -38,8 +40,11 @@ class ZeroOptimizer {
  private:
   GradSync<T>& sync_;
   comm::Communicator* mp_;
+  ExecSpace exec_;
   optim::ShardedAdamWT<T> opt_;
   double comm_seconds_ = 0;
+  std::vector<optim::ShardRange> expert_ranges_;  // ZeRO-0, mesh.ep > 1: counted expert ranges
+  Scalar<float> expert_sumsq_;
 };
 
 }  // namespace meshtrain::parallel

@@ -38,7 +38,7 @@ struct Bucket {
 
 // Buckets over `units` in reverse order (the order backward completes them): units are added to
 // the current bucket until it holds at least `bucket_bytes`; a unit larger than that is a bucket
-// by itself. per_unit: one bucket per unit (ZeRO-3, whose gathers are per unit). Returned in
+// by itself; a bucket holds units of one parameter group (UnitInfo::group) only. per_unit: one bucket per unit (ZeRO-3, whose gathers are per unit). Returned in
 // launch order (last units first).
 std::vector<Bucket> plan_buckets(const std::vector<model::UnitInfo>& units, std::size_t elem_bytes,
                                  std::size_t bucket_bytes, bool per_unit);
@@ -47,6 +47,12 @@ struct ZeroGroup {
   FlatRange range;               // the flat elements this group covers
   std::size_t piece = 0;         // elements per rank (multiple of kShardAlign)
   std::size_t shard_offset = 0;  // where each rank's piece sits in its shard buffer
+  // The ranks that split it: dp rank r holds piece r / stride of ranks = dp / stride. Dense
+  // groups: stride 1 (all of dp). Experts (mesh.ep = stride): the expert-data-parallel group,
+  // whose rank is r / ep (mesh/rank_math.hpp); the ep ranks between hold other experts at the
+  // same flat offsets.
+  int stride = 1, ranks = 1;
+  int member(int dp_rank) const { return dp_rank / stride; }
 };
 
 // One parameter's elements inside a rank's shard: what a checkpoint writes for this rank
@@ -64,8 +70,9 @@ class ZeroPartition {
  public:
   // One group [0, n): shard = ceil(n / dp) rounded up to kShardAlign.
   ZeroPartition(std::size_t n, int dp_size);
-  // Groups in any order, disjoint; laid out in the shard in increasing flat order.
-  ZeroPartition(std::vector<FlatRange> groups, int dp_size);
+  // Groups in any order, disjoint; laid out in the shard in increasing flat order. `strides`
+  // (empty: all 1) gives each group's ZeroGroup::stride, which must divide dp_size.
+  ZeroPartition(std::vector<FlatRange> groups, int dp_size, std::vector<int> strides = {});
 
   int dp_size() const { return dp_; }
   std::size_t shard_size() const { return shard_; }  // equal on every rank

@@ -20,8 +20,11 @@ namespace meshtrain::parallel {
 // The optimizer's view of rank `rank`'s shard of `part` (pure: the planner reads it too): its
 // pieces of the flat buffer, and its parameters as ranges of one decay and norm flag.
 std::vector<optim::ShardPiece> shard_pieces(const ZeroPartition& part, int rank);
+// count_experts = false: MoE expert parameters do not count in the norm here (ZeRO-0 with
+// mesh.ep > 1, where the optimizer sums them over the ep group separately).
 std::vector<optim::ShardRange> shard_ranges(const model::ParameterRegistry& reg,
-                                            const ZeroPartition& part, int rank);
+                                            const ZeroPartition& part, int rank,
+                                            bool count_experts = true);
 
 // What ZeroShards allocates, predicted without building it (the planner), for elements of
 // `elem_bytes`: the shard buffers of the stage, and the staging of the ZeRO 1/2 all-gather of
@@ -37,8 +40,16 @@ class ZeroShards {
  public:
   // `params`: the model's full parameter buffer (empty at ZeRO-3). Allocates the shard buffers
   // the stage needs (zero.shard_grads at 2/3, zero.shard_params at 3).
+  // `expert_dp` (null: dp) is the communicator of groups with stride > 1 (MoE experts).
   ZeroShards(const model::ParameterRegistry& reg, ZeroPartition part, int zero_stage,
-             View1<T> params, comm::Communicator& dp, ExecSpace exec);
+             View1<T> params, comm::Communicator& dp, ExecSpace exec,
+             comm::Communicator* expert_dp = nullptr);
+
+  // The communicator that splits group g (dp, or expert-dp for expert groups) and this rank's
+  // index in it.
+  comm::Communicator& comm_of(int g) const {
+    return part_.groups()[static_cast<std::size_t>(g)].stride > 1 ? *edp_ : dp_;
+  }
 
   int zero_stage() const { return stage_; }
   bool sharded() const { return stage_ >= 1; }
@@ -79,6 +90,7 @@ class ZeroShards {
   View1<T> params_;
   comm::Communicator& dp_;
   ExecSpace exec_;
+  comm::Communicator* edp_;
   View1<T> shard_params_, shard_grads_;
   View1<T> stage_send_, stage_recv_;
 };

@@ -52,6 +52,7 @@ struct StepCost {
   double dp_comm_s = 0;      // exposed gradient reduction + ZeRO 1/2 parameter all-gather
   double dp_comm_total_s = 0;  // all of it, hidden or not
   double zero3_gather_s = 0; // exposed ZeRO-3 parameter gathers
+  double moe_a2a_s = 0;      // MoE token all-to-alls over ep (blocking: all exposed)
   double optimizer_s = 0;    // norm, clipping, AdamW (+ offload copies)
   double overhead_s = 0;     // per-step fixed costs, kernel launches
   double contention = 1;     // > 1: ranks of a node slow each other down

@@ -17,6 +17,7 @@ inline std::size_t compute_bytes(Precision p) { return p == Precision::fp32 ? 4 
 
 struct Layout {
   int dp = 1, pp = 1, tp = 1;
+  int ep = 1;                        // mesh.ep (MoE experts split over ep ranks of dp)
   int zero_stage = 0;                // zero.stage
   bool offload = false;              // zero.offload_optimizer = cpu
   int micro_batch = 1;               // train.micro_batch (sequences)

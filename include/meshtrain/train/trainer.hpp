@@ -63,6 +63,10 @@ struct StepMetrics {
   double bubble = 0, dp_comm_ms = 0, dp_hidden = 0, tp_comm_ms = 0;
   bool comm_reported = false, pipelined = false;  // which of those the progress line shows
   double ckpt_ms = 0;     // a checkpoint was saved after this step, taking this long
+  // Mixture of Experts (logged steps): per MoE block, and the router losses summed over blocks
+  // (the mean over the global batch's micro-batches; added to the objective, not to `loss`).
+  std::vector<parallel::MoeLayerMetrics> moe;
+  double moe_aux = 0, moe_z = 0;
 };
 
 template <class T>

@@ -1,0 +1,254 @@
+// GptT's Mixture-of-Experts MLP (issue 20, docs/moe.md): the MLP of every moe.layer_freq-th
+// block is the expert-parallel MoE layer of src/moe/ (router -> dispatch -> all-to-all ->
+// grouped expert GEMMs -> all-to-all -> combine), plus an optional shared expert every token
+// goes through. Both families: GELU experts (GPT-2) or SwiGLU experts (Llama), no biases.
+//
+// Tensor parallelism: experts are not split over tp. Every tp rank routes all N rows of the
+// micro-batch (a.ln2 is the gathered norm output under sequence parallelism) with the same
+// replicated router, experts and shared expert, so their gradients are complete and equal on
+// the tp ranks after the block (as for every other parameter) and no tp communication is
+// needed; under SP each rank adds its own rows of the output. The ep group pairs tp ranks of
+// equal coordinate (mesh/process_mesh.hpp), so each tp rank exchanges with its own peers.
+//
+// Router losses: per router call (one micro-batch's B T tokens, a fixed group of sequences of
+// the global batch whatever the layout, as long as train.micro_batch is the same), entering the
+// objective with weight grad_scale * B T = 1 / (micro-batches in the global batch): the mean
+// over micro-batches, as Megatron-Core scales them. Their group is this rank alone (it routes
+// whole micro-batches), so their values do not depend on dp, ep, tp or pp.
+#include <type_traits>
+
+#include "meshtrain/comm/self_communicator.hpp"
+#include "meshtrain/core/error.hpp"
+#include "meshtrain/core/timer.hpp"
+#include "meshtrain/kernels/gelu.hpp"
+#include "meshtrain/kernels/residual.hpp"
+#include "meshtrain/kernels/swiglu.hpp"
+#include "meshtrain/model/gpt.hpp"
+#include "meshtrain/model/gpt_activations.hpp"
+#include "meshtrain/moe/grouped_gemm.hpp"
+#include "meshtrain/moe/moe_layer.hpp"
+#include "meshtrain/moe/router.hpp"
+
+namespace meshtrain::model {
+
+template <class T>
+struct MoeActivations {
+  moe::MoeLayerState<T> layer;     // dispatch, exchanges and expert activations
+  moe::RouterState<T> router;      // moe.router_fp64 = false
+  moe::RouterState<double> router64;
+  View1<T> weight;                 // fp64 router: its combine weights in T
+  View1<T> shared_h, shared_act;   // shared expert [N, W_s], [N, I_s]
+};
+
+template <class T>
+std::shared_ptr<MoeActivations<T>> make_moe_activations() {
+  return std::make_shared<MoeActivations<T>>();
+}
+
+namespace {
+
+namespace k = meshtrain::kernels;
+
+template <class T>
+void ensure(View1<T>& v, const char* label, std::size_t n) {
+  if (v.extent(0) != n) v = alloc<T>(label, n);
+}
+
+// dst (double) = src (T), and back, elementwise.
+template <class A, class B>
+void convert(const ExecSpace& exec, View1<A> dst, View1<const B> src, std::size_t n) {
+  Kokkos::parallel_for(
+      "meshtrain::moe_convert", Kokkos::RangePolicy<ExecSpace>(exec, 0, static_cast<std::int64_t>(n)),
+      KOKKOS_LAMBDA(const std::int64_t i) { dst(i) = static_cast<A>(src(i)); });
+}
+template <class A, class B>
+void add_converted(const ExecSpace& exec, View1<A> dst, View1<const B> src, std::size_t n) {
+  Kokkos::parallel_for(
+      "meshtrain::moe_add", Kokkos::RangePolicy<ExecSpace>(exec, 0, static_cast<std::int64_t>(n)),
+      KOKKOS_LAMBDA(const std::int64_t i) { dst(i) += static_cast<A>(src(i)); });
+}
+
+moe::MoeLayerConfig layer_config(const GptConfig& c) {
+  moe::MoeLayerConfig m;
+  m.router.experts = c.moe.experts;
+  m.router.top_k = c.moe.top_k;
+  m.router.score = moe::parse_router_score(c.moe.router_score);
+  m.router.aux_loss_coeff = c.moe.aux_loss_coeff;
+  m.router.z_loss_coeff = c.moe.z_loss_coeff;
+  m.router.capacity_factor = c.moe.capacity_factor;
+  m.hidden = c.n_embd;
+  m.ffn = c.expert_width();
+  m.activation = c.mlp == Mlp::swiglu ? moe::ExpertActivation::swiglu : moe::ExpertActivation::gelu;
+  return m;
+}
+
+void record(MoeLayerStats& s, const moe::RouterStats& r) {
+  ++s.calls;
+  s.aux += r.aux_loss;
+  s.z += r.z_loss;
+  s.tokens += r.tokens;
+  s.dropped += r.dropped;
+  if (s.load.size() != r.load.size()) s.load.assign(r.load.size(), 0.0);
+  for (std::size_t e = 0; e < r.load.size(); ++e) s.load[e] += r.load[e];
+}
+
+}  // namespace
+
+template <class T>
+void GptT<T>::reset_moe_stats() {
+  for (auto& s : moe_stats_) {
+    const std::size_t E = s.load.size();
+    s = MoeLayerStats{};
+    s.load.assign(E, 0.0);
+  }
+}
+
+template <class T>
+void GptT<T>::moe_mlp_forward(int l, BlockActivations<T>& a, View1<const T> res2, View1<T> out) {
+  if constexpr (!std::is_same_v<T, float>) {
+    (void)l, (void)a, (void)res2, (void)out;
+    throw ConfigError("moe.experts with a 16-bit train.precision is not implemented");
+  } else {
+    const int N = N_, Nl = Nl_, C = cfg_.n_embd, E = cfg_.moe.experts, K = cfg_.moe.top_k;
+    const moe::MoeLayerConfig mc = layer_config(cfg_);
+    const MoeTensors<T>& w = moe_params_[static_cast<std::size_t>(l)];
+    MoeActivations<T>& m = *a.moe;
+    comm::Communicator& ep = layout_.ep ? *layout_.ep : *self_;
+    const Timer clock;
+    // The router (fp32, or fp64 for layout comparisons without top-k tie flips).
+    View1<const int> expert;
+    View1<const T> weight;
+    const moe::RouterStats* stats = nullptr;
+    if (cfg_.moe.router_fp64) {
+      ensure(moe_x64_, "moe.x64", std::size_t(N) * C);
+      ensure(moe_w64_, "moe.w64", std::size_t(C) * E);
+      convert<double, T>(exec_, moe_x64_, a.ln2, std::size_t(N) * C);
+      convert<double, T>(exec_, moe_w64_, w.router, std::size_t(C) * E);
+      moe::router_forward<double>(exec_, mc.router, moe_x64_, moe_w64_, {}, N, C, *self_,
+                                  m.router64);
+      ensure(m.weight, "moe.weight", std::size_t(N) * K);
+      convert<T, double>(exec_, m.weight, m.router64.weight, std::size_t(N) * K);
+      expert = m.router64.expert;
+      weight = m.weight;
+      stats = &m.router64.stats;
+    } else {
+      moe::router_forward<T>(exec_, mc.router, a.ln2, w.router, {}, N, C, *self_, m.router);
+      expert = m.router.expert;
+      weight = m.router.weight;
+      stats = &m.router.stats;
+    }
+    moe::MoeParams<T> p{w.router, {}, w.w_in, w.w_out, w.in_stride, w.out_stride};
+    const double a2a0 = m.layer.a2a_seconds;
+    moe::moe_experts_forward<T>(exec_, mc, p, expert, weight, a.ln2, N, ep, m.layer, moe_y_);
+    // The shared expert: y += mlp(ln2) over every row (one group of N rows).
+    const int S = cfg_.moe.shared_ffn;
+    if (S > 0) {
+      const int W = mc.activation == moe::ExpertActivation::swiglu ? 2 * S : S;
+      const std::vector<std::int64_t> all{0, N};
+      ensure(m.shared_h, "moe.shared_h", std::size_t(N) * W);
+      ensure(m.shared_act, "moe.shared_act", std::size_t(N) * S);
+      moe::grouped_linear_forward<T>(exec_, all, a.ln2, w.shared_in, m.shared_h, C, W);
+      if (mc.activation == moe::ExpertActivation::gelu)
+        k::gelu_forward<T>(exec_, m.shared_act, m.shared_h, std::size_t(N) * S);
+      else
+        k::swiglu_forward<T>(exec_, m.shared_act, m.shared_h, N, S);
+      moe::grouped_linear_forward<T>(exec_, all, m.shared_act, w.shared_out, moe_dx_, S, C);
+      k::accumulate<T>(exec_, moe_y_, moe_dx_, std::size_t(N) * C);
+    }
+    // This rank's rows (all of them without sequence parallelism) onto the residual.
+    const std::size_t row0 = layout_.sequence_parallel ? std::size_t(tp_rank_) * Nl : 0;
+    k::residual_forward<T>(exec_, out, res2, slice(View1<const T>(moe_y_), row0 * C,
+                                                   std::size_t(Nl) * C),
+                           std::size_t(Nl) * C);
+    if (!recomputing_ && moe_loss_weight_ != 0.0f) {
+      MoeLayerStats& s = moe_stats_[static_cast<std::size_t>(l)];
+      record(s, *stats);
+      s.expert_seconds += clock.seconds();
+      s.a2a_seconds += m.layer.a2a_seconds - a2a0;
+    }
+  }
+}
+
+template <class T>
+void GptT<T>::moe_mlp_backward(int l, BlockActivations<T>& a, View1<const T> dfull, View1<T> dx) {
+  if constexpr (!std::is_same_v<T, float>) {
+    (void)l, (void)a, (void)dfull, (void)dx;
+    throw ConfigError("moe.experts with a 16-bit train.precision is not implemented");
+  } else {
+    const int N = N_, Nl = Nl_, C = cfg_.n_embd, E = cfg_.moe.experts, K = cfg_.moe.top_k;
+    const moe::MoeLayerConfig mc = layer_config(cfg_);
+    const MoeTensors<T>& w = moe_params_[static_cast<std::size_t>(l)];
+    const MoeTensors<T>& g = moe_grads_[static_cast<std::size_t>(l)];
+    MoeActivations<T>& m = *a.moe;
+    comm::Communicator& ep = layout_.ep ? *layout_.ep : *self_;
+    const Timer clock;
+    // d(ln2) of every row lands in dln_ (the full-row scratch), then this rank's rows in dx.
+    View1<T> dln = dln_;
+    const bool fp64 = cfg_.moe.router_fp64;
+    moe::MoeParams<T> p{w.router, {}, w.w_in, w.w_out, w.in_stride, w.out_stride};
+    moe::MoeGrads<T> gr{g.router, g.w_in, g.w_out};
+    View1<T> dweight = alloc<T>("moe.dweight", std::size_t(N) * K);
+    const double a2a0 = m.layer.a2a_seconds;
+    moe::moe_experts_backward<T>(exec_, mc, p, m.layer, fp64 ? View1<const T>(m.weight)
+                                                              : View1<const T>(m.router.weight),
+                                 dfull, ep, dln, dweight, gr);
+    const double loss_scale = moe_loss_weight_;
+    if (fp64) {
+      ensure(moe_dx64_, "moe.dx64", std::size_t(N) * C);
+      ensure(moe_dw64_, "moe.dw64", std::size_t(C) * E);
+      Kokkos::deep_copy(exec_, moe_dx64_, 0.0);
+      Kokkos::deep_copy(exec_, moe_dw64_, 0.0);
+      auto dweight64 = alloc<double>("moe.dweight64", std::size_t(N) * K);
+      convert<double, T>(exec_, dweight64, dweight, std::size_t(N) * K);
+      // The forward's fp64 copies of x and the router weight: recomputed, the recompute pass
+      // just wrote them; otherwise a later block may have: convert again.
+      convert<double, T>(exec_, moe_x64_, a.ln2, std::size_t(N) * C);
+      convert<double, T>(exec_, moe_w64_, w.router, std::size_t(C) * E);
+      moe::router_backward<double>(exec_, mc.router, m.router64, dweight64, moe_x64_, moe_w64_,
+                                   moe_dx64_, moe_dw64_, C, loss_scale);
+      add_converted<T, double>(exec_, dln, moe_dx64_, std::size_t(N) * C);
+      add_converted<T, double>(exec_, g.router, moe_dw64_, std::size_t(C) * E);
+    } else {
+      moe::router_backward<T>(exec_, mc.router, m.router, dweight, a.ln2, w.router, dln, g.router,
+                              C, loss_scale);
+    }
+    const int S = cfg_.moe.shared_ffn;
+    if (S > 0) {
+      const int W = mc.activation == moe::ExpertActivation::swiglu ? 2 * S : S;
+      const std::vector<std::int64_t> all{0, N};
+      auto dact = alloc<T>("moe.shared_dact", std::size_t(N) * S);
+      auto dh = alloc<T>("moe.shared_dh", std::size_t(N) * W);
+      moe::grouped_linear_backward<T>(exec_, all, dfull, m.shared_act, w.shared_out, dact,
+                                      g.shared_out, S, C);
+      if (mc.activation == moe::ExpertActivation::gelu)
+        k::gelu_backward<T>(exec_, dh, m.shared_h, dact, std::size_t(N) * S);
+      else
+        k::swiglu_backward<T>(exec_, dh, m.shared_h, dact, N, S);
+      moe::grouped_linear_backward<T>(exec_, all, dh, a.ln2, w.shared_in, moe_dx_, g.shared_in,
+                                      C, W);
+      k::accumulate<T>(exec_, dln, moe_dx_, std::size_t(N) * C);
+    }
+    if (dx.data() != dln.data()) {  // sequence parallelism: this rank's rows
+      const std::size_t row0 = std::size_t(tp_rank_) * Nl;
+      Kokkos::deep_copy(exec_, dx, slice(View1<T>(dln), row0 * C, std::size_t(Nl) * C));
+    }
+    exec_.fence();  // the scratch above is freed on return
+    MoeLayerStats& s = moe_stats_[static_cast<std::size_t>(l)];
+    s.expert_seconds += clock.seconds();
+    s.a2a_seconds += m.layer.a2a_seconds - a2a0;
+  }
+}
+
+#define MESHTRAIN_INSTANTIATE_MOE_BLOCK(T)                                                       \
+  template std::shared_ptr<MoeActivations<T>> make_moe_activations<T>();                         \
+  template void GptT<T>::reset_moe_stats();                                                      \
+  template void GptT<T>::moe_mlp_forward(int, BlockActivations<T>&, View1<const T>, View1<T>);   \
+  template void GptT<T>::moe_mlp_backward(int, BlockActivations<T>&, View1<const T>, View1<T>);
+MESHTRAIN_INSTANTIATE_MOE_BLOCK(float)
+#if MESHTRAIN_HAVE_BF16
+MESHTRAIN_INSTANTIATE_MOE_BLOCK(bf16)
+MESHTRAIN_INSTANTIATE_MOE_BLOCK(fp16)
+#endif
+#undef MESHTRAIN_INSTANTIATE_MOE_BLOCK
+
+}  // namespace meshtrain::model

@@ -1,0 +1,176 @@
+// MoE checkpoints across expert-parallel layouts (issue 20, phase 2), on 8 ranks: each expert is
+// its own global dataset (<block>mlp.experts.<e>.w_in / w_out), written by the ranks holding it
+// (at ZeRO-0 split over the expert-data-parallel group, at ZeRO >= 1 by the shard pieces) and
+// read by name by whichever rank holds it in the new layout. 5 steps under (dp, ep, pp, tp, ZeRO)
+// = (4, 4, 2, 1, 0) save; restores under ep = 2 with (2, 2, 2, 2, 1), ep = 1 with (8, 1, 1, 1, 3)
+// and on one rank continue as the uninterrupted single-rank run's steps 6-10 (losses to 1e-5
+// relative, aux and z losses likewise). A second save under (8, 4, 1, 1, 2) (the ZeRO shard
+// pieces of the experts) restores under (4, 2, 2, 1, 0). The model: moe_fixture.hpp's GPT-2
+// blocks with GELU experts and a shared expert (test_moe_layouts covers the Llama experts'
+// layouts; their checkpoint names are the same per expert).
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "harness.hpp"
+#include "moe_fixture.hpp"
+#include "meshtrain/io/token_shard.hpp"
+#include "meshtrain/parallel/engine.hpp"
+#include "meshtrain/train/trainer.hpp"
+
+using namespace meshtrain;
+
+namespace {
+
+constexpr int kSeq = 16, kGlobal = 8, kSteps = 10, kSaveAt = 5;
+
+train::TrainConfig config(int accum, const std::string& dir) {
+  train::TrainConfig tc;
+  tc.micro_batch = 1;
+  tc.grad_accum = accum;
+  tc.seq_len = kSeq;
+  tc.steps = kSteps;
+  tc.seed = 5;
+  tc.eval_every = 0;
+  tc.log_every = 0;
+  tc.adamw.lr = 1e-3f;
+  tc.adamw.min_lr = 1e-4f;
+  tc.adamw.warmup_steps = 2;
+  tc.adamw.decay_steps = kSteps;
+  tc.adamw.grad_clip = 0.5f;
+  tc.config_text = "[test]\nname = test_moe_resume\n";
+  tc.ckpt.dir = dir;
+  return tc;
+}
+
+struct Losses {
+  std::vector<float> loss;
+  std::vector<double> aux, z;
+};
+
+struct Layout {
+  int dp, ep, pp, tp, zero;
+  std::string name() const {
+    return cat("(dp, ep, pp, tp, zero) = (", dp, ", ", ep, ", ", pp, ", ", tp, ", ", zero, ")");
+  }
+};
+
+struct Setup {
+  std::unique_ptr<io::TokenDataset> data;
+  std::unique_ptr<parallel::Engine<float>> engine;
+  std::unique_ptr<train::Trainer> trainer;
+
+  // l null: one rank, no context.
+  Setup(const Layout* l, MPI_Comm comm, const std::string& shard, std::uint64_t init_seed,
+        const std::string& dir, const model::GptConfig& cfg) {
+    data = std::make_unique<io::TokenDataset>(shard, kSeq);
+    parallel::ParallelConfig pc;
+    int dp = 1;
+    if (l) {
+      pc.shape = mesh::Shape{l->dp, l->pp, l->tp};
+      pc.shape.ep = l->ep;
+      pc.dp.zero_stage = l->zero;
+      pc.dp.bucket_bytes = 4096;
+      dp = l->dp;
+    }
+    const auto tc = config(kGlobal / dp, dir);
+    engine = std::make_unique<parallel::Engine<float>>(
+        l ? comm : MPI_COMM_SELF, cfg, l ? train::engine_options(tc, pc) : train::engine_options(tc));
+    engine->init_parameters(init_seed);
+    trainer = std::make_unique<train::Trainer>(*engine, tc, *data, nullptr);
+  }
+  ~Setup() {
+    trainer.reset();
+    engine.reset();
+  }
+  Losses steps(std::int64_t from, std::int64_t to) {
+    Losses r;
+    for (std::int64_t s = from; s < to; ++s) {
+      const auto m = trainer->step(s, true);
+      r.loss.push_back(m.loss);
+      r.aux.push_back(m.moe_aux);
+      r.z.push_back(m.moe_z);
+    }
+    return r;
+  }
+};
+
+void compare(const Losses& got, const Losses& ref, int from, const std::string& what) {
+  INFO(what);
+  REQUIRE(!got.loss.empty());
+  REQUIRE(from + got.loss.size() <= ref.loss.size());
+  double worst = 0, worst_aux = 0, worst_z = 0;
+  for (std::size_t i = 0; i < got.loss.size(); ++i) {
+    const std::size_t s = from + i;
+    worst = std::max(worst, std::fabs(double(got.loss[i]) - ref.loss[s]) / ref.loss[s]);
+    worst_aux = std::max(worst_aux, std::fabs(got.aux[i] - ref.aux[s]) / ref.aux[s]);
+    worst_z = std::max(worst_z, std::fabs(got.z[i] - ref.z[s]) / ref.z[s]);
+  }
+  INFO("worst relative loss " << worst << ", aux " << worst_aux << ", z " << worst_z);
+  REQUIRE(worst <= 1e-5);
+  REQUIRE(worst_aux <= 1e-5);
+  REQUIRE(worst_z <= 1e-5);
+}
+
+// Saves under `save` after 5 steps into `dir`, then restores under each of `restores` (on the
+// world) and, when `single`, on one rank; every continuation must be the reference's.
+void save_and_restore(const model::GptConfig& cfg, const std::string& shard, const Losses& ref,
+                      const std::string& dir, const Layout& save,
+                      const std::vector<Layout>& restores, bool single) {
+  if (mt_test::world_rank() == 0) std::filesystem::remove_all(dir);
+  MPI_Barrier(mt_test::world());
+  {
+    Setup s(&save, mt_test::world(), shard, 11, dir, cfg);
+    compare(s.steps(0, kSaveAt), ref, 0, "the saving run " + save.name());
+    s.trainer->save_checkpoint(kSaveAt);
+  }
+  for (const Layout& l : restores) {
+    Setup s(&l, mt_test::world(), shard, 12345, dir, cfg);
+    const io::CheckpointAttributes a = s.trainer->restore("latest");
+    REQUIRE(a.step == kSaveAt);
+    REQUIRE(a.model.moe.experts == cfg.moe.experts);
+    const Losses got = s.steps(kSaveAt, kSteps);
+    REQUIRE(got.loss.size() == std::size_t(kSteps - kSaveAt));
+    compare(got, ref, kSaveAt, "saved under " + save.name() + ", restored under " + l.name());
+  }
+  if (single) {
+    MPI_Comm one;
+    MPI_Comm_split(mt_test::world(), mt_test::world_rank() == 0 ? 0 : MPI_UNDEFINED, 0, &one);
+    if (mt_test::world_rank() == 0) {
+      {
+        Setup s(nullptr, MPI_COMM_SELF, shard, 12345, dir, cfg);
+        s.trainer->restore(dir);
+        compare(s.steps(kSaveAt, kSteps), ref, kSaveAt,
+                "saved under " + save.name() + ", restored on one rank");
+      }
+      MPI_Comm_free(&one);
+    }
+    MPI_Barrier(mt_test::world());
+  }
+}
+
+}  // namespace
+
+TEST_CASE("MoE: a checkpoint written at ep 4 continues at ep 2 and ep 1",
+          "[train][checkpoint][moe][mpi]") {
+  if (mt_test::world_size() != 8) {
+    WARN("test_moe_resume needs 8 ranks");
+    return;
+  }
+  const model::GptConfig cfg = mt_test::moe_tiny();
+  const std::string shard = mt_test::layout_shard("test_moe_resume");
+  Losses ref;  // the uninterrupted single-rank run (every rank computes it)
+  {
+    Setup one(nullptr, MPI_COMM_SELF, shard, 11, "unused", cfg);
+    ref = one.steps(0, kSteps);
+  }
+  // ZeRO-0: dense tensors split over dp, experts over expert-dp.
+  save_and_restore(cfg, shard, ref, "test_moe_resume_ckpt", {4, 4, 2, 1, 0},
+                   {{2, 2, 2, 2, 1}, {8, 1, 1, 1, 3}}, true);
+  // ZeRO-2: the experts' shard pieces over expert-dp.
+  save_and_restore(cfg, shard, ref, "test_moe_resume_ckpt_zero2", {8, 4, 1, 1, 2},
+                   {{4, 2, 2, 1, 0}}, false);
+}
