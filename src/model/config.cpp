@@ -146,7 +146,7 @@ void GptConfig::validate() const {
                                hf_model_type == "mistral" || hf_model_type == "qwen2",
                            "HuggingFace model type '", hf_model_type,
                            "' is not llama, mistral or qwen2");
-    MESHTRAIN_CONFIG_CHECK(!qkv_bias || hf_model_type != "mistral" && hf_model_type != "llama",
+    MESHTRAIN_CONFIG_CHECK(!qkv_bias || (hf_model_type != "mistral" && hf_model_type != "llama"),
                            "q/k/v biases without an output bias are Qwen2's; a ", hf_model_type,
                            " config.json cannot describe them (model.qkv_bias)");
   }
