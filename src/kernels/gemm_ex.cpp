@@ -290,6 +290,30 @@ bool dbias_split(const ExecSpace& exec, Trans ta, int M, int N, int K, float alp
   return true;
 }
 
+// Whether the split form is faster than the fused one: both run 4 times on the caller's scratch
+// (the first a warm-up), timed with events on exec's stream; a form that cannot run (returns
+// false) loses. One synchronisation per run, on the first call of a shape only.
+template <class Fused, class Split>
+bool split_is_faster(const ExecSpace& exec, const Fused& fused, const Split& split) {
+  cudaEvent_t ev[2];
+  for (auto& e : ev) MESHTRAIN_CUDA_CHECK(cudaEventCreate(&e));
+  float ms[2] = {0, 0};
+  bool ok[2] = {true, true};
+  for (int form = 0; form < 2; ++form)
+    for (int rep = 0; rep < 4 && ok[form]; ++rep) {
+      MESHTRAIN_CUDA_CHECK(cudaEventRecord(ev[0], exec.cuda_stream()));
+      ok[form] = form == 0 ? fused() : split();
+      MESHTRAIN_CUDA_CHECK(cudaEventRecord(ev[1], exec.cuda_stream()));
+      MESHTRAIN_CUDA_CHECK(cudaEventSynchronize(ev[1]));
+      float t = 0;
+      MESHTRAIN_CUDA_CHECK(cudaEventElapsedTime(&t, ev[0], ev[1]));
+      if (rep > 0) ms[form] += t;
+    }
+  for (auto& e : ev) cudaEventDestroy(e);
+  if (!ok[0]) return ok[1];
+  return ok[1] && ms[1] < ms[0];
+}
+
 // Times both forms on this call's operands, writing only scratch (D and dbias), 3 runs each
 // after a warm-up. One synchronisation, on the first call of a shape.
 template <class T>
@@ -304,27 +328,12 @@ bool dbias_split_is_faster(const ExecSpace& exec, Trans ta, int M, int N, int K,
   MESHTRAIN_CUDA_CHECK(
       cudaMemsetAsync(raw, 0, (d_elems + std::size_t(N) + 128) * sizeof(T), exec.cuda_stream()));
   const T* cin = beta != 0.0f ? C : d;
-  cudaEvent_t ev[2];
-  for (auto& e : ev) MESHTRAIN_CUDA_CHECK(cudaEventCreate(&e));
-  float ms[2] = {0, 0};
-  bool ok[2] = {true, true};
-  for (int form = 0; form < 2; ++form)
-    for (int rep = 0; rep < 4 && ok[form]; ++rep) {
-      MESHTRAIN_CUDA_CHECK(cudaEventRecord(ev[0], exec.cuda_stream()));
-      ok[form] =
-          form == 0
-              ? dbias_fused<T>(exec, ta, M, N, K, alpha, A, lda, B, ldb, beta, cin, ldc, d, db)
-              : dbias_split<T>(exec, ta, M, N, K, alpha, A, lda, B, ldb, beta, cin, ldc, d, db);
-      MESHTRAIN_CUDA_CHECK(cudaEventRecord(ev[1], exec.cuda_stream()));
-      MESHTRAIN_CUDA_CHECK(cudaEventSynchronize(ev[1]));
-      float t = 0;
-      MESHTRAIN_CUDA_CHECK(cudaEventElapsedTime(&t, ev[0], ev[1]));
-      if (rep > 0) ms[form] += t;
-    }
-  for (auto& e : ev) cudaEventDestroy(e);
+  const bool split = split_is_faster(
+      exec,
+      [&] { return dbias_fused<T>(exec, ta, M, N, K, alpha, A, lda, B, ldb, beta, cin, ldc, d, db); },
+      [&] { return dbias_split<T>(exec, ta, M, N, K, alpha, A, lda, B, ldb, beta, cin, ldc, d, db); });
   MESHTRAIN_CUDA_CHECK(cudaFree(raw));
-  if (!ok[0]) return ok[1];
-  return ok[1] && ms[1] < ms[0];
+  return split;
 }
 
 // gemm_ex's dgelu with the bias gradient of its result (ep.dbias): DGELU_BGRAD into the bias
@@ -365,25 +374,10 @@ bool dgelu_dbias_split_is_faster(const ExecSpace& exec, detail::LtCall call) {
                                        exec.cuda_stream()));
   call.D = raw;  // the caller's D and dbias stay untouched; aux and the operands are only read
   T* db = static_cast<T*>(raw) + (d_elems + 127) / 128 * 128;
-  cudaEvent_t ev[2];
-  for (auto& e : ev) MESHTRAIN_CUDA_CHECK(cudaEventCreate(&e));
-  float ms[2] = {0, 0};
-  bool ok[2] = {true, true};
-  for (int form = 0; form < 2; ++form)
-    for (int rep = 0; rep < 4 && ok[form]; ++rep) {
-      MESHTRAIN_CUDA_CHECK(cudaEventRecord(ev[0], exec.cuda_stream()));
-      ok[form] = form == 0 ? dgelu_dbias_fused<T>(exec, call, db)
-                           : dgelu_dbias_split<T>(exec, call, db);
-      MESHTRAIN_CUDA_CHECK(cudaEventRecord(ev[1], exec.cuda_stream()));
-      MESHTRAIN_CUDA_CHECK(cudaEventSynchronize(ev[1]));
-      float t = 0;
-      MESHTRAIN_CUDA_CHECK(cudaEventElapsedTime(&t, ev[0], ev[1]));
-      if (rep > 0) ms[form] += t;
-    }
-  for (auto& e : ev) cudaEventDestroy(e);
+  const bool split = split_is_faster(exec, [&] { return dgelu_dbias_fused<T>(exec, call, db); },
+                                     [&] { return dgelu_dbias_split<T>(exec, call, db); });
   MESHTRAIN_CUDA_CHECK(cudaFree(raw));
-  if (!ok[0]) return ok[1];
-  return ok[1] && ms[1] < ms[0];
+  return split;
 }
 #endif
 
