@@ -79,13 +79,14 @@ mesh::Shape mesh_shape(const po::variables_map& vm, int world_size) {
   s.tp = vm["mesh.tp"].as<int>();
   s.dp = vm["mesh.dp"].as<int>();
   s.ep = vm.count("mesh.ep") ? vm["mesh.ep"].as<int>() : 1;
+  // Each size is checked before any product of them divides the world.
   if (s.ep <= 0) throw ConfigError(cat("mesh.ep=", s.ep, " must be a positive integer"));
+  if (s.pp <= 0) throw ConfigError(cat("mesh.pp=", s.pp, " must be a positive integer"));
+  if (s.tp <= 0) throw ConfigError(cat("mesh.tp=", s.tp, " must be a positive integer"));
   if (world_size % (static_cast<long>(s.ep) * s.tp * s.pp) != 0)
     throw ConfigError(cat("mesh.ep x mesh.tp x mesh.pp = ", s.ep, " x ", s.tp, " x ", s.pp,
                           " does not divide the ", world_size, " ranks of the job (experts are "
                           "split over ep ranks carved out of dp)"));
-  if (s.pp <= 0) throw ConfigError(cat("mesh.pp=", s.pp, " must be a positive integer"));
-  if (s.tp <= 0) throw ConfigError(cat("mesh.tp=", s.tp, " must be a positive integer"));
   if (s.dp < 0) throw ConfigError(cat("mesh.dp=", s.dp, " must be positive (or 0 to derive it)"));
   if (s.dp == 0) {
     if (world_size % (s.pp * s.tp) != 0)
