@@ -298,15 +298,15 @@ void GptT<T>::bind_unit(int u, View1<T> pstore, View1<T> gstore) {
     t.k_w = at("self_attn.k_proj.weight");
     t.v_w = at("self_attn.v_proj.weight");
     t.attn_proj_w = at("self_attn.o_proj.weight");
-    if (moe) return;
-    t.gate_w = at("mlp.gate_proj.weight");
-    t.up_w = at("mlp.up_proj.weight");
-    t.mlp_proj_w = at("mlp.down_proj.weight");
-    if (cfg_.qkv_bias) {
+    if (cfg_.qkv_bias) {  // attention's, so MoE blocks have them too
       t.q_b = at("self_attn.q_proj.bias");
       t.k_b = at("self_attn.k_proj.bias");
       t.v_b = at("self_attn.v_proj.bias");
     }
+    if (moe) return;
+    t.gate_w = at("mlp.gate_proj.weight");
+    t.up_w = at("mlp.up_proj.weight");
+    t.mlp_proj_w = at("mlp.down_proj.weight");
   };
   // This rank's experts of block l: w_in of every local expert, then w_out, a stride apart.
   auto bind_experts = [&](const View1<T>& store, MoeTensors<T>& m) {

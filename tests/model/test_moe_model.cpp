@@ -190,3 +190,33 @@ TEST_CASE("MoE model: the registry holds what num_parameters counts", "[model][m
     REQUIRE(cfg.active_parameters() < cfg.num_parameters());
   }
 }
+
+TEST_CASE("MoE model: Qwen2's q/k/v biases are used and trained in MoE blocks", "[model][moe]") {
+  // The biases belong to attention, so an MoE block binds them like a dense one: a nonzero bias
+  // changes the objective and receives a nonzero gradient.
+  model::GptConfig cfg = tiny(true);
+  cfg.qkv_bias = true;
+  model::Gpt m(cfg, kB, kT);
+  m.init_parameters(21);
+  const Batch b = batch(cfg.vocab_size);
+  const double j0 = objective(m, b);
+  std::vector<double> theta = host(m.params());
+  const auto& reg = m.registry();
+  std::vector<std::size_t> bias_at;
+  for (int l = 0; l < cfg.n_layer; ++l)
+    for (const char* n : {"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"}) {
+      const auto& p = reg.get(reg.block_prefix(l) + n);
+      for (std::size_t i = 0; i < p.numel; ++i) bias_at.push_back(p.offset + i);
+    }
+  REQUIRE(!bias_at.empty());
+  for (std::size_t k = 0; k < bias_at.size(); ++k)
+    theta[bias_at[k]] = 0.5 * (rng::bits(5, 9, k) % 1000) / 1000.0 - 0.25;
+  set(m.params(), theta);
+  const double j1 = objective(m, b);
+  INFO("objective without biases " << j0 << ", with " << j1);
+  REQUIRE(std::fabs(j1 - j0) > 1e-4);
+  const std::vector<double> g = host(m.grads());
+  double gb = 0;
+  for (std::size_t i : bias_at) gb += g[i] * g[i];
+  REQUIRE(gb > 0);
+}
