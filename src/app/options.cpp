@@ -111,7 +111,13 @@ po::options_description moe_options() {
        "intermediate size of a shared expert every token goes through; 0 (default): none")
       ("moe.router_score", po::value<std::string>(),
        "softmax (default; top-k renormalised when k > 1) or sigmoid (per-token normalised "
-       "sigmoid scores; DeepSeek-V3's aux-loss-free bias is not implemented in the model)")
+       "sigmoid scores, DeepSeek-V3)")
+      ("moe.expert_bias", po::value<bool>()->implicit_value(true),
+       "sigmoid router: DeepSeek-V3's auxiliary-loss-free balancing, a per-expert bias added to "
+       "the scores for choosing only, moved after each step from the global load (default "
+       "false; saved in checkpoints)")
+      ("moe.expert_bias_rate", po::value<double>(),
+       "the bias update speed: bias_e += rate * sign(mean load - load_e) (default 0.001)")
       ("moe.router_fp64", po::value<bool>()->implicit_value(true),
        "run the router in fp64 (layout comparisons without top-k tie flips; default false)")
       ("moe.aux_loss_coeff", po::value<double>(),
@@ -134,6 +140,8 @@ void apply_moe_options(const po::variables_map& vm, model::GptConfig& c) {
   over("moe.shared_expert_size", c.moe.shared_ffn);
   over("moe.router_score", c.moe.router_score);
   over("moe.router_fp64", c.moe.router_fp64);
+  over("moe.expert_bias", c.moe.expert_bias);
+  over("moe.expert_bias_rate", c.moe.expert_bias_rate);
   over("moe.aux_loss_coeff", c.moe.aux_loss_coeff);
   over("moe.z_loss_coeff", c.moe.z_loss_coeff);
   over("moe.capacity_factor", c.moe.capacity_factor);

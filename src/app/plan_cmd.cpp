@@ -96,7 +96,10 @@ std::string moe_section(const model::GptConfig& c) {
   return cat("[moe]\nexperts = ", m.experts, "\ntop_k = ", m.top_k, "\nlayer_freq = ", m.layer_freq,
              "\nffn_hidden_size = ", m.ffn, "\nshared_expert_size = ", m.shared_ffn,
              "\nrouter_score = ", m.router_score, "\nrouter_fp64 = ",
-             m.router_fp64 ? "true" : "false", "\naux_loss_coeff = ", m.aux_loss_coeff,
+             m.router_fp64 ? "true" : "false",
+             m.expert_bias ? cat("\nexpert_bias = true\nexpert_bias_rate = ", m.expert_bias_rate)
+                           : std::string(),
+             "\naux_loss_coeff = ", m.aux_loss_coeff,
              "\nz_loss_coeff = ", m.z_loss_coeff, "\n",
              m.capacity_factor > 0 ? cat("capacity_factor = ", m.capacity_factor, "\n")
                                    : std::string());

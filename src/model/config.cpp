@@ -104,6 +104,11 @@ void GptConfig::validate() const {
     MESHTRAIN_CONFIG_CHECK(moe.router_score == "softmax" || moe.router_score == "sigmoid",
                            "moe.router_score='", moe.router_score,
                            "' must be softmax or sigmoid");
+    MESHTRAIN_CONFIG_CHECK(!moe.expert_bias || moe.router_score == "sigmoid",
+                           "moe.expert_bias needs moe.router_score=sigmoid (the bias is added to "
+                           "sigmoid scores to choose experts; it has no meaning for softmax)");
+    MESHTRAIN_CONFIG_CHECK(moe.expert_bias_rate >= 0, "moe.expert_bias_rate=",
+                           moe.expert_bias_rate, " must be >= 0");
     MESHTRAIN_CONFIG_CHECK(moe.aux_loss_coeff >= 0, "moe.aux_loss_coeff=", moe.aux_loss_coeff,
                            " must be >= 0");
     MESHTRAIN_CONFIG_CHECK(moe.z_loss_coeff >= 0, "moe.z_loss_coeff=", moe.z_loss_coeff,
@@ -181,7 +186,9 @@ std::string GptConfig::key() const {
              moe.enabled() ? cat(" moe ", moe.experts, ' ', moe.top_k, ' ', moe.layer_freq, ' ',
                                  expert_width(), ' ', moe.shared_ffn, ' ', moe.router_score, ' ',
                                  moe.router_fp64, ' ', moe.aux_loss_coeff, ' ', moe.z_loss_coeff,
-                                 ' ', moe.capacity_factor)
+                                 ' ', moe.capacity_factor,
+                                 moe.expert_bias ? cat(" bias ", moe.expert_bias_rate)
+                                                 : std::string())
                            : std::string());
 }
 

@@ -119,6 +119,7 @@ GptT<T>::GptT(const GptConfig& cfg, int micro_batch, int seq_len, const ModelLay
   moe_params_.resize(static_cast<std::size_t>(cfg_.n_layer));
   moe_grads_.resize(static_cast<std::size_t>(cfg_.n_layer));
   moe_stats_.resize(static_cast<std::size_t>(cfg_.n_layer));
+  moe_bias_.resize(static_cast<std::size_t>(cfg_.n_layer));
   bind_all();
 
   BlockShape shape{B_,  T_,   N_,  Nl_, cfg_.n_embd, NHl_, P,
@@ -129,8 +130,11 @@ GptT<T>::GptT(const GptConfig& cfg, int micro_batch, int seq_len, const ModelLay
   for (const auto& ch : layout_.chunks)
     for (int l = ch.first; l < ch.last; ++l) {
       (cfg_.moe.is_moe_layer(l) ? any_moe : any_dense) = true;
-      if (cfg_.moe.is_moe_layer(l))
-        moe_stats_[static_cast<std::size_t>(l)].load.assign(std::size_t(cfg_.moe.experts), 0.0);
+      if (!cfg_.moe.is_moe_layer(l)) continue;
+      moe_stats_[static_cast<std::size_t>(l)].load.assign(std::size_t(cfg_.moe.experts), 0.0);
+      if (cfg_.moe.expert_bias)
+        moe_bias_[static_cast<std::size_t>(l)] =
+            zeros<float>("moe.expert_bias", std::size_t(cfg_.moe.experts));
     }
   auto shape_of = [&](int l) {
     BlockShape b = shape;

@@ -124,7 +124,14 @@ void GptT<T>::moe_mlp_forward(int l, BlockActivations<T>& a, View1<const T> res2
       ensure(moe_w64_, "moe.w64", std::size_t(C) * E);
       convert<double, T>(exec_, moe_x64_, a.ln2, std::size_t(N) * C);
       convert<double, T>(exec_, moe_w64_, w.router, std::size_t(C) * E);
-      moe::router_forward<double>(exec_, mc.router, moe_x64_, moe_w64_, {}, N, C, *self_,
+      View1<const double> bias64;
+      if (cfg_.moe.expert_bias) {
+        ensure(moe_bias64_, "moe.bias64", std::size_t(E));
+        convert<double, float>(exec_, moe_bias64_, moe_bias_[static_cast<std::size_t>(l)],
+                               std::size_t(E));
+        bias64 = moe_bias64_;
+      }
+      moe::router_forward<double>(exec_, mc.router, moe_x64_, moe_w64_, bias64, N, C, *self_,
                                   m.router64);
       ensure(m.weight, "moe.weight", std::size_t(N) * K);
       convert<T, double>(exec_, m.weight, m.router64.weight, std::size_t(N) * K);
@@ -132,7 +139,9 @@ void GptT<T>::moe_mlp_forward(int l, BlockActivations<T>& a, View1<const T> res2
       weight = m.weight;
       stats = &m.router64.stats;
     } else {
-      moe::router_forward<T>(exec_, mc.router, a.ln2, w.router, {}, N, C, *self_, m.router);
+      moe::router_forward<T>(exec_, mc.router, a.ln2, w.router,
+                             View1<const T>(moe_bias_[static_cast<std::size_t>(l)]), N, C, *self_,
+                             m.router);
       expert = m.router.expert;
       weight = m.router.weight;
       stats = &m.router.stats;
@@ -239,9 +248,18 @@ void GptT<T>::moe_mlp_backward(int l, BlockActivations<T>& a, View1<const T> dfu
   }
 }
 
+template <class T>
+void GptT<T>::update_expert_bias(int l, const std::vector<double>& load, double rate) {
+  View1<float> bias = moe_bias_[static_cast<std::size_t>(l)];
+  MESHTRAIN_CHECK(bias.span() == load.size(), "update_expert_bias: block ", l, " holds ",
+                  bias.span(), " expert biases, given the load of ", load.size());
+  moe::update_expert_bias<float>(exec_, bias, load, rate);
+}
+
 #define MESHTRAIN_INSTANTIATE_MOE_BLOCK(T)                                                       \
   template std::shared_ptr<MoeActivations<T>> make_moe_activations<T>();                         \
   template void GptT<T>::reset_moe_stats();                                                      \
+  template void GptT<T>::update_expert_bias(int, const std::vector<double>&, double);            \
   template void GptT<T>::moe_mlp_forward(int, BlockActivations<T>&, View1<const T>, View1<T>);   \
   template void GptT<T>::moe_mlp_backward(int, BlockActivations<T>&, View1<const T>, View1<T>);
 MESHTRAIN_INSTANTIATE_MOE_BLOCK(float)

@@ -1,5 +1,6 @@
 // The engine: construction (the parallelisms applied in turn), initialisation, the step and
-// evaluation. Checkpoints are in engine_checkpoint.cpp.
+// evaluation. Checkpoints are in engine_checkpoint.cpp, the MoE routers' figures and expert
+// biases in engine_moe.cpp.
 #include "meshtrain/parallel/engine.hpp"
 
 #include <algorithm>
@@ -152,7 +153,10 @@ StepComm Engine<T>::forward_backward(const BatchSource& batch, float grad_scale)
 
 template <class T>
 bool Engine<T>::optimizer_step(std::int64_t step, float loss_scale, bool check_finite) {
-  return zopt_->step(step, loss_scale, check_finite);
+  const bool applied = zopt_->step(step, loss_scale, check_finite);
+  // A skipped step (non-finite gradients) leaves the routing state as it leaves the weights.
+  if (applied) update_expert_bias();
+  return applied;
 }
 
 template <class T>
@@ -163,61 +167,6 @@ float Engine<T>::global_loss_sum() {
   double total = ctx_->last_stage() && ctx_->tp_rank() == 0 ? loss_sum : 0.0;
   world_all_reduce(&total, 1, MPI_DOUBLE, MPI_SUM);
   return static_cast<float>(total);
-}
-
-template <class T>
-std::vector<MoeLayerMetrics> Engine<T>::moe_metrics() {
-  std::vector<MoeLayerMetrics> out;
-  const auto& mc = cfg_.moe;
-  if (!mc.enabled()) return out;
-  // Per block: calls, aux, z, tokens, dropped, expert seconds, ranks that ran it, load [E];
-  // tp rank 0 of each dp rank of the stage holding the block contributes (tp ranks route the
-  // same rows).
-  const int L = cfg_.n_layer, E = mc.experts, W = 8 + E;
-  std::vector<double> v(static_cast<std::size_t>(L) * W, 0.0);
-  const auto& st = model_->moe_stats();
-  if (ctx_->tp_rank() == 0)
-    for (int l = 0; l < L; ++l) {
-      const model::MoeLayerStats& s = st[static_cast<std::size_t>(l)];
-      if (s.load.empty()) continue;
-      double* r = v.data() + static_cast<std::size_t>(l) * W;
-      r[0] = s.calls;
-      r[1] = s.aux;
-      r[2] = s.z;
-      r[3] = s.tokens;
-      r[4] = s.dropped;
-      r[5] = s.expert_seconds;
-      r[6] = 1;
-      r[7] = s.a2a_seconds;
-      for (int e = 0; e < E; ++e) r[8 + e] = s.load[static_cast<std::size_t>(e)];
-    }
-  world_all_reduce(v.data(), static_cast<int>(v.size()), MPI_DOUBLE, MPI_SUM);
-  for (int l = 0; l < L; ++l) {
-    if (!mc.is_moe_layer(l)) continue;
-    const double* r = v.data() + static_cast<std::size_t>(l) * W;
-    MoeLayerMetrics m;
-    m.layer = l;
-    const double calls = r[0] > 0 ? r[0] : 1;
-    m.aux = r[1] / calls;
-    m.z = r[2] / calls;
-    m.dropped = r[3] > 0 ? r[4] / (r[3] * mc.top_k) : 0;
-    m.expert_ms = r[6] > 0 ? 1e3 * r[5] / r[6] : 0;
-    m.a2a_ms = r[6] > 0 ? 1e3 * r[7] / r[6] : 0;
-    const double* load = r + 8;
-    double lo = load[0], hi = load[0], sum = 0, sq = 0;
-    for (int e = 0; e < E; ++e) {
-      lo = std::min(lo, load[e]);
-      hi = std::max(hi, load[e]);
-      sum += load[e];
-    }
-    const double mean = sum / E;
-    for (int e = 0; e < E; ++e) sq += (load[e] - mean) * (load[e] - mean);
-    m.load_min = lo;
-    m.load_max = hi;
-    m.load_cv = mean > 0 ? std::sqrt(sq / E) / mean : 0;
-    out.push_back(m);
-  }
-  return out;
 }
 
 template <class T>

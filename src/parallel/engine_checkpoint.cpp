@@ -152,6 +152,7 @@ std::string Engine<T>::save_checkpoint(const std::string& dir, std::int64_t step
 
   const auto& c = ctx_->config();
   a.model = cfg_;
+  save_expert_bias(a);
   a.layout = {c.shape.dp, c.shape.pp, c.shape.tp, zero, c.order.str()};
   io::CheckpointWriter writer(ctx_->mesh().world().get(), dir, steps_done);
   writer.write(a, groups, transfer);
@@ -205,6 +206,7 @@ io::CheckpointAttributes Engine<T>::load_checkpoint(const std::string& spec,
   }
   opt.set_state(optim::StateKind::exp_avg, m.data);
   opt.set_state(optim::StateKind::exp_avg_sq, v.data);
+  restore_expert_bias(a);
   return a;
 }
 

@@ -6,6 +6,7 @@ target_sources(meshtrain_lib PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/engine.cpp
   ${CMAKE_CURRENT_LIST_DIR}/engine_checkpoint.cpp
   ${CMAKE_CURRENT_LIST_DIR}/engine_export.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/engine_moe.cpp
   ${CMAKE_CURRENT_LIST_DIR}/model_transfer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/partition.cpp
   ${CMAKE_CURRENT_LIST_DIR}/message_flow.cpp

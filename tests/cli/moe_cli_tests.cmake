@@ -21,8 +21,18 @@ meshtrain_cli_test(moe_ep_dense 2 2 "mesh\\.ep=2 needs a Mixture-of-Experts mode
 meshtrain_cli_test(moe_train_ep2 2 0 "step +3/3 .*\\| moe aux [0-9.]+ z [0-9.]+ cv [0-9.]+ drop [0-9.]+% a2a"
   train ${_moe} --mesh.ep 2 --moe.z_loss_coeff 0.001 --moe.shared_expert_size 16
   --train.out_dir ${CMAKE_BINARY_DIR}/cli_train_moe)
+meshtrain_cli_test(moe_bad_expert_bias 2 2 "moe\\.expert_bias needs moe\\.router_score=sigmoid"
+  train ${_moe} --moe.expert_bias)
+meshtrain_cli_test(moe_bad_expert_bias_rate 2 2 "moe\\.expert_bias_rate=-1 must be >= 0"
+  train ${_moe} --moe.router_score sigmoid --moe.expert_bias --moe.expert_bias_rate -1)
+# The sigmoid router with the expert bias trains under ep 2 (test_moe_layouts and
+# test_moe_resume check the biases across layouts and checkpoints).
+meshtrain_cli_test(moe_train_expert_bias 2 0 "step +3/3 .*\\| moe aux [0-9.]+ z [0-9.]+ cv [0-9.]+"
+  train ${_moe} --mesh.ep 2 --moe.router_score sigmoid --moe.expert_bias
+  --moe.expert_bias_rate 0.01 --train.out_dir ${CMAKE_BINARY_DIR}/cli_train_moe_bias)
 foreach(t moe_bad_ep moe_bad_top_k moe_bad_world moe_bad_capacity moe_bad_capacity_negative
-          moe_ep_dense moe_train_ep2)
+          moe_ep_dense moe_train_ep2 moe_bad_expert_bias moe_bad_expert_bias_rate
+          moe_train_expert_bias)
   set_tests_properties(cli_${t} PROPERTIES FIXTURES_REQUIRED kjv_shards)
 endforeach()
 meshtrain_cli_test(moe_no_export 1 2 "exporting a Mixture-of-Experts model \\(moe\\.experts=4\\) is not implemented"

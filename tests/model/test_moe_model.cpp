@@ -220,3 +220,42 @@ TEST_CASE("MoE model: Qwen2's q/k/v biases are used and trained in MoE blocks", 
   for (std::size_t i : bias_at) gb += g[i] * g[i];
   REQUIRE(gb > 0);
 }
+
+TEST_CASE("MoE model: the sigmoid router chooses by score + expert bias, and the bias moves "
+          "against the load", "[model][moe]") {
+  for (bool fp64 : {true, false}) {
+    INFO("router in " << (fp64 ? "fp64" : "fp32"));
+    model::GptConfig cfg = tiny(false);
+    cfg.moe.router_score = "sigmoid";
+    cfg.moe.router_fp64 = fp64;
+    cfg.moe.capacity_factor = 0;
+    model::GptConfig plain = cfg;
+    cfg.moe.expert_bias = true;
+    {  // without moe.expert_bias there is no bias
+      model::Gpt m(plain, kB, kT);
+      REQUIRE(m.expert_bias(0).span() == 0);
+    }
+    model::Gpt m(cfg, kB, kT);
+    m.init_parameters(21);
+    const Batch b = batch(cfg.vocab_size);
+    REQUIRE(host(m.expert_bias(0)) == std::vector<double>(4, 0.0));
+    objective(m, b);
+    const std::vector<double> load0 = m.moe_stats()[0].load;
+    // The update: rate * sign(mean - load) per expert (mean = N k / E = 16 tokens here).
+    m.update_expert_bias(0, {30, 16, 10, 8}, 0.25);
+    REQUIRE(host(m.expert_bias(0)) == std::vector<double>{-0.25, 0.0, 0.25, 0.25});
+    // A bias larger than any score difference makes an expert every token's choice: block 0's
+    // expert 1 then gets all N tokens (each token's other choice goes elsewhere).
+    set(m.expert_bias(0), {0, 5, 0, 0});
+    objective(m, b);
+    const std::vector<double> load1 = m.moe_stats()[0].load;
+    INFO("load without the bias " << load0[0] << " " << load0[1] << " " << load0[2] << " "
+                                  << load0[3] << ", with bias 5 on expert 1 " << load1[1]);
+    REQUIRE(load1[1] == kN);
+    REQUIRE(load0[1] < kN);
+  }
+  model::GptConfig bad = tiny(false);
+  bad.moe.expert_bias = true;  // with the softmax router
+  REQUIRE_THROWS_WITH(bad.validate(),
+                      mt_test::contains("moe.expert_bias needs moe.router_score=sigmoid"));
+}

@@ -40,4 +40,15 @@ inline meshtrain::model::GptConfig moe_tiny_llama() {
   return c;
 }
 
+// The sigmoid router with DeepSeek-V3's auxiliary-loss-free expert bias, moved fast (0.01 a step
+// against scores of order 0.1) so that within a few steps it changes which experts are chosen.
+inline meshtrain::model::GptConfig moe_tiny_bias() {
+  meshtrain::model::GptConfig c = moe_tiny();
+  c.name = "tiny-moe-bias";
+  c.moe.router_score = "sigmoid";
+  c.moe.expert_bias = true;
+  c.moe.expert_bias_rate = 0.01;
+  return c;
+}
+
 }  // namespace mt_test

@@ -8,6 +8,8 @@
 // model's buffer), and the final parameters gathered to rank 0 to 1e-4 absolute.
 // The global batch is 8 sequences of micro-batch 1 in every layout, so each router call (one
 // micro-batch) sees the same tokens, and the router runs in fp64 (moe_fixture.hpp).
+// The sigmoid router with the auxiliary-loss-free expert bias (moe.expert_bias): a few layouts,
+// whose final biases must equal the single rank's bit for bit.
 #include <cmath>
 #include <map>
 #include <string>
@@ -52,6 +54,7 @@ struct Run {
   std::vector<double> aux, z;
   std::map<std::string, std::vector<float>> grads;  // router and expert gradients of step 1
   std::vector<float> params;  // global flat buffer (whole-model registry), rank 0 only
+  std::map<int, std::vector<float>> bias;  // moe.expert_bias: the final biases of held blocks
 };
 
 std::vector<float> host(View1<const float> v) {
@@ -60,6 +63,10 @@ std::vector<float> host(View1<const float> v) {
 }
 
 void train_steps(parallel::Engine<float>& e, train::Trainer& tr, Run& r, bool grads) {
+  const auto keep_bias = [&] {
+    for (int l = 0; l < e.model().config().n_layer; ++l)
+      if (e.model().expert_bias(l).span() > 0) r.bias[l] = host(e.model().expert_bias(l));
+  };
   for (int s = 0; s < kSteps; ++s) {
     const auto met = tr.step(s, true);
     r.loss.push_back(met.loss);
@@ -70,6 +77,7 @@ void train_steps(parallel::Engine<float>& e, train::Trainer& tr, Run& r, bool gr
       for (const auto& p : e.model().registry().params())
         if (is_moe_param(p.name)) r.grads[p.name] = host(e.model().grad(p.name));
   }
+  keep_bias();
 }
 
 Run reference(const std::string& data, const model::GptConfig& cfg) {
@@ -158,6 +166,10 @@ void check(const Layout& l, const Run& ref, const std::string& data,
   INFO("worst relative loss " << worst_loss << ", norm " << worst_norm << ", aux " << worst_aux
                               << ", z " << worst_z << ", gradient " << worst_grad << " ("
                               << worst_tensor << "), parameter " << worst_param << " absolute");
+  // The expert biases follow integer loads: equal bit for bit on every rank holding a block.
+  bool bias_equal = cfg.moe.expert_bias ? !r.bias.empty() : r.bias.empty();
+  for (const auto& [layer, b] : r.bias) bias_equal = bias_equal && b == ref.bias.at(layer);
+  REQUIRE(mt_test::all_ranks(bias_equal));
   REQUIRE(ref.aux[0] > 0);
   REQUIRE(ref.z[0] > 0);
   REQUIRE(mt_test::all_ranks(worst_loss <= 1e-5));
@@ -193,20 +205,53 @@ std::vector<Layout> matrix(bool llama) {
   return {};
 }
 
-void check_matrix(const model::GptConfig& cfg, const std::string& prefix, bool llama) {
+// The sigmoid router with the expert bias: a few layouts per world size (the bias is a function
+// of the global load, which the plain matrix already shows to be layout-independent).
+std::vector<Layout> matrix_bias() {
+  using K = parallel::ScheduleKind;
+  switch (mt_test::world_size()) {
+    case 1: return {{1, 1, 1, 1, 0}};
+    case 2: return {{2, 2, 1, 1, 1, K::one_f_one_b, 1, false, true}, {1, 1, 2, 1, 0}};
+    case 4: return {{2, 2, 2, 1, 3}, {2, 2, 1, 2, 0, K::one_f_one_b, 1, true}};
+    case 8: return {{4, 4, 2, 1, 1}};
+    default: return {};
+  }
+}
+
+void check_matrix(const model::GptConfig& cfg, const std::string& prefix,
+                  const std::vector<Layout>& layouts) {
   const std::string data = mt_test::layout_shard(prefix);
   const Run ref = reference(data, cfg);
-  for (const auto& l : matrix(llama)) check(l, ref, data, cfg);
+  for (const auto& l : layouts) check(l, ref, data, cfg);
 }
 
 }  // namespace
 
 TEST_CASE("MoE: every layout with expert parallelism trains the single-rank model",
           "[train][layout][moe][mpi]") {
-  check_matrix(mt_test::moe_tiny(), "test_moe_layouts", false);
+  check_matrix(mt_test::moe_tiny(), "test_moe_layouts", matrix(false));
 }
 
 TEST_CASE("MoE: Llama blocks with SwiGLU experts and capacity drops under ep",
           "[train][layout][moe][mpi][llama]") {
-  check_matrix(mt_test::moe_tiny_llama(), "test_moe_layouts_llama", true);
+  check_matrix(mt_test::moe_tiny_llama(), "test_moe_layouts_llama", matrix(true));
+}
+
+TEST_CASE("MoE: the sigmoid router's expert bias is the same in every layout",
+          "[train][layout][moe][mpi]") {
+  const model::GptConfig cfg = mt_test::moe_tiny_bias();
+  const std::string data = mt_test::layout_shard("test_moe_layouts_bias");
+  const Run ref = reference(data, cfg);
+  // The bias moved, and it moved the routing: without it the same run trains another model.
+  REQUIRE(ref.bias.size() == 2);
+  double moved = 0;
+  for (const auto& [layer, b] : ref.bias)
+    for (float x : b) moved = std::max(moved, std::fabs(double(x)));
+  REQUIRE(moved >= 0.02);  // at least two net steps of 0.01 (measured: 0.04)
+  model::GptConfig off = cfg;
+  off.moe.expert_bias = false;
+  const Run plain = reference(data, off);
+  REQUIRE(plain.bias.empty());
+  REQUIRE(plain.loss.back() != ref.loss.back());
+  for (const auto& l : matrix_bias()) check(l, ref, data, cfg);
 }

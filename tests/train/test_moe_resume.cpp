@@ -7,7 +7,8 @@
 // relative, aux and z losses likewise). A second save under (8, 4, 1, 1, 2) (the ZeRO shard
 // pieces of the experts) restores under (4, 2, 2, 1, 0). The model: moe_fixture.hpp's GPT-2
 // blocks with GELU experts and a shared expert (test_moe_layouts covers the Llama experts'
-// layouts; their checkpoint names are the same per expert).
+// layouts; their checkpoint names are the same per expert). The sigmoid router's expert biases
+// (moe.expert_bias) saved under (4, 4, 2, 1, 0) continue under (4, 2, 1, 2, 1) and on one rank.
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -173,4 +174,23 @@ TEST_CASE("MoE: a checkpoint written at ep 4 continues at ep 2 and ep 1",
   // ZeRO-2: the experts' shard pieces over expert-dp.
   save_and_restore(cfg, shard, ref, "test_moe_resume_ckpt_zero2", {8, 4, 1, 1, 2},
                    {{4, 2, 2, 1, 0}}, false);
+}
+
+TEST_CASE("MoE: the sigmoid router's expert biases continue from a checkpoint in any layout",
+          "[train][checkpoint][moe][mpi]") {
+  if (mt_test::world_size() != 8) {
+    WARN("test_moe_resume needs 8 ranks");
+    return;
+  }
+  // The biases after 5 steps are in the file (not in any parameter): a restore that dropped
+  // them would route the continuation differently (test_moe_layouts checks they matter).
+  const model::GptConfig cfg = mt_test::moe_tiny_bias();
+  const std::string shard = mt_test::layout_shard("test_moe_resume_bias");
+  Losses ref;
+  {
+    Setup one(nullptr, MPI_COMM_SELF, shard, 11, "unused", cfg);
+    ref = one.steps(0, kSteps);
+  }
+  save_and_restore(cfg, shard, ref, "test_moe_resume_ckpt_bias", {4, 4, 2, 1, 0},
+                   {{4, 2, 1, 2, 1}}, true);
 }

@@ -35,7 +35,11 @@ struct MoeConfig {
   int layer_freq = 1;            // moe.layer_freq
   int ffn = 0;                   // moe.ffn_hidden_size; 0: the dense MLP width
   int shared_ffn = 0;            // moe.shared_expert_size; 0: no shared expert
-  std::string router_score = "softmax";  // moe.router_score: softmax | sigmoid (no bias)
+  std::string router_score = "softmax";  // moe.router_score: softmax | sigmoid
+  // DeepSeek-V3's auxiliary-loss-free balancing (sigmoid router only): a per-expert bias that
+  // only chooses experts, moved by expert_bias_rate * sign(mean load - load) after each step.
+  bool expert_bias = false;      // moe.expert_bias
+  double expert_bias_rate = 1e-3;  // moe.expert_bias_rate (DeepSeek-V3's bias update speed)
   bool router_fp64 = false;      // moe.router_fp64: router in double (tests: no tie flips)
   double aux_loss_coeff = 0.01;  // moe.aux_loss_coeff
   double z_loss_coeff = 0.0;     // moe.z_loss_coeff

@@ -176,6 +176,13 @@ class GptT {
   // blocks of other ranks).
   const std::vector<MoeLayerStats>& moe_stats() const { return moe_stats_; }
   void reset_moe_stats();
+  // The sigmoid router's expert bias (moe.expert_bias, DeepSeek-V3's auxiliary-loss-free
+  // balancing) of global block l: [E] fp32, zero at the start, on every rank that holds the
+  // block; empty for other blocks or without moe.expert_bias. It only chooses experts (no
+  // gradient, not a parameter). The engine moves it after each optimizer step from the global
+  // load of the step (update_expert_bias: the same on every rank) and checkpoints it.
+  View1<float> expert_bias(int l) const { return moe_bias_[static_cast<std::size_t>(l)]; }
+  void update_expert_bias(int l, const std::vector<double>& load, double rate);
 
  private:
   enum class Mode { train, eval, logits };
@@ -245,6 +252,8 @@ class GptT {
   std::unique_ptr<comm::Communicator> self_;  // the router's group and ep when none is given
   View1<T> moe_y_, moe_dx_;   // [N, C]: the MoE output, a shared expert's input gradient
   View1<double> moe_x64_, moe_w64_, moe_dx64_, moe_dw64_;  // moe.router_fp64 scratch
+  View1<double> moe_bias64_;                                // moe.router_fp64: the bias
+  std::vector<View1<float>> moe_bias_;  // per global block: the expert bias (expert_bias())
   float moe_loss_weight_ = 0;  // d(loss)/d(router losses) of the current micro-batch
   bool recomputing_ = false;
   std::vector<MoeLayerStats> moe_stats_;

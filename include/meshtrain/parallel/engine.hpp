@@ -177,6 +177,13 @@ class Engine {
 
  private:
   std::unique_ptr<model::Gpt> gather_to_rank0();
+  // moe.expert_bias (engine_moe.cpp): after an applied optimizer step, every rank moves the
+  // biases of its blocks by the step's load summed over the world (the same on every rank).
+  void update_expert_bias();
+  // Checkpoints: every block's biases into attrs.extra ("moe.expert_bias.<block>", collective:
+  // each stage's first rank contributes its blocks), and back from a loaded file's attributes.
+  void save_expert_bias(io::CheckpointAttributes& attrs);
+  void restore_expert_bias(const io::CheckpointAttributes& attrs);
   // In-place MPI_Allreduce over the world, recorded for the watchdog ("world.host").
   void world_all_reduce(void* buf, int count, MPI_Datatype type, MPI_Op op) const;
   void fill_batch(const BatchSource& batch, int first);
