@@ -13,12 +13,24 @@
 // grad_scale * (exp(x_c - M) / S - onehot). The forward-only kernel is the same template without
 // the gradient pass, so its losses are the same bits. Padding columns [V, Vp) are never read
 // (a vector straddling V masks its tail) and are written as zeros.
+//
+// A second form for bf16 rows (MESHTRAIN_CE_KERNEL=smem; the register form stays the default
+// until the H200 figures decide): 512 threads keep the row in shared memory instead of
+// registers (the GPT-2 vocabulary's row is 100.6 KB, so two blocks fit an SM's 228 KB), so that
+// one block's reductions and exponentials overlap the other's loads and stores; with one
+// 1024-thread block per SM (the register form's 64 registers a thread allow no second) the SM
+// idles on each row's two barriers and its exponential passes. Each thread reads back only the
+// vectors it stored, so the shared memory needs no barrier of its own. The same statistics and
+// formula as the register form; the sums group the threads' partial sums differently (512
+// threads), so the last bits of a loss may differ from the register form's.
 #include "rowwise_cuda.hpp"
 
 #if defined(KOKKOS_ENABLE_CUDA)
 #include <math_constants.h>
 
 #include <array>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -104,6 +116,104 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+constexpr int kSmemThreads = 512, kSmemWarps = kSmemThreads / 32;
+
+// The shared-memory form (bf16): the row's real vectors [0, nvec) staged in dynamic shared
+// memory by the threads that own them.
+template <class E, bool kGrad>
+__global__ void __launch_bounds__(kSmemThreads, 2)
+    ce_kernel_smem(float* __restrict__ losses, const E* in, E* out,
+                   const std::int32_t* __restrict__ targets, int Vp, int V, float grad_scale) {
+  constexpr int kV = kVec<E>;
+  extern __shared__ uint4 row_s[];
+  __shared__ float red_max[kSmemWarps], red_sum[kSmemWarps];
+  const long row = blockIdx.x;
+  const int t = threadIdx.x;
+  const int nvec = (V + kV - 1) / kV, nvec_all = Vp / kV;
+  const E* x = in + row * Vp;
+  E* g = kGrad ? out + row * Vp : nullptr;
+  const int tgt = targets[row];
+  if (tgt < 0) {
+    if constexpr (kGrad)
+      for (int v = t; v < nvec_all; v += kSmemThreads) store16(g + v * kV, make_uint4(0, 0, 0, 0));
+    if (t == 0) losses[row] = 0.f;
+    return;
+  }
+  const float xt = (t == 0 && tgt < V) ? to_float(x[tgt]) : CUDART_NAN_F;
+  float m = -CUDART_INF_F;
+  for (int v = t; v < nvec; v += kSmemThreads) {
+    const uint4 q = load16(x + v * kV);
+    row_s[v] = q;
+    float f[kV];
+    unpack<E>(q, f);
+#pragma unroll
+    for (int k = 0; k < kV; ++k)
+      if (v * kV + k < V) m = fmaxf(m, f[k]);
+  }
+  const float M = block_max<kSmemWarps>(m, red_max);
+  float s = 0.f;
+  for (int v = t; v < nvec; v += kSmemThreads) {
+    float f[kV];
+    unpack<E>(row_s[v], f);
+#pragma unroll
+    for (int k = 0; k < kV; ++k)
+      if (v * kV + k < V) s += expf(f[k] - M);
+  }
+  const float S = block_sum<kSmemWarps>(s, red_sum);
+  if (t == 0) losses[row] = M + logf(S) - xt;
+  if constexpr (kGrad) {
+    const float scale = grad_scale / S;
+    for (int v = t; v < nvec; v += kSmemThreads) {
+      float f[kV], d[kV];
+      unpack<E>(row_s[v], f);
+#pragma unroll
+      for (int k = 0; k < kV; ++k) {
+        const int c = v * kV + k;
+        d[k] = c < V ? expf(f[k] - M) * scale - (c == tgt ? grad_scale : 0.f) : 0.f;
+      }
+      store16(g + v * kV, pack<E>(d));
+    }
+    for (int v = nvec + t; v < nvec_all; v += kSmemThreads)
+      store16(g + v * kV, make_uint4(0, 0, 0, 0));
+  }
+}
+
+// MESHTRAIN_CE_KERNEL=smem selects the shared-memory form where it applies (read once).
+bool smem_form_requested() {
+  static const bool on = [] {
+    const char* e = std::getenv("MESHTRAIN_CE_KERNEL");
+    return e && std::strcmp(e, "smem") == 0;
+  }();
+  return on;
+}
+
+// The shared-memory form for a bf16 row of V columns: true when launched.
+template <class E, bool kGrad>
+bool launch_smem(cudaStream_t st, float* losses, const E* in, E* out, const std::int32_t* targets,
+                 int N, int Vp, int V, float grad_scale) {
+  if constexpr (sizeof(E) != 2) {
+    return false;
+  } else {
+    const std::size_t bytes = std::size_t((V + kVec<E> - 1) / kVec<E>) * 16;
+    if (!smem_form_requested() || bytes > 227 * 1024) return false;
+    static const bool configured = [] {
+      MESHTRAIN_CUDA_CHECK(cudaFuncSetAttribute(ce_kernel_smem<E, kGrad>,
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                227 * 1024));
+      // All of the unified L1 as shared memory, or the second block does not fit.
+      MESHTRAIN_CUDA_CHECK(cudaFuncSetAttribute(ce_kernel_smem<E, kGrad>,
+                                                cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                int(cudaSharedmemCarveoutMaxShared)));
+      return true;
+    }();
+    (void)configured;
+    ce_kernel_smem<E, kGrad><<<unsigned(N), kSmemThreads, bytes, st>>>(losses, in, out, targets,
+                                                                       Vp, V, grad_scale);
+    MESHTRAIN_CUDA_CHECK(cudaGetLastError());
+    return true;
+  }
+}
+
 // Kernel tables indexed by NV = 0 (looping), 1, ..., kMaxRegVectors.
 template <class E, bool kGrad, std::size_t... I>
 auto ce_table(std::index_sequence<I...>) {
@@ -113,6 +223,7 @@ auto ce_table(std::index_sequence<I...>) {
 template <class E, bool kGrad>
 void launch(cudaStream_t st, float* losses, const E* in, E* out, const std::int32_t* targets,
             int N, int Vp, int V, float grad_scale) {
+  if (launch_smem<E, kGrad>(st, losses, in, out, targets, N, Vp, V, grad_scale)) return;
   static const auto kernels =
       ce_table<E, kGrad>(std::make_index_sequence<kMaxRegVectors + 1>());
   kernels[vectors_per_thread<E>(V)]<<<unsigned(N), kThreads, 0, st>>>(losses, in, out, targets, Vp,
