@@ -6,6 +6,7 @@
 //   build/cpu/perf/bench_train_step [--preset cpu-bench] [--micro-batch 8] [--seq-len T]
 //          [--steps 10] [--warmup 2] [--profile-steps 3] [--seed 1234] [--precision fp32|bf16]
 //          [--n-layer L] [--vocab-size V]   (a preset cut down: CPU smoke runs of the GPU shapes)
+//          [--recompute-mlp-act 1]   (train.recompute_mlp_act: the MLP activation recomputed)
 //   e.g. --preset llama3.2-1b --seq-len 2048 --precision bf16 --micro-batch 4 on one H200
 //   (perf/torch_llama_gpu.py is the PyTorch side), --n-layer 1 --vocab-size 512 on a CPU.
 //          [--moe-experts E --moe-top-k 2 --moe-ffn I --moe-layer-freq 1 --moe-shared S]
@@ -57,6 +58,7 @@ struct Args {
   std::string precision = "fp32";  // bf16: bf16 compute, fp32 master weights (GPU builds)
   std::string attn_impl = "auto";  // --attn.impl of meshtrain train
   bool attn_deterministic = false;
+  bool recompute_mlp_act = false;  // --recompute-mlp-act 1: train.recompute_mlp_act
   model::MoeConfig moe;  // --moe-*: experts = 0 keeps the preset dense
 };
 
@@ -79,6 +81,8 @@ Args parse(int argc, char** argv) {
       a.attn_impl = v;
     else if (k == "--attn-deterministic")
       a.attn_deterministic = v == "1" || v == "true";
+    else if (k == "--recompute-mlp-act")
+      a.recompute_mlp_act = v == "1" || v == "true";
     else if (k == "--moe-experts")
       a.moe.experts = std::stoi(v);
     else if (k == "--moe-top-k")
@@ -233,6 +237,7 @@ void run(const Args& a) {
     eo.adamw = ocfg;
     eo.attention.impl = kernels::parse_attention_impl(a.attn_impl, "--attn-impl");
     eo.attention.deterministic = a.attn_deterministic;
+    eo.recompute_mlp_act = a.recompute_mlp_act;
     parallel::Engine<CT> engine(MPI_COMM_SELF, cfg, eo);
     engine.init_parameters(a.seed);
 

@@ -90,6 +90,7 @@ LayoutRun run_typed(MPI_Comm world, const model::GptConfig& cfg, int seq_len,
   eo.seq_len = seq_len;
   eo.n_micro = l.n_micro;
   eo.recompute = l.recompute;
+  eo.recompute_mlp_act = l.recompute_mlp_act;
   eo.adamw.warmup_steps = 1;
   eo.adamw.decay_steps = steps;
   {

@@ -118,6 +118,11 @@ po::options_description train_options() {
        "scaling, or train.on_nonfinite=skip)")
       ("train.recompute", po::value<bool>()->default_value(false)->implicit_value(true),
        "activation checkpointing: recompute each block's forward in backward")
+      ("train.recompute_mlp_act",
+       po::value<bool>()->default_value(false)->implicit_value(true),
+       "keep only each dense MLP's pre-activation; its GELU / SwiGLU output is one shared buffer, "
+       "recomputed in backward (saves micro_batch x seq_len x MLP width / tp elements per block, "
+       "costs one elementwise pass; no effect with train.recompute)")
       ("train.peak_tflops", po::value<double>()->default_value(kDeviceIsHost ? 0.0 : 989.0),
        "peak FLOP/s of one device for MFU (H100/H200 bf16 dense: 989); 0 = no MFU")
       ("train.out_dir", po::value<std::string>()->default_value("out"),
@@ -460,6 +465,7 @@ int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
   // that the trainer agrees on at the next step boundary: save, then exit with kExitRequeue.
   signals::install_stop_handlers();
   parallel::EngineOptions eo = train::engine_options(tc, pc, p.vm["train.recompute"].as<bool>());
+  eo.recompute_mlp_act = p.vm["train.recompute_mlp_act"].as<bool>();
   eo.attention = attn;
   bool finished = true;
   if (precision == "fp32")

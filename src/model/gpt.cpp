@@ -27,16 +27,18 @@ BlockActivations<T>::BlockActivations(const BlockShape& s) {
   ln2_rstd = alloc<float>("act.ln2_rstd", Nl);
   if (s.dense) {
     fch = alloc<T>("act.fch", N * s.FW);
-    fch_gelu = alloc<T>("act.fch_gelu", N * s.HW);
+    if (s.own_mlp_act) fch_gelu = alloc<T>("act.fch_gelu", N * s.HW);
   }
+  own_mlp_act = s.own_mlp_act;
   if (s.moe) moe = make_moe_activations<T>();
 }
 
 template <class T>
 std::size_t BlockActivations<T>::bytes() const {
   std::size_t n = 0;
-  for (const auto* v : {&ln1, &qkv, &atty, &res2, &ln2, &fch, &fch_gelu})
+  for (const auto* v : {&ln1, &qkv, &atty, &res2, &ln2, &fch})
     n += v->span() * sizeof(T);
+  if (own_mlp_act) n += fch_gelu.span() * sizeof(T);
   for (const auto* v : {&ln1_mean, &ln1_rstd, &lse, &ln2_mean, &ln2_rstd})
     n += v->span() * sizeof(float);
   return n;
@@ -136,6 +138,11 @@ GptT<T>::GptT(const GptConfig& cfg, int micro_batch, int seq_len, const ModelLay
         moe_bias_[static_cast<std::size_t>(l)] =
             zeros<float>("moe.expert_bias", std::size_t(cfg_.moe.experts));
     }
+  // Full recomputation keeps no block's activations between forward and backward: nothing to
+  // share then.
+  const bool share_mlp_act = layout_.recompute_mlp_act && !layout_.recompute && any_dense;
+  if (share_mlp_act) shared_mlp_act_ = alloc<T>("act.mlp_act_shared", N * shape.HW);
+  shape.own_mlp_act = !share_mlp_act;
   auto shape_of = [&](int l) {
     BlockShape b = shape;
     b.moe = l < 0 ? any_moe : cfg_.moe.is_moe_layer(l);
@@ -166,8 +173,10 @@ GptT<T>::GptT(const GptConfig& cfg, int micro_batch, int seq_len, const ModelLay
       sa.input = alloc<T>("act.chunk_input", Nl * C);
       for (int l = ca->range.first; l < ca->range.last; ++l) {
         sa.block_out.push_back(alloc<T>("act.block_out", Nl * C));
-        if (!layout_.recompute)
+        if (!layout_.recompute) {
           sa.acts.push_back(std::make_unique<BlockActivations<T>>(shape_of(l)));
+          if (share_mlp_act && !cfg_.moe.is_moe_layer(l)) sa.acts.back()->fch_gelu = shared_mlp_act_;
+        }
       }
       if (ca->head) sa.dhead = alloc<T>("act.dhead", Nl * C);
       ca->slots.push_back(std::move(owned));
@@ -226,6 +235,7 @@ std::size_t GptT<T>::activation_elems() const {
 template <class T>
 std::size_t GptT<T>::activation_bytes() const {
   std::size_t n = shared_acts_ ? shared_acts_->bytes() : 0;
+  n += shared_mlp_act_.span() * sizeof(T);
   for (const auto& ca : chunks_)
     for (const auto& sp : ca->slots) {
       const SlotActivations<T>& s = *sp;

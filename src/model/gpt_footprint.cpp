@@ -59,7 +59,14 @@ ModelFootprint model_footprint(const GptConfig& cfg, int micro_batch, int seq_le
 
   // ---- activations: the slots of every chunk ----
   const std::size_t KW = KVl * HS;
-  const double block = block_activation_bytes(B, T, N, Nl, C, NHl, QW, KW, FW, I, norm_mean, E);
+  // recompute_mlp_act: one activation buffer for every dense block instead of one each.
+  bool any_dense = false;
+  for (const auto& ch : chunks)
+    for (int l = ch.first; l < ch.last; ++l) any_dense = any_dense || !cfg.moe.is_moe_layer(l);
+  const bool share_mlp_act = layout.recompute_mlp_act && !layout.recompute && any_dense;
+  const double block = block_activation_bytes(B, T, N, Nl, C, NHl, QW, KW, FW,
+                                              share_mlp_act ? 0 : I, norm_mean, E);
+  if (share_mlp_act) f.activations += static_cast<double>(N * I * E);
   const double moe_block = cfg.moe.enabled()
       ? block_activation_bytes(B, T, N, Nl, C, NHl, QW, KW, 0, 0, norm_mean, E) +
             moe_state_bytes(cfg, N, C, E)

@@ -161,6 +161,10 @@ void GptT<T>::block_backward(int l, View1<const T> x, BlockActivations<T>& a, Vi
   if (cfg_.moe.is_moe_layer(l)) {
     moe_mlp_backward(l, a, dfull, dx);
   } else {
+    // train.recompute_mlp_act: GELU of the kept pre-activation into the shared buffer (on the
+    // host in fp32 the forward epilogue's bits; elsewhere GELU of the pre-activation as stored,
+    // where the epilogue took it from the unrounded accumulator).
+    if (!a.own_mlp_act) k::gelu_forward<T>(exec_, a.fch_gelu, a.fch, std::size_t(N) * I);
     // d(pre-GELU) in one GEMM: the GELU derivative is the input-gradient GEMM's epilogue, and
     // so is c_fc's bias gradient (the column sums of d(pre-GELU)), which c_fc's backward skips.
     k::linear_backward_dgelu<T>(exec_, dfch_, g.mlp_proj_w, g.mlp_proj_b, dfull, a.fch_gelu,

@@ -156,6 +156,9 @@ void GptT<T>::llama_block_backward(int l, View1<const T> x, BlockActivations<T>&
   if (cfg_.moe.is_moe_layer(l)) {
     moe_mlp_backward(l, a, dfull, dx);
   } else {
+    // train.recompute_mlp_act: the shared buffer holds a later block's activation; this one's
+    // again (the same kernel as the forward: the same bits).
+    if (!a.own_mlp_act) k::swiglu_forward<T>(exec_, a.fch_gelu, a.fch, N, I);
     k::gemm<T>(exec_, Trans::N, Trans::N, N, I, C, 1.0f, dfull.data(), C, w.mlp_proj_w.data(), I,
                0.0f, dh_.data(), I);
     k::gemm<T>(exec_, Trans::T, Trans::N, C, I, N, 1.0f, dfull.data(), C, a.fch_gelu.data(), I,

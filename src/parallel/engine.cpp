@@ -44,8 +44,9 @@ Engine<T>::Engine(MPI_Comm world, const model::GptConfig& cfg, const EngineOptio
   // 1. the mesh and its groups, the schedule and the pipeline pieces
   ctx_ = std::make_unique<ParallelContext>(world, opt_.parallel, cfg_, opt_.seq_len, opt_.n_micro);
   // 2. this rank's slice of the model: its stage's chunks, split over tp inside the model
-  model_ = std::make_unique<model::GptT<T>>(cfg_, opt_.micro_batch, opt_.seq_len,
-                                            ctx_->layout(opt_.recompute), exec);
+  model::ModelLayout layout = ctx_->layout(opt_.recompute);
+  layout.recompute_mlp_act = opt_.recompute_mlp_act;
+  model_ = std::make_unique<model::GptT<T>>(cfg_, opt_.micro_batch, opt_.seq_len, layout, exec);
   // 3. data parallelism and ZeRO as the model's hooks
   // (MoE experts reduce and shard over the expert-data-parallel group instead of dp)
   sync_ = std::make_unique<GradSync<T>>(model_buffers(*model_), ctx_->dp(), opt_.parallel.dp, exec,

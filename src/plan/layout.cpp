@@ -38,7 +38,8 @@ std::string Layout::name() const {
   }
   s += cat(" x tp ", tp, sequence_parallel && tp > 1 ? " sp" : "", ", ZeRO-", zero_stage,
            offload ? " offload" : "", ", mb ", micro_batch, " x ", n_micro,
-           recompute ? ", recompute" : "", ", ", precision_name(precision));
+           recompute ? ", recompute" : "", recompute_mlp_act ? ", recompute MLP act" : "", ", ",
+           precision_name(precision));
   return s;
 }
 
@@ -52,6 +53,7 @@ std::string Layout::short_name() const {
   }
   if (sequence_parallel && tp > 1) s += " sp";
   if (recompute) s += " rc";
+  if (recompute_mlp_act) s += " rca";
   return s;
 }
 

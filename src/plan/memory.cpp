@@ -72,6 +72,7 @@ std::vector<MemoryBreakdown> memory_per_stage(const model::GptConfig& cfg, int s
     model::ModelLayout ml = parallel::pipeline_layout(spec, pieces, s);
     ml.sequence_parallel = sp;
     ml.recompute = l.recompute;
+    ml.recompute_mlp_act = l.recompute_mlp_act;
     if (l.pp == 1) {  // micro-batches run one after another
       ml.n_slots = 1;
       ml.chunk_slots.clear();

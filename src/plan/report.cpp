@@ -39,6 +39,7 @@ Json candidate_object(const Candidate& c, const SearchResult& r) {
   o["virtual_chunks"] = l.virtual_chunks;
   o["sequence_parallel"] = l.sequence_parallel;
   o["recompute"] = l.recompute;
+  o["recompute_mlp_act"] = l.recompute_mlp_act;
   o["precision"] = precision_name(l.precision);
   o["memory_bytes"] = std::llround(c.memory.device());
   o["host_bytes"] = std::llround(c.memory.host());
@@ -164,7 +165,8 @@ std::string layout_ini(const Layout& l, int seq_len, const std::string& model_se
     << (l.offload ? "cpu" : "none") << "\n[dp]\nbucket_mb = "
     << fmt("%.6g", static_cast<double>(l.bucket_bytes) / 1048576.0) << "\n[train]\nmicro_batch = "
     << l.micro_batch << "\ngrad_accum = " << l.n_micro << "\nseq_len = " << seq_len
-    << "\nrecompute = " << (l.recompute ? "true" : "false") << "\nprecision = "
+    << "\nrecompute = " << (l.recompute ? "true" : "false")
+    << (l.recompute_mlp_act ? "\nrecompute_mlp_act = true" : "") << "\nprecision = "
     << precision_name(l.precision) << "\n";
   return o.str();
 }

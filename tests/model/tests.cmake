@@ -14,3 +14,5 @@ target_compile_definitions(test_llama_parity PRIVATE MESHTRAIN_SOURCE_DIR="${PRO
 meshtrain_add_test(NAME test_qkv_bias SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_qkv_bias.cpp)
 target_compile_definitions(test_qkv_bias PRIVATE MESHTRAIN_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 meshtrain_add_test(NAME test_moe_model SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_moe_model.cpp)
+meshtrain_add_test(NAME test_recompute_mlp_act
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_recompute_mlp_act.cpp)

@@ -46,6 +46,7 @@ struct L {
   int v = 1;
   bool sp = false, recompute = false, offload = false;
   std::size_t bucket = 25u << 20;
+  bool mlp_act = false;  // train.recompute_mlp_act
   meshtrain::plan::Layout layout() const {
     meshtrain::plan::Layout l;
     l.dp = dp;
@@ -60,6 +61,7 @@ struct L {
     l.recompute = recompute;
     l.offload = offload;
     l.bucket_bytes = bucket;
+    l.recompute_mlp_act = mlp_act;
     return l;
   }
 };

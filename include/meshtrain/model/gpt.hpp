@@ -64,6 +64,11 @@ struct ModelLayout {
   int n_slots = 1;                   // micro-batches whose activations are kept at once
   std::vector<int> chunk_slots;      // per chunk (pipelines); empty: n_slots for every chunk
   bool recompute = false;            // activation checkpointing per block
+  // Keep only the dense MLP's first output (GELU's pre-activation, SwiGLU's gate and up) per
+  // block: its activation (fch_gelu) is one buffer shared by every block, written by the
+  // forward for the down projection and recomputed by the backward for its weight gradient
+  // (train.recompute_mlp_act: N x I elements per block less, one elementwise pass more).
+  bool recompute_mlp_act = false;
   // Mixture of Experts: the expert-parallel group (ranks holding the other experts; null or size
   // 1: this rank holds all of them). The registry holds experts of rank ep->rank().
   comm::Communicator* ep = nullptr;
@@ -262,6 +267,7 @@ class GptT {
   kernels::RopeTable rope_;      // rotary positions: cos/sin of [T, HS/2]
   std::vector<std::unique_ptr<ChunkActivations<T>>> chunks_;
   std::unique_ptr<BlockActivations<T>> shared_acts_;  // recompute: one set for every block
+  View1<T> shared_mlp_act_;  // recompute_mlp_act: every block's fch_gelu [N, HW]
   // head scratch (the head's backward runs inside its forward)
   View1<T> lnf_, lnf_local_, logits_;
   View1<float> lnf_mean_, lnf_rstd_, losses_, ce_max_, ce_sums_;

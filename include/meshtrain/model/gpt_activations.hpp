@@ -47,6 +47,7 @@ struct BlockShape {
   int QW = 0, KW = 0, FW = 0, HW = 0;
   bool norm_mean = true;  // LayerNorm keeps its mean; RMSNorm has none
   bool dense = true, moe = false;  // an MLP's activations / an MoE block's state
+  bool own_mlp_act = true;  // false (recompute_mlp_act): fch_gelu is the model's shared buffer
 };
 
 template <class T>
@@ -60,6 +61,7 @@ struct BlockActivations {
   View1<T> ln2;                         // [N, C]
   View1<float> ln2_mean, ln2_rstd;      // [Nl]
   View1<T> fch, fch_gelu;               // [N, FW] before and [N, HW] after the GELU / SwiGLU
+  bool own_mlp_act = true;              // fch_gelu is this block's (counted in bytes())
   // An MoE block's router and expert state (shared_ptr: the type is private to moe_block.cpp).
   std::shared_ptr<MoeActivations<T>> moe;
   // The projections' outputs are not kept: at tp = 1 the residual add is the projection GEMM's

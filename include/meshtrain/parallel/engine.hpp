@@ -45,6 +45,7 @@ struct EngineOptions {
   int seq_len = 128;
   int n_micro = 1;           // micro-batches per step on each data-parallel rank
   bool recompute = false;    // activation checkpointing per block
+  bool recompute_mlp_act = false;  // keep only the MLP pre-activation (model::ModelLayout)
   optim::AdamWConfig adamw;
   kernels::AttentionOptions attention;  // attention backend (--attn.*), set process-wide
 };

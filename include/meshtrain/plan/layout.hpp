@@ -26,6 +26,7 @@ struct Layout {
   int virtual_chunks = 1;            // pp.virtual_chunks
   bool sequence_parallel = false;    // tp.sequence_parallel
   bool recompute = false;            // train.recompute
+  bool recompute_mlp_act = false;    // train.recompute_mlp_act (not searched: set by the user)
   Precision precision = Precision::fp32;
   std::size_t bucket_bytes = 25u << 20;  // dp.bucket_mb
 
