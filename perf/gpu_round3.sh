@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# This round's GPU figures (issues 18 and 20), each part with its own timeout, one log per run
+# and summary.txt in OUT:
+#   perf/gpu_round3.sh BUNDLE OUT [ce,step,large,torchlarge,moe,tests]
+# ce:         bench_kernels_cuda's cross-entropy rows with the register form (default) and the
+#             shared-memory form (MESHTRAIN_CE_KERNEL=smem), and test_kernels_cross_entropy with
+#             the latter;
+# step:       GPT-2 124M bf16 seq 1024, cuDNN attention, mb 16 and 32: the step with each
+#             cross-entropy form, two alternating rounds each;
+# large:      GPT-2 774M mb 8, 1.5B mb 4, 8 and 16: ours with and without --recompute-mlp-act;
+# torchlarge: torch.compile (perf/torch_gpt2_gpu.py) at the same sizes;
+# moe:        GPT-2-124M-sized MoE (8 GELU experts of 4C, top-2, every block) bf16 seq 1024 mb 8:
+#             ours against perf/torch_moe_gpu.py (compile with torch._grouped_mm, and eager);
+# tests:      every test_* in BUNDLE/bin.
+# CE_FORM=smem runs the step / large / moe parts with the shared-memory cross-entropy.
+set -uo pipefail
+bundle=$(cd "$1" && pwd); out=$2; what=${3:-ce,step,tests}
+export MESHTRAIN_SOURCE_DIR=$PWD
+mkdir -p "$out"
+# shellcheck disable=SC1091
+source "$bundle/env.sh"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+sum=$out/summary.txt
+status=0
+has() { [[ ",$what," == *",$1,"* ]]; }
+note() { echo "$*" | tee -a "$sum"; }
+run() {
+  local name=$1 secs=$2; shift 2
+  local t0=$SECONDS rc=0
+  timeout -k 5 "$secs" "$@" > "$out/$name.log" 2>&1 || rc=$?
+  [ $rc -eq 0 ] || status=1
+  note "== $name: rc $rc ($((SECONDS - t0)) s)"
+}
+step() {  # step NAME SECONDS ARGS...: bench_train_step, its figures into the summary
+  local name=$1 secs=$2; shift 2
+  run "$name" "$secs" "$bundle/bin/bench_train_step" --precision bf16 --seq-len 1024 \
+    --profile-steps 0 "$@"
+  grep -E "^peak|^step_ms|^tokens/s|^mfu|^RESULT|rror" "$out/$name.log" | sed "s/^/  /" | tee -a "$sum"
+}
+form=${CE_FORM:-}
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$sum"
+python3 -c 'import torch; print("torch", torch.__version__, "cuDNN", torch.backends.cudnn.version())' \
+  2>/dev/null | tee -a "$sum"
+
+if has ce; then
+  for f in regs smem; do
+    run "ce_bench_$f" 60 env MESHTRAIN_CE_KERNEL=$f "$bundle/bin/bench_kernels_cuda" --iters 20
+    grep -E "cross_entropy" "$out/ce_bench_$f.log" | sed "s/^/  $f /" | tee -a "$sum"
+    run "ce_bench_${f}_mb32" 60 env MESHTRAIN_CE_KERNEL=$f "$bundle/bin/bench_kernels_cuda" \
+      --rows 32768 --iters 20
+    grep -E "cross_entropy" "$out/ce_bench_${f}_mb32.log" | sed "s/^/  $f rows 32768 /" | tee -a "$sum"
+  done
+  run test_kernels_cross_entropy_smem 120 env MESHTRAIN_CE_KERNEL=smem \
+    "$bundle/bin/test_kernels_cross_entropy"
+  grep -E "test cases|passed|failed" "$out/test_kernels_cross_entropy_smem.log" | tail -2 | tee -a "$sum"
+fi
+
+if has step; then
+  for mb in 16 32; do
+    for round in 1 2; do
+      for f in regs smem; do
+        step "step_mb${mb}_${f}_$round" 120 env MESHTRAIN_CE_KERNEL=$f --preset gpt2-124m \
+          --micro-batch "$mb" --steps 30 --warmup 5 --attn-impl cudnn
+      done
+    done
+  done
+fi
+
+if has large; then
+  for pm in gpt2-774m:8 gpt2-1.5b:4 gpt2-1.5b:8 gpt2-1.5b:16; do
+    preset=${pm%%:*} mb=${pm##*:}
+    for rc in 0 1; do
+      step "large_${preset}_mb${mb}_rca$rc" 150 env MESHTRAIN_CE_KERNEL=${form:-regs} \
+        --preset "$preset" --micro-batch "$mb" --steps 10 --warmup 3 --attn-impl cudnn \
+        --recompute-mlp-act "$rc"
+    done
+  done
+fi
+
+if has torchlarge; then
+  for pm in gpt2-774m:8 gpt2-1.5b:4 gpt2-1.5b:8 gpt2-1.5b:16; do
+    preset=${pm%%:*} mb=${pm##*:}
+    run "torch_${preset}_mb$mb" 200 python3 "$here/torch_gpt2_gpu.py" --preset "$preset" \
+      --micro-batch "$mb" --mode compile --steps 10 --warmup 4
+    grep -E "^pytorch|rror" "$out/torch_${preset}_mb$mb.log" | tee -a "$sum"
+  done
+fi
+
+if has moe; then
+  for mb in 8; do
+    step "moe_ours_mb$mb" 200 env MESHTRAIN_CE_KERNEL=${form:-regs} --preset gpt2-124m \
+      --micro-batch "$mb" --steps 20 --warmup 5 --attn-impl cudnn --moe-experts 8 --moe-top-k 2
+    run "moe_torch_mb$mb" 300 python3 "$here/torch_moe_gpu.py" --micro-batch "$mb" \
+      --mode compile,eager --steps 20 --warmup 5
+    grep -E "^pytorch|rror" "$out/moe_torch_mb$mb.log" | tee -a "$sum"
+  done
+fi
+
+if has tests; then
+  for t in "$bundle"/bin/test_*; do
+    n=$(basename "$t")
+    run "$n" 200 "$t"
+    grep -E "All tests passed|test cases" "$out/$n.log" | tail -1 | sed "s/^/  /" | tee -a "$sum"
+  done
+fi
+exit $status
