@@ -195,18 +195,21 @@ bool launch_smem(cudaStream_t st, float* losses, const E* in, E* out, const std:
     return false;
   } else {
     const std::size_t bytes = std::size_t((V + kVec<E> - 1) / kVec<E>) * 16;
-    if (!smem_form_requested() || bytes > 227 * 1024) return false;
-    static const bool configured = [] {
+    // The opt-in limit of one block (227 KB on Hopper) less the kernel's static reduction arrays.
+    if (!smem_form_requested() || bytes > 227 * 1024 - 1024) return false;
+    // The dynamic size a launch may ask for must be raised per kernel first (one size per
+    // vocabulary in practice; the attribute is per kernel, hence per instantiation).
+    static std::size_t configured = 0;
+    if (bytes > configured) {
       MESHTRAIN_CUDA_CHECK(cudaFuncSetAttribute(ce_kernel_smem<E, kGrad>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                227 * 1024));
+                                                int(bytes)));
       // All of the unified L1 as shared memory, or the second block does not fit.
       MESHTRAIN_CUDA_CHECK(cudaFuncSetAttribute(ce_kernel_smem<E, kGrad>,
                                                 cudaFuncAttributePreferredSharedMemoryCarveout,
                                                 int(cudaSharedmemCarveoutMaxShared)));
-      return true;
-    }();
-    (void)configured;
+      configured = bytes;
+    }
     ce_kernel_smem<E, kGrad><<<unsigned(N), kSmemThreads, bytes, st>>>(losses, in, out, targets,
                                                                        Vp, V, grad_scale);
     MESHTRAIN_CUDA_CHECK(cudaGetLastError());
