@@ -8,6 +8,8 @@
 //   names and shapes, bit for bit the transposed parameters; config.json reads back as the
 //   model; importing it under ep 2, tp 2, pp 2 on 2-4 ranks gives bitwise the same parameters
 //   and 3 training steps of the same losses as the single-rank model (1e-5);
+// - rank 0's host memory during an export is bounded by two tensors (the export's count and
+//   the Kokkos allocation tracker), not the model;
 // - bad input is one error naming the file and the tensor (a missing expert, one the index
 //   names but its shard lacks, a wrong shape) or the option (experts not divisible by ep,
 //   num_experts_per_tok 1, what Mixtral cannot express on export).
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "harness.hpp"
+#include "meshtrain/core/alloc_tracker.hpp"
 #include "layout_fixture.hpp"
 #include "meshtrain/core/json.hpp"
 #include "meshtrain/io/hf_checkpoint.hpp"
@@ -513,5 +516,33 @@ TEST_CASE("bad Mixtral folders name the file and the tensor or the option", "[io
           c = g;
         },
         "model.family=gpt2");
+  }
+}
+
+TEST_CASE("rank 0 holds one tensor of an exported Mixtral at a time", "[io][hf][moe][mpi]") {
+  // The tensor being assembled plus one staged piece or one transposed MoE part (never both:
+  // the staging is given back before the writer transposes).
+  model::GptConfig cfg = tiny_mixtral();
+  cfg.n_layer = 4;
+  const model::ParameterRegistry whole(cfg, 0, 1, 0, 0, cfg.n_layer, true, true);
+  std::size_t largest = 0;
+  for (const auto& p : whole.params()) largest = std::max(largest, p.numel * sizeof(float));
+  const std::size_t model_bytes = whole.size() * sizeof(float);
+  REQUIRE(model_bytes > 8 * largest);
+  for (const auto& l : layouts()) {
+    INFO(l.name());
+    parallel::Engine<float> e(mt_test::world(), cfg, options(l));
+    e.init_parameters(2);
+    AllocTracker tracker;
+    const std::size_t before = tracker.live();
+    const io::HfExportStats s = e.export_hf("test_hf_mixtral_bound", {});
+    const std::size_t grew = tracker.peak() - before;
+    if (mt_test::world_rank() == 0) {
+      CHECK(s.tensors == whole.params().size());
+      CHECK(s.largest_buffer_bytes <= largest);
+      CHECK(s.peak_buffer_bytes <= 2 * largest);
+      CHECK(grew <= 2 * largest);
+      CHECK(grew < model_bytes / 4);
+    }
   }
 }
