@@ -26,8 +26,9 @@ po::options_description convert_options() {
       ("convert.dir", po::value<std::string>()->default_value("out/checkpoints"),
        "checkpoint folder that `latest` refers to (train's ckpt.dir)")
       ("convert.out", po::value<std::string>()->default_value(""),
-       "output folder, a HuggingFace folder (GPT2LMHeadModel or LlamaForCausalLM: config.json, "
-       "model.safetensors or shards with model.safetensors.index.json; required)")
+       "output folder, a HuggingFace folder (GPT2LMHeadModel, LlamaForCausalLM or, for an MoE "
+       "checkpoint, MixtralForCausalLM: config.json, model.safetensors or shards with "
+       "model.safetensors.index.json; required)")
       ("convert.dtype", po::value<std::string>()->default_value("f32"),
        "dtype of the tensors written: f32 (the checkpoint's fp32 values) or bf16")
       ("convert.max_shard_mb", po::value<double>()->default_value(5000.0),

@@ -17,6 +17,7 @@
 #include "meshtrain/core/signals.hpp"
 #include "meshtrain/io/dataset.hpp"
 #include "meshtrain/io/hf_checkpoint.hpp"
+#include "meshtrain/io/hf_mixtral.hpp"
 #include "meshtrain/io/safetensors.hpp"
 #include "meshtrain/io/tokenizer.hpp"
 #include "meshtrain/model/gpt.hpp"
@@ -34,7 +35,8 @@ po::options_description model_options() {
        "gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b, cpu-bench, demo, llama-tiny, llama-150m, "
        "llama3.2-1b, llama3.1-8b, llama3.1-70b")
       ("model.init_from", po::value<std::string>()->default_value(""),
-       "HuggingFace folder (config.json + model.safetensors) to start from; overrides preset")
+       "HuggingFace folder (config.json + model.safetensors or shards; GPT-2, Llama, Qwen2, "
+       "Mistral, Mixtral) to start from, each rank reading its slices; overrides preset")
       ("model.n_layer", po::value<int>(), "override the preset's layer count")
       ("model.n_head", po::value<int>(), "override the preset's head count")
       ("model.n_embd", po::value<int>(), "override the preset's width")
@@ -130,8 +132,9 @@ po::options_description train_options() {
       ("train.metrics", po::value<std::string>()->default_value(""),
        "JSON-lines metrics file; default <out_dir>/metrics.jsonl")
       ("train.save", po::value<bool>()->default_value(true)->implicit_value(true),
-       "export the trained model to <out_dir>/model (a HuggingFace folder: GPT2LMHeadModel or "
-       "LlamaForCausalLM, streamed tensor by tensor to rank 0)")
+       "export the trained model to <out_dir>/model (a HuggingFace folder: GPT2LMHeadModel, "
+       "LlamaForCausalLM, or MixtralForCausalLM for a Llama with moe.experts; streamed tensor "
+       "by tensor to rank 0)")
       ("train.save_dtype", po::value<std::string>()->default_value("f32"),
        "dtype of the exported tensors: f32 (the parameters as they are) or bf16")
       ("train.save_max_shard_mb", po::value<double>()->default_value(5000.0),
@@ -306,10 +309,6 @@ bool train_and_sample(const po::variables_map& vm, const model::GptConfig& mc,
                       const parallel::EngineOptions& eo) {
   // Checked before training, not after it.
   const OutputOptions o = read_output_options(vm, tc.seed, tok_kind);
-  MESHTRAIN_CONFIG_CHECK(!mc.moe.enabled() || !o.save,
-                         "train.save=true exports a HuggingFace folder; exporting a "
-                         "Mixture-of-Experts model (moe.experts=", mc.moe.experts, ") is not "
-                         "implemented: set train.save=false (checkpoints hold the model)");
   parallel::Engine<T> engine(world, mc, eo);
   logging::info("layout: ", engine.describe());
   const std::string advice = engine.advice();
@@ -374,6 +373,17 @@ int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
   const mesh::Shape shape = mesh_shape(p.vm, rt.size());
   const parallel::ParallelConfig pc = parallel_config(p.vm, shape);
   const model::GptConfig mc = model_config(p.vm);
+  // A Mixtral folder's experts split over mesh.ep: named with the file the count came from
+  // (the engine's own check names moe.experts).
+  const std::string init_from = p.vm["model.init_from"].as<std::string>();
+  MESHTRAIN_CONFIG_CHECK(init_from.empty() || !mc.moe.enabled() || mc.moe.experts % shape.ep == 0,
+                         "mesh.ep=", shape.ep, " does not divide num_local_experts=",
+                         mc.moe.experts, " of ", init_from, "/config.json (moe.experts)");
+  // train.save exports a Mixture-of-Experts model as MixtralForCausalLM: refused before the
+  // data is read and training starts, not after it, when the folder could not describe it.
+  if (mc.moe.enabled() && p.vm["train.save"].as<bool>())
+    io::check_mixtral_expressible(mc, "train.save=true; set train.save=false to keep the model "
+                                      "in checkpoints only");
   train::TrainConfig tc;
   const std::string precision = p.vm["train.precision"].as<std::string>();
   const std::string scaling = p.vm["train.loss_scaling"].as<std::string>();

@@ -21,10 +21,17 @@ std::string read_file(const std::string& path, const char* what) {
   return ss.str();
 }
 
+// The defaults of a family's config class for keys a config.json may leave out.
+struct LlamaDefaults {
+  double rms_norm_eps = 1e-6, rope_theta = 1e4;
+  int kv_heads = 0;  // 0: num_attention_heads
+};
+
 // HF LlamaConfig's fields (defaults as LlamaConfig's: n_kv_head = n_head, head_dim = hidden /
-// heads, rms_norm_eps 1e-6, rope_theta 1e4, untied). rope_theta and rope_scaling at the top
-// level (transformers 4) or in rope_parameters (transformers 5).
-void read_llama_config(const Json& j, const std::string& path, model::GptConfig& c) {
+// heads, rms_norm_eps 1e-6, rope_theta 1e4, untied; MixtralConfig's differ, `d`). rope_theta and
+// rope_scaling at the top level (transformers 4) or in rope_parameters (transformers 5).
+void read_llama_config(const Json& j, const std::string& path, model::GptConfig& c,
+                       const LlamaDefaults& d = {}) {
   auto int_of = [&](const Json& o, const char* key) {
     return static_cast<int>(json::as_int(json::at(o, key, path), cat(path, ": ", key)));
   };
@@ -43,10 +50,12 @@ void read_llama_config(const Json& j, const std::string& path, model::GptConfig&
   c.intermediate_size = int_of(j, "intermediate_size");
   c.vocab_size = int_of(j, "vocab_size");
   c.block_size = int_of(j, "max_position_embeddings");
-  c.n_kv_head = json::find(j, "num_key_value_heads") ? int_of(j, "num_key_value_heads") : c.n_head;
+  const Json* kv = json::find(j, "num_key_value_heads");
+  c.n_kv_head = kv && !kv->is_null() ? int_of(j, "num_key_value_heads")
+                                     : d.kv_heads > 0 ? d.kv_heads : c.n_head;
   const Json* hd = json::find(j, "head_dim");
   c.head_dim = hd && !hd->is_null() ? int_of(j, "head_dim") : 0;
-  c.norm_eps = json::find(j, "rms_norm_eps") ? num_of(j, "rms_norm_eps") : 1e-6;
+  c.norm_eps = json::find(j, "rms_norm_eps") ? num_of(j, "rms_norm_eps") : d.rms_norm_eps;
   const Json* tie = json::find(j, "tie_word_embeddings");
   c.tied_head = tie && tie->is_boolean() && tie->get<bool>();
   for (const char* key : {"attention_bias", "mlp_bias"}) {
@@ -63,7 +72,7 @@ void read_llama_config(const Json& j, const std::string& path, model::GptConfig&
   const Json* rp = json::find(j, "rope_parameters");
   const Json& rope = rp && rp->is_object() ? *rp : j;
   c.rope = kernels::RopeConfig{};
-  c.rope.theta = json::find(rope, "rope_theta") ? num_of(rope, "rope_theta") : 1e4;
+  c.rope.theta = json::find(rope, "rope_theta") ? num_of(rope, "rope_theta") : d.rope_theta;
   const Json* sc = rp && rp->is_object() ? rp : json::find(j, "rope_scaling");
   if (sc && sc->is_object()) {
     const Json* type = json::find(*sc, "rope_type");
@@ -108,6 +117,39 @@ void read_mistral_extras(const Json& j, const std::string& path, model::GptConfi
     c.sliding_window = static_cast<int>(json::as_int(*w, path + ": sliding_window"));
 }
 
+// MixtralConfig (transformers 5 defaults: 8 experts, top-2, router_aux_loss_coef 0.001, no
+// sliding window): every block an MoE block of SwiGLU experts intermediate_size wide, softmax
+// top-k renormalised, dropless. router_jitter_noise and output_router_logits are training
+// switches of HF's own loop, not of the model's function.
+void read_mixtral_extras(const Json& j, const std::string& path, model::GptConfig& c) {
+  auto int_or = [&](const char* key, int def) {
+    const Json* v = json::find(j, key);
+    return v && !v->is_null() ? static_cast<int>(json::as_int(*v, cat(path, ": ", key))) : def;
+  };
+  const Json* w = json::find(j, "sliding_window");
+  c.sliding_window = w && !w->is_null()
+                         ? static_cast<int>(json::as_int(*w, path + ": sliding_window"))
+                         : 0;
+  c.moe = model::MoeConfig{};
+  c.moe.experts = int_or("num_local_experts", 8);
+  c.moe.top_k = int_or("num_experts_per_tok", 2);
+  c.moe.layer_freq = 1;
+  c.moe.ffn = c.intermediate_size;
+  c.moe.z_loss_coeff = 0.0;
+  const Json* aux = json::find(j, "router_aux_loss_coef");
+  c.moe.aux_loss_coeff =
+      aux && !aux->is_null() ? json::as_number(*aux, path + ": router_aux_loss_coef") : 0.001;
+  MESHTRAIN_CONFIG_CHECK(c.moe.experts >= 1, path, ": num_local_experts=", c.moe.experts,
+                         " must be positive");
+  MESHTRAIN_CONFIG_CHECK(c.moe.top_k >= 2, path, ": num_experts_per_tok=", c.moe.top_k,
+                         ": Mixtral renormalises the chosen probabilities, so one choice "
+                         "weighs 1; meshtrain's top-1 router weighs it by its probability "
+                         "(Switch), another function (top-k of 2 or more agree)");
+  MESHTRAIN_CONFIG_CHECK(c.moe.top_k <= c.moe.experts && c.moe.top_k <= 8, path,
+                         ": num_experts_per_tok=", c.moe.top_k, " must be at most "
+                         "num_local_experts=", c.moe.experts, " and 8 (meshtrain's moe.top_k)");
+}
+
 }  // namespace
 
 model::GptConfig read_hf_config(const std::string& dir, int vocab_pad) {
@@ -120,15 +162,18 @@ model::GptConfig read_hf_config(const std::string& dir, int vocab_pad) {
   if (const Json* t = json::find(j, "model_type")) {
     const std::string& type = json::as_string(*t, path + ": model_type");
     MESHTRAIN_CONFIG_CHECK(type == "gpt2" || type == "llama" || type == "qwen2" ||
-                               type == "mistral",
+                               type == "mistral" || type == "mixtral",
                            path, ": model_type '", type,
                            "' is not supported (meshtrain reads GPT2LMHeadModel, model_type "
-                           "gpt2, LlamaForCausalLM, llama, Qwen2ForCausalLM, qwen2, and "
-                           "MistralForCausalLM, mistral)");
+                           "gpt2, LlamaForCausalLM, llama, Qwen2ForCausalLM, qwen2, "
+                           "MistralForCausalLM, mistral, and MixtralForCausalLM, mixtral)");
     if (type != "gpt2") {
-      read_llama_config(j, path, c);
+      LlamaDefaults d;
+      if (type == "mixtral") d = LlamaDefaults{1e-5, 1e6, 8};  // MixtralConfig's
+      read_llama_config(j, path, c, d);
       if (type == "qwen2") read_qwen2_extras(j, path, c);
       if (type == "mistral") read_mistral_extras(j, path, c);
+      if (type == "mixtral") read_mixtral_extras(j, path, c);
       c.vocab_pad = vocab_pad;
       c.validate();
       return c;
@@ -199,6 +244,7 @@ Json gpt2_config(const model::GptConfig& c) {
 // rope_scaling at the top level too and converts them to its rope_parameters).
 // The model_type a llama-family model is written as: q/k/v biases are Qwen2's.
 std::string hf_type_of(const model::GptConfig& c) {
+  if (c.moe.enabled()) return "mixtral";  // io/hf_mixtral.hpp: the one MoE family written
   if (c.qkv_bias) return "qwen2";
   return c.hf_model_type.empty() ? "llama" : c.hf_model_type;
 }
@@ -210,7 +256,8 @@ Json llama_config(const model::GptConfig& c) {
   j["model_type"] = type;
   j["hidden_act"] = "silu";
   j["hidden_size"] = c.n_embd;
-  j["intermediate_size"] = c.mlp_width();
+  // Mixtral: the experts' width (every block is an MoE block; the dense width is unused).
+  j["intermediate_size"] = type == "mixtral" ? c.expert_width() : c.mlp_width();
   j["num_hidden_layers"] = c.n_layer;
   j["num_attention_heads"] = c.n_head;
   j["num_key_value_heads"] = c.kv_heads();
@@ -240,6 +287,15 @@ Json llama_config(const model::GptConfig& c) {
     j["use_sliding_window"] = c.sliding_window > 0;
     j["sliding_window"] = c.sliding_window > 0 ? Json(c.sliding_window) : Json(nullptr);
     j["max_window_layers"] = c.sliding_window > 0 ? 0 : c.n_layer;
+  } else if (type == "mixtral") {
+    j["sliding_window"] = c.sliding_window > 0 ? Json(c.sliding_window) : Json(nullptr);
+    j["num_local_experts"] = c.moe.experts;
+    j["num_experts_per_tok"] = c.moe.top_k;
+    // The coefficient as is; HF's loss is the Switch loss over all layers' tokens at once
+    // (load_balancing_loss_func), meshtrain's one per block summed (docs/moe.md).
+    j["router_aux_loss_coef"] = c.moe.aux_loss_coeff;
+    j["output_router_logits"] = false;
+    j["router_jitter_noise"] = 0.0;
   } else {  // mistral
     j["sliding_window"] = c.sliding_window > 0 ? Json(c.sliding_window) : Json(nullptr);
   }
@@ -269,6 +325,7 @@ void write_json(const Json& j, const std::string& path) {
 std::string hf_architecture(const model::GptConfig& c) {
   if (c.is_gpt2()) return "GPT2LMHeadModel";
   const std::string t = hf_type_of(c);
+  if (t == "mixtral") return "MixtralForCausalLM";
   return t == "qwen2" ? "Qwen2ForCausalLM" : t == "mistral" ? "MistralForCausalLM" : "LlamaForCausalLM";
 }
 

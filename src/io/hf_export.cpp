@@ -5,25 +5,13 @@
 #include <filesystem>
 
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/view.hpp"
 #include "meshtrain/io/hf_checkpoint.hpp"
+#include "meshtrain/io/hf_mixtral.hpp"
 #include "meshtrain/io/safetensors_sharded.hpp"
 
 namespace meshtrain::io {
 
-namespace {
-
-bool vocab_rows(const model::ParameterRegistry& reg, const model::ParamInfo& p) {
-  return p.name == reg.embedding_name() || p.name == reg.head_weight_name();
-}
-
-// HF's shape of a registry tensor: the real vocabulary rows only.
-std::vector<std::int64_t> hf_shape(const model::ParameterRegistry& reg, const model::ParamInfo& p) {
-  std::vector<std::int64_t> s = p.global_shape;
-  if (vocab_rows(reg, p)) s[0] = reg.config().vocab_size;
-  return s;
-}
-
-}  // namespace
 
 std::string parse_hf_dtype(const std::string& value, const char* option) {
   std::string v = value;
@@ -40,14 +28,12 @@ HfFolderWriter::HfFolderWriter(const model::GptConfig& cfg, const std::string& d
                          dir, "': dtype '", opt.dtype, "' is not F32 or BF16");
   MESHTRAIN_CONFIG_CHECK(opt.max_shard_bytes > 0, "HuggingFace export of '", dir,
                          "': the maximum shard size must be positive");
-  // No HuggingFace MoE family (Mixtral, OLMoE) is mapped yet: its experts would have no names.
-  MESHTRAIN_CONFIG_CHECK(!cfg.moe.enabled(), "HuggingFace export of '", dir,
-                         "': the model has moe.experts=", cfg.moe.experts,
-                         "; Mixture-of-Experts folders cannot be written yet (checkpoints hold "
-                         "the model)");
+  // Mixture of Experts: MixtralForCausalLM, the one HF MoE family mapped (io/hf_mixtral.hpp).
+  if (cfg.moe.enabled()) check_mixtral_expressible(cfg, cat("HuggingFace export of '", dir, "'"));
   reg_ = std::make_unique<model::ParameterRegistry>(cfg, 0, 1, 0, 0, cfg.n_layer, true, true);
   std::vector<ShardedSafetensorsWriter::Tensor> tensors;
-  for (const auto& p : reg_->params()) tensors.push_back({p.name, opt.dtype, hf_shape(*reg_, p)});
+  for (const auto& p : reg_->params())
+    for (const HfPart& h : hf_parts(*reg_, p)) tensors.push_back({h.name, opt.dtype, h.shape});
   files_ = std::make_unique<ShardedSafetensorsWriter>(dir, std::move(tensors), opt.max_shard_bytes);
 }
 
@@ -60,10 +46,20 @@ std::size_t HfFolderWriter::largest_tensor_bytes() const {
 }
 
 void HfFolderWriter::append(const model::ParamInfo& p, const float* values) {
-  // Padding rows are the last rows: the real ones are a prefix of the row-major tensor.
-  std::size_t n = 1;
-  for (auto d : hf_shape(*reg_, p)) n *= static_cast<std::size_t>(d);
-  files_->append(p.name, values, n);
+  for (const HfPart& h : hf_parts(*reg_, p)) {
+    std::size_t n = 1;
+    for (auto d : h.shape) n *= static_cast<std::size_t>(d);
+    if (!h.transpose) {  // padding rows are the last rows: the real ones are a prefix
+      files_->append(h.name, values, n);
+      continue;
+    }
+    // A Mixtral MoE tensor: the transpose of some of the registry tensor's columns, staged in
+    // one buffer of that part (at most the tensor): the writer still holds one tensor's worth.
+    const std::int64_t R = p.global_shape[0], C = p.global_shape[1];
+    HostView1<float> t("meshtrain::export.transpose", n);
+    registry_cols_to_hf(values, R, C, h.col0, h.shape[0], t.data());
+    files_->append(h.name, t.data(), n);
+  }
 }
 
 void HfFolderWriter::finish() {

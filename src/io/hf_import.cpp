@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/io/hf_mixtral.hpp"
 #include "meshtrain/io/safetensors_sharded.hpp"
 
 namespace meshtrain::io {
@@ -50,6 +51,32 @@ void read_slice(const ShardedSafetensorsReader& f, const std::string& name,
   }
 }
 
+// A Mixtral MoE parameter (whole on every tp rank; only this ep rank's experts are in the
+// registry, so a rank reads its own experts and no other): the hub form's tensors when the
+// folder has them, else transformers 5's fused form (a slab per expert), each read whole and
+// transposed into its columns of the registry tensor.
+void read_mixtral(const ShardedSafetensorsReader& f, const std::string& dir,
+                  const model::ParameterRegistry& reg, const model::ParamInfo& p, float* dst) {
+  std::vector<HfPart> parts = hf_parts(reg, p);
+  const std::vector<HfPart> fused = hf_fused_parts(reg, p);
+  if (!f.has(parts.front().name) && f.has(fused.front().name)) parts = fused;
+  for (const HfPart& h : parts)
+    if (!f.has(h.name))
+      throw ConfigError(cat(dir, " has no tensor ", h.name, " (nor the fused ",
+                            fused.front().name, " that transformers 5 holds) for meshtrain's ",
+                            p.name, " (check config.json's num_local_experts, "
+                            "num_hidden_layers against the weights)"));
+  const std::int64_t R = p.global_shape[0], C = p.global_shape[1];
+  for (const HfPart& h : parts) {
+    f.expect(h.name, h.shape);
+    const std::int64_t n = h.shape[h.shape.size() - 2];  // the HF rows: registry columns
+    const std::int64_t slab = h.slab < 0 ? 0 : h.slab;
+    const std::vector<float> v = h.slab < 0 ? f.read_rows_f32(h.name, 0, n)
+                                            : f.read_rows_f32(h.name, slab, slab + 1);
+    hf_to_registry_cols(v.data(), R, C, h.col0, n, dst);
+  }
+}
+
 }  // namespace
 
 template <class T>
@@ -61,6 +88,10 @@ void import_hf_slices(const model::ParameterRegistry& reg, const std::string& di
   std::vector<float> host(reg.size(), 0.0f);
   const std::string prefix = "transformer.";
   for (const auto& p : reg.params()) {
+    if (!cfg.is_gpt2() && cfg.moe.is_moe_layer(p.layer) && hf_parts(reg, p).front().transpose) {
+      read_mixtral(f, dir, reg, p, host.data() + p.offset);
+      continue;
+    }
     std::string name = p.name;
     // GPT-2 folders name the transformer's tensors with or without the prefix.
     if (cfg.is_gpt2() && !f.has(name) && name.rfind(prefix, 0) == 0 &&

@@ -196,18 +196,28 @@ void ShardedSafetensorsReader::pread_at(const Shard& s, std::uint64_t offset, st
   ++reads_;
 }
 
+namespace {
+// Elements of one "row" (one index along dim 0): the product of the other dimensions (a 3-D
+// tensor [E, n, C] is read by slabs [n, C]).
+std::int64_t row_elements(const std::vector<std::int64_t>& shape) {
+  std::int64_t c = 1;
+  for (std::size_t k = 1; k < shape.size(); ++k) c *= shape[k];
+  return c;
+}
+}  // namespace
+
 void ShardedSafetensorsReader::read_rows(const std::string& name, std::int64_t r0, std::int64_t r1,
                                          SliceType as, void* out) const {
   const Loc& l = loc(name);
   const TensorInfo& t = *l.info;
   const Shard& s = *shards_[l.shard];
   const int es = element_size(t.dtype);
-  if (es == 0 || t.shape.empty() || t.shape.size() > 2)
+  if (es == 0 || t.shape.empty())
     throw ConfigError(cat(s.path, ": tensor '", name, "' (", t.dtype, ", shape ",
                           shape_text(t.shape),
-                          ") cannot be read by rows: F32, F16 or BF16 of 1 "
-                          "or 2 dimensions"));
-  const std::int64_t R = t.shape[0], C = t.shape.size() == 2 ? t.shape[1] : 1;
+                          ") cannot be read by rows: F32, F16 or BF16 of 1 or more "
+                          "dimensions"));
+  const std::int64_t R = t.shape[0], C = row_elements(t.shape);
   if (!(0 <= r0 && r0 <= r1 && r1 <= R))
     throw ConfigError(cat(s.path, ": rows [", r0, ", ", r1, ") of tensor '", name,
                           "' lie outside its ", R, " rows"));
@@ -254,7 +264,7 @@ void ShardedSafetensorsReader::read_cols(const std::string& name, std::int64_t c
 std::vector<float> ShardedSafetensorsReader::read_rows_f32(const std::string& name, std::int64_t r0,
                                                            std::int64_t r1) const {
   const TensorInfo& t = info(name);
-  const std::int64_t C = t.shape.size() == 2 ? t.shape[1] : 1;
+  const std::int64_t C = t.shape.empty() ? 1 : row_elements(t.shape);
   std::vector<float> v(std::size_t(std::max<std::int64_t>(r1 - r0, 0)) * C);
   read_rows(name, r0, r1, SliceType::f32, v.data());
   return v;

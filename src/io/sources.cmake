@@ -12,6 +12,7 @@ target_sources(meshtrain_lib PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/hf_checkpoint.cpp
   ${CMAKE_CURRENT_LIST_DIR}/hf_import.cpp
   ${CMAKE_CURRENT_LIST_DIR}/hf_export.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/hf_mixtral.cpp
 )
 # Parallel HDF5 checkpoints (issue 8).
 target_sources(meshtrain_lib PRIVATE

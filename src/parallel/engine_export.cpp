@@ -1,7 +1,8 @@
 // The engine's HuggingFace export, streamed tensor by tensor to world rank 0.
 //
 // Who sends what is the checkpoint's rule (engine_checkpoint.cpp): each rank's pieces of its
-// ZeRO partition of its (tp, pp) slice (ZeRO 0: an even dp split of the flat buffer), with the
+// ZeRO partition of its (tp, pp) slice (ZeRO 0: an even dp split of the flat buffer; under
+// mesh.ep the experts split over expert-dp instead, as each ep rank holds other experts), with the
 // copies that tensor parallelism and the tied embedding create dropped, so the pieces of the
 // world cover every element of every tensor exactly once. For each tensor of the whole model,
 // in the folder's order, every rank tells rank 0 how many pieces it holds (one MPI_Gather of an
@@ -140,20 +141,39 @@ io::HfExportStats Engine<T>::export_hf(const std::string& dir, const io::HfExpor
   // 16-bit run's fp32 master is in its checkpoints), from the ZeRO-3 shard or the full buffer.
   const bool shard = zero == 3;
   View1<const T> src = shard ? View1<const T>(sync_->shard_params()) : View1<const T>(model_->params());
-  std::vector<optim::ShardPiece> ranges;
+  // ZeRO-0 under mesh.ep (the checkpoint's rule): dense parameters split over dp, each ep
+  // rank's experts (the same on its expert-dp peers, others on the other ep ranks) over
+  // expert-dp. ZeRO >= 1: the shard pieces, which already are both.
+  std::vector<optim::ShardPiece> ranges, expert_ranges;
+  auto split = [&](std::size_t d, std::size_t D) {
+    const std::size_t n = reg.size();
+    return std::vector<optim::ShardPiece>{
+        optim::ShardPiece{n * d / D, n * d / D, n * (d + 1) / D - n * d / D}};
+  };
+  const bool ep_split = zero == 0 && ctx_->ep_size() > 1;
   if (zero >= 1) {
     ranges = opt_pieces;
   } else {
-    const std::size_t n = reg.size(), d = ctx_->dp_rank(), D = ctx_->dp_size();
-    ranges = {optim::ShardPiece{n * d / D, n * d / D, n * (d + 1) / D - n * d / D}};
+    ranges = split(static_cast<std::size_t>(ctx_->dp_rank()),
+                   static_cast<std::size_t>(ctx_->dp_size()));
+    if (ep_split)
+      expert_ranges = split(static_cast<std::size_t>(ctx_->expert_dp().rank()),
+                            static_cast<std::size_t>(ctx_->expert_dp().size()));
   }
   std::map<std::string, std::vector<Source>> mine;
-  for (const auto& r : ranges) {
-    if (r.length == 0) continue;
-    for (const auto& pc : io::pieces_for_range(reg, r.flat, r.flat + r.length, true))
-      mine[pc.param->name].push_back(
-          {pc, (shard ? r.shard : r.flat) + (pc.flat_offset() - r.flat)});
-  }
+  auto add = [&](const std::vector<optim::ShardPiece>& rs, int only) {  // 1 dense, 2 experts
+    for (const auto& r : rs) {
+      if (r.length == 0) continue;
+      for (const auto& pc : io::pieces_for_range(reg, r.flat, r.flat + r.length, true)) {
+        const bool expert = pc.param->grad_group == model::ParamGroup::expert_dp;
+        if ((only == 1 && expert) || (only == 2 && !expert)) continue;
+        mine[pc.param->name].push_back(
+            {pc, (shard ? r.shard : r.flat) + (pc.flat_offset() - r.flat)});
+      }
+    }
+  };
+  add(ranges, ep_split ? 1 : 0);
+  if (ep_split) add(expert_ranges, 2);
   // This rank's values of a piece as fp32 in `dst` (host).
   HostView1<float> staging;
   auto stage = [&](const Source& s, float* dst) {

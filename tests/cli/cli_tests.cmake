@@ -156,7 +156,7 @@ meshtrain_cli_test(train_bad_precision 1 2 "train.precision='fp8' is not one of 
 # 2-rank job several times through tests/cli/test_resume.sh; the launcher line is the one above.
 set(_resume_launch ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${MPIEXEC_PREFLAGS}
     $<TARGET_FILE:meshtrain>)
-foreach(case crash signal kill errors convert convert_llama)
+foreach(case crash signal kill errors convert convert_llama convert_mixtral)
   add_test(NAME cli_resume_${case}
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_resume.sh ${case}
             ${CMAKE_BINARY_DIR}/cli_resume/${case} ${CMAKE_BINARY_DIR}/cli_prep/kjv_train_*.bin

@@ -13,6 +13,8 @@
 #   errors   a flipped data byte, a truncated file, another model configuration: exit 2 with a
 #            message naming the tensor, the file, the key
 #   convert  meshtrain convert of `latest` into a HuggingFace folder that `generate` loads
+#   convert_mixtral  the same for a Llama with MoE blocks at mesh.ep 2 (MixtralForCausalLM),
+#            and train --model.init_from of it at ep 2 and ep 1 (same first loss), bad configs
 #   convert_llama  a Llama (tp 2, kv heads split) exports itself at the end of training as a
 #            sharded LlamaForCausalLM folder, and `convert` of its last checkpoint writes the
 #            same files byte for byte; `generate` loads it greedily; tests/reference/
@@ -214,6 +216,50 @@ case $case_name in
     "$exe" generate --generate.model hf --generate.tokens 10 --generate.temperature 0 \
       > generate.log 2>&1 || { cat generate.log; fail "generate could not load the Llama folder"; }
     has generate.log "^And God said"
+    ;;
+  convert_mixtral)
+    # A Llama with MoE blocks (4 experts, top-2) trained at mesh.ep 2 exports itself as a
+    # MixtralForCausalLM folder; convert of its checkpoint writes the same bytes; generate loads
+    # it; train imports it at ep 2 and at ep 1 to the same first loss; a config.json whose
+    # experts ep does not divide, or whose top-1 Mixtral routing meshtrain cannot compute, is
+    # one message and exit 2 on every rank.
+    mixtral=(--model.preset llama-tiny --model.n_layer 2 --moe.experts 4 --moe.ffn_hidden_size 32
+             --train.seq_len 32 --train.warmup 1 --train.eval_every 0 --data.train "$data"
+             --data.val "" --train.sample_tokens 0 "${extra[@]}")
+    run save 0 -- train "${mixtral[@]}" --mesh.ep 2 --train.micro_batch 2 --train.steps 2 \
+      --train.out_dir a --ckpt.every 2 --train.save_max_shard_mb 0.05
+    has save.log "saved a/model \(HuggingFace MixtralForCausalLM, F32\)"
+    [ -f a/model/model.safetensors.index.json ] || fail "train.save wrote no sharded folder"
+    run convert 0 -- convert --convert.checkpoint latest --convert.dir a/checkpoints \
+      --convert.out hf --convert.max_shard_mb 0.05
+    has convert.log "step_00000002.h5 \(step 2.*MixtralForCausalLM in F32 \(tokenizer byte\)"
+    for f in a/model/*; do
+      cmp "$f" "hf/$(basename "$f")" || fail "convert's $(basename "$f") differs from train.save's"
+    done
+    grep -q '"model.layers.1.block_sparse_moe.experts.3.w2.weight"' hf/model.safetensors.index.json ||
+      fail "the index has no block_sparse_moe expert tensors"
+    if command -v python3 > /dev/null; then
+      python3 "$here/../reference/check_hf_folder.py" hf > check.log 2>&1 ||
+        { cat check.log; fail "check_hf_folder.py rejected the folder"; }
+      has check.log "MixtralForCausalLM: 41 tensors in [0-9]+ shards"
+    fi
+    "$exe" generate --generate.model hf --generate.tokens 10 --generate.temperature 0 \
+      > generate.log 2>&1 || { cat generate.log; fail "generate could not load the Mixtral folder"; }
+    has generate.log "^And God said"
+    from=(train --moe.router_fp64 true --train.seq_len 32 --train.warmup 1
+          --train.eval_every 0 --data.train "$data" --data.val "" --train.sample_tokens 0
+          --train.save false --train.micro_batch 2 --train.steps 1 "${extra[@]}")
+    run import_ep2 0 -- "${from[@]}" --model.init_from hf --mesh.ep 2 --train.out_dir ep2
+    run import_ep1 0 -- "${from[@]}" --model.init_from hf --train.out_dir ep1
+    same_loss "$(loss_at ep2/metrics.jsonl 1)" "$(loss_at ep1/metrics.jsonl 1)" 1e-5
+    cp -r hf hf3
+    sed -i 's/"num_local_experts": 4/"num_local_experts": 3/' hf3/config.json
+    run bad_ep 2 -- "${from[@]}" --model.init_from hf3 --mesh.ep 2 --train.out_dir bad
+    has bad_ep.log "mesh.ep=2 does not divide num_local_experts=3 of hf3/config.json \(moe.experts\)"
+    cp -r hf hf1
+    sed -i 's/"num_experts_per_tok": 2/"num_experts_per_tok": 1/' hf1/config.json
+    run bad_top1 2 -- "${from[@]}" --model.init_from hf1 --train.out_dir bad
+    has bad_top1.log "hf1/config.json: num_experts_per_tok=1: Mixtral renormalises"
     ;;
   *)
     fail "unknown case"

@@ -191,3 +191,76 @@ TEST_CASE("Qwen2 and Mistral config.json files give the Llama block", "[io][hf][
   model::Gpt ok(c, 1, 8);
   std::filesystem::remove_all(dir);
 }
+
+// MixtralForCausalLM: Mixtral-8x7B-v0.1's config.json (transformers 4 spelling) and the same
+// model as transformers 5 writes it (rope_parameters) with keys left to MixtralConfig's defaults.
+TEST_CASE("a Mixtral config.json gives the Llama block with MoE blocks", "[io][hf][moe]") {
+  const std::string dir = io_test::temp_name("hf_mixtral", "");
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/config.json";
+  io_test::write_file(path, R"({"architectures": ["MixtralForCausalLM"], "attention_dropout": 0.0,
+    "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 4096,
+    "initializer_range": 0.02, "intermediate_size": 14336, "max_position_embeddings": 32768,
+    "model_type": "mixtral", "num_attention_heads": 32, "num_experts_per_tok": 2,
+    "num_hidden_layers": 32, "num_key_value_heads": 8, "num_local_experts": 8,
+    "output_router_logits": false, "rms_norm_eps": 1e-05, "rope_theta": 1000000.0,
+    "router_aux_loss_coef": 0.02, "sliding_window": null, "tie_word_embeddings": false,
+    "torch_dtype": "bfloat16", "transformers_version": "4.36.0.dev0", "use_cache": true,
+    "vocab_size": 32000})");
+  model::GptConfig c = io::read_hf_config(dir, 128);
+  CHECK(!c.is_gpt2());
+  CHECK(c.moe.experts == 8);
+  CHECK(c.moe.top_k == 2);
+  CHECK(c.moe.layer_freq == 1);
+  CHECK(c.expert_width() == 14336);
+  CHECK(c.moe.aux_loss_coeff == 0.02);
+  CHECK(c.moe.capacity_factor == 0.0);
+  CHECK(c.moe.router_score == "softmax");
+  CHECK(c.moe.shared_ffn == 0);
+  CHECK(c.sliding_window == 0);
+  CHECK(c.kv_heads() == 8);
+  CHECK(c.rope.theta == 1e6);
+  CHECK(!c.tied_head);
+  CHECK(c.num_parameters() == 46702792704LL);  // Mixtral 8x7B's 46.7B
+  CHECK(io::hf_architecture(c) == "MixtralForCausalLM");
+  const std::string out = dir + "/written";
+  io::write_hf_config(c, out, "byte");
+  CHECK(io::read_hf_config(out, 128).key() == c.key());
+  {
+    const std::string text = read_all(out + "/config.json");
+    CHECK(has(text, R"("MixtralForCausalLM")"));
+    CHECK(has(text, R"("model_type": "mixtral")"));
+    CHECK(has(text, R"("num_local_experts": 8)"));
+    CHECK(has(text, R"("num_experts_per_tok": 2)"));
+    CHECK(has(text, R"("intermediate_size": 14336)"));
+    CHECK(has(text, R"("router_aux_loss_coef": 0.02)"));
+    CHECK(has(text, R"("output_router_logits": false)"));
+    CHECK(has(text, R"("sliding_window": null)"));
+  }
+  // transformers 5: rope_parameters; num_key_value_heads, rms_norm_eps, the experts' keys and
+  // sliding_window left out are MixtralConfig's defaults (8, 1e-5, 8 of top-2, 0.001, none).
+  io_test::write_file(path, R"({"architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
+    "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+    "num_attention_heads": 8, "vocab_size": 100, "max_position_embeddings": 64,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0}, "dtype": "float32"})");
+  c = io::read_hf_config(dir, 64);
+  CHECK(c.kv_heads() == 8);
+  CHECK(c.norm_eps == 1e-5);
+  CHECK(c.rope.theta == 5e5);
+  CHECK(c.moe.experts == 8);
+  CHECK(c.moe.top_k == 2);
+  CHECK(c.moe.aux_loss_coeff == 0.001);
+  CHECK(c.expert_width() == 96);
+  CHECK(c.sliding_window == 0);
+  // A window is kept; top-1 routing (Mixtral weighs its one choice by 1) is refused by name.
+  io_test::write_file(path, R"({"model_type": "mixtral", "hidden_size": 64,
+    "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 8,
+    "vocab_size": 100, "max_position_embeddings": 64, "sliding_window": 32})");
+  CHECK(io::read_hf_config(dir, 64).sliding_window == 32);
+  io_test::write_file(path, R"({"model_type": "mixtral", "hidden_size": 64,
+    "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 8,
+    "vocab_size": 100, "max_position_embeddings": 64, "num_experts_per_tok": 1})");
+  CHECK(has(config_error([&] { io::read_hf_config(dir, 64); }),
+            "config.json: num_experts_per_tok=1: Mixtral renormalises"));
+  std::filesystem::remove_all(dir);
+}

@@ -5,8 +5,10 @@ format's definitions and independent of meshtrain's C++ reader (json + struct, n
     python3 tests/reference/check_hf_folder.py FOLDER [--same-as OTHER_FOLDER]
 
 - config.json: the architecture (GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM,
-  MistralForCausalLM) and the fields its config class needs; from them, the tensor names and
-  shapes HF's model class has (save_pretrained drops a tied lm_head).
+  MistralForCausalLM, MixtralForCausalLM) and the fields its config class needs; from them, the
+  tensor names and shapes HF's model class has (save_pretrained drops a tied lm_head; Mixtral
+  in the hub's per-expert form, block_sparse_moe.gate and experts.J.w1/w3/w2, which is what
+  transformers 5's save_pretrained writes after reverting its fused experts).
 - model.safetensors, or model.safetensors.index.json and its shards: every shard the index
   names exists and holds exactly the tensors the index puts there; metadata.total_size is the
   sum of the tensors' bytes; each header is 8-byte little-endian length + JSON, the data
@@ -60,11 +62,14 @@ def expected_tensors(cfg):
         out["ln_f.weight"] = [C]
         out["ln_f.bias"] = [C]
         return arch, out
-    if arch not in ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM"):
+    if arch not in ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM",
+                    "MixtralForCausalLM"):
         fail("config.json: architecture %r is not one this check knows" % arch)
     C, L, V = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
     NH = cfg["num_attention_heads"]
-    NKV = cfg.get("num_key_value_heads") or NH
+    mixtral = arch == "MixtralForCausalLM"
+    NKV = cfg.get("num_key_value_heads") or (8 if mixtral else NH)  # MixtralConfig's default: 8
+    E = cfg.get("num_local_experts", 8)
     HS = cfg.get("head_dim") or C // NH
     I = cfg["intermediate_size"]
     # Qwen2 has q/k/v biases always; Llama and Mistral when attention_bias is set.
@@ -81,9 +86,17 @@ def expected_tensors(cfg):
             out[p + "self_attn.q_proj.bias"] = [NH * HS]
             out[p + "self_attn.k_proj.bias"] = [NKV * HS]
             out[p + "self_attn.v_proj.bias"] = [NKV * HS]
-        out[p + "mlp.gate_proj.weight"] = [I, C]
-        out[p + "mlp.up_proj.weight"] = [I, C]
-        out[p + "mlp.down_proj.weight"] = [C, I]
+        if mixtral:
+            m = p + "block_sparse_moe."
+            out[m + "gate.weight"] = [E, C]
+            for e in range(E):
+                out[m + "experts.%d.w1.weight" % e] = [I, C]
+                out[m + "experts.%d.w3.weight" % e] = [I, C]
+                out[m + "experts.%d.w2.weight" % e] = [C, I]
+        else:
+            out[p + "mlp.gate_proj.weight"] = [I, C]
+            out[p + "mlp.up_proj.weight"] = [I, C]
+            out[p + "mlp.down_proj.weight"] = [C, I]
         out[p + "input_layernorm.weight"] = [C]
         out[p + "post_attention_layernorm.weight"] = [C]
     out["model.norm.weight"] = [C]

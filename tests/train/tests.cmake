@@ -14,3 +14,5 @@ meshtrain_add_test(NAME test_moe_layouts SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_
   RANKS 1 2 4 8 TIMEOUT 600)
 meshtrain_add_test(NAME test_moe_resume SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_moe_resume.cpp
   RANKS 8 TIMEOUT 600)
+meshtrain_add_test(NAME test_hf_mixtral SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_hf_mixtral.cpp
+  RANKS 1 2 4)

@@ -1,6 +1,7 @@
 #pragma once
-// HuggingFace interop for GPT2LMHeadModel and LlamaForCausalLM folders (config.json, the weights
-// under HF's names), so `transformers` loads what we train and we start from their checkpoints.
+// HuggingFace interop for GPT2LMHeadModel, LlamaForCausalLM (Qwen2, Mistral) and
+// MixtralForCausalLM folders (config.json, the weights under HF's names; Mixtral's MoE tensors:
+// io/hf_mixtral.hpp), so `transformers` loads what we train and we start from their checkpoints.
 // The streaming import of either family's weights, each rank its slices, is io/hf_import.hpp;
 // the streaming export, one tensor at a time, io/hf_export.hpp.
 #include <string>
@@ -11,8 +12,8 @@
 
 namespace meshtrain::io {
 
-// Reads <dir>/config.json (model_type gpt2, none, or llama). `vocab_pad` is ours (not in HF's
-// file). ConfigError naming the file, also for another model_type.
+// Reads <dir>/config.json (model_type gpt2, none, llama, qwen2, mistral or mixtral). `vocab_pad`
+// is ours (not in HF's file). ConfigError naming the file, also for another model_type.
 model::GptConfig read_hf_config(const std::string& dir, int vocab_pad);
 // The tokenizer recorded by export_hf ("byte", "gpt2"), or "gpt2" for a HuggingFace file.
 std::string read_hf_tokenizer(const std::string& dir);
@@ -26,7 +27,8 @@ template <class T>
 void import_hf(model::GptT<T>& m, const std::string& dir);
 
 // The HuggingFace architecture a model is written as: GPT2LMHeadModel, LlamaForCausalLM,
-// Qwen2ForCausalLM (q/k/v biases) or MistralForCausalLM (hf_model_type mistral).
+// Qwen2ForCausalLM (q/k/v biases), MistralForCausalLM (hf_model_type mistral) or
+// MixtralForCausalLM (moe.experts).
 std::string hf_architecture(const model::GptConfig& c);
 
 // Writes <dir>/config.json (hf_architecture's, with

@@ -1,15 +1,16 @@
 #pragma once
 // Streaming HuggingFace export: a folder as save_pretrained writes it (config.json,
 // generation_config.json, model.safetensors or shards model-0000N-of-0000M.safetensors with
-// model.safetensors.index.json) for GPT2LMHeadModel or LlamaForCausalLM, written one tensor at a
-// time. The writer never holds more than the tensor it is given, so whoever feeds it (the
+// model.safetensors.index.json) for GPT2LMHeadModel, LlamaForCausalLM (Qwen2, Mistral) or
+// MixtralForCausalLM (io/hf_mixtral.hpp), written one tensor at a time. The writer never holds more than the tensor it is given, so whoever feeds it (the
 // engine's gather from the ranks that own the slices, `convert` reading a checkpoint tensor by
 // tensor) needs one tensor of host memory at a time, never the whole model.
 //
 // The names, layouts and shapes are the exact inverse of io/hf_import.hpp: the registry's names
 // are HF's, its [out, in] (Llama, nn.Linear) or [in, out] (GPT-2, Conv1D) layouts and the
 // rotate_half q/k layout are HF's, and the vocabulary-padding rows of the embedding and of an
-// untied head are left out. A tied head writes no lm_head.weight (save_pretrained drops it).
+// untied head are left out; Mixtral's router and experts are transposed (and each expert's
+// packed [gate | up] split into w1 and w3) on their way out. A tied head writes no lm_head.weight (save_pretrained drops it).
 #include <cstdint>
 #include <memory>
 #include <string>

@@ -4,7 +4,9 @@
 // registry holds (its pipeline stage's tensors, its tensor-parallel slice of each) with the
 // sharded reader's pread slices, so no rank reads or holds the whole model. GPT-2
 // (GPT2LMHeadModel, names with or without "transformer.") and Llama (LlamaForCausalLM: HF's
-// names, nn.Linear layout and rotate_half q/k layout are the registry's, so a slice is a copy).
+// names, nn.Linear layout and rotate_half q/k layout are the registry's, so a slice is a copy);
+// Mixtral's router and experts (io/hf_mixtral.hpp) are read whole, only this ep rank's experts,
+// and transposed into their registry slots.
 #include <string>
 
 #include "meshtrain/core/view.hpp"

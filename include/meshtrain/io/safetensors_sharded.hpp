@@ -40,7 +40,8 @@ class ShardedSafetensorsReader {
   // floating-point dtype a slice can be read from (F32, F16, BF16).
   void expect(const std::string& name, const std::vector<std::int64_t>& shape) const;
 
-  // Rows [r0, r1) of a 2-D tensor [R, C] (elements of a 1-D one) into out (r1 - r0) * C
+  // Rows [r0, r1) of a 2-D tensor [R, C] (elements of a 1-D one; slabs [r0, r1) along dim 0
+  // of a 3-D or higher one, C the product of the other dimensions) into out (r1 - r0) * C
   // elements: one pread per 16 MiB run. Columns [c0, c1) of every row of a 2-D tensor into out
   // [R, c1 - c0] (row-major): one pread per row, or per run of rows when the columns are all of
   // them. ConfigError naming the file and tensor for ranges outside the tensor or a dtype that
