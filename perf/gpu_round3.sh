@@ -11,6 +11,7 @@
 # torchlarge: torch.compile (perf/torch_gpt2_gpu.py) at the same sizes;
 # moe:        GPT-2-124M-sized MoE (8 GELU experts of 4C, top-2, every block) bf16 seq 1024 mb 8:
 #             ours against perf/torch_moe_gpu.py (compile with torch._grouped_mm, and eager);
+# mixtral:    tests/reference/hf_mixtral_crosscheck.py with BUNDLE's meshtrain;
 # tests:      every test_* in BUNDLE/bin.
 # CE_FORM=smem runs the step / large / moe parts with the shared-memory cross-entropy.
 set -uo pipefail
@@ -95,11 +96,19 @@ if has moe; then
   done
 fi
 
+if has mixtral; then
+  # transformers loads our exported Mixtral folder and we load what it writes (issue 20).
+  run hf_mixtral_crosscheck 300 python3 tests/reference/hf_mixtral_crosscheck.py \
+    --meshtrain "$bundle/bin/meshtrain"
+  grep -E "PASS|FAIL|max|form|rror" "$out/hf_mixtral_crosscheck.log" | tail -20 | tee -a "$sum"
+fi
+
 if has tests; then
   for t in "$bundle"/bin/test_*; do
     n=$(basename "$t")
     run "$n" 200 "$t"
     grep -E "All tests passed|test cases" "$out/$n.log" | tail -1 | sed "s/^/  /" | tee -a "$sum"
+    grep -A6 -E "FAILED:|error:|what\(\)" "$out/$n.log" | head -40 | sed "s/^/    /" | tee -a "$sum"
   done
 fi
 # Every log in one archive (the device tool returns a limited number of files).
