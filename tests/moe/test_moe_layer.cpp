@@ -66,7 +66,7 @@ Result run(const MoeLayerConfig& c, const Weights& w, const std::vector<double>&
 
 double objective(const MoeLayerConfig& c, const Weights& w, const std::vector<double>& x,
                  const std::vector<double>& r, int N) {
-  comm::SelfCommunicator self(comm::Backend::mpi);
+  comm::SelfCommunicator self(comm::default_backend());
   const Result res = run(c, w, x, r, N, self);
   return kt::dot(res.y, r) + res.aux + res.z;
 }
@@ -101,7 +101,7 @@ TEST_CASE("MoE layer: every gradient matches finite differences", "[moe][layer]"
         if (score == RouterScore::sigmoid) w.bias = {0.1, -0.05, 0.0, 0.02};
         auto x = kt::random_vector<double>(std::size_t(N) * c.hidden, 3);
         const auto r = kt::random_vector<double>(std::size_t(N) * c.hidden, 4);
-        comm::SelfCommunicator self(comm::Backend::mpi);
+        comm::SelfCommunicator self(comm::default_backend());
         const Result res = run(c, w, x, r, N, self);
         const double eps = 1e-6, rtol = 1e-6, atol = 1e-8;
         auto f = [&] { return objective(c, w, x, r, N); };
@@ -115,7 +115,7 @@ TEST_CASE("MoE layer: every gradient matches finite differences", "[moe][layer]"
 TEST_CASE("MoE layer: ep = 2 and 4 equal ep = 1 on the same tokens", "[moe][layer][mpi]") {
   const int P = mt_test::world_size(), rank = mt_test::world_rank();
   auto wc = mesh::MpiComm::duplicate(mt_test::world());
-  auto ep = comm::make_communicator(comm::Backend::mpi, wc.get());
+  auto ep = comm::make_communicator(comm::default_backend(), wc.get());
   for (auto act : {ExpertActivation::gelu, ExpertActivation::swiglu})
     for (bool idle_last : {false, true}) {
       // idle_last: the sigmoid router's bias keeps every token away from the last rank's
@@ -142,7 +142,7 @@ TEST_CASE("MoE layer: ep = 2 and 4 equal ep = 1 on the same tokens", "[moe][laye
       for (int q = 1; q < P; ++q) first[q] = std::min(Ng, q * (Ng / P + 2));
       const int n = first[rank + 1] - first[rank];
 
-      comm::SelfCommunicator self(comm::Backend::mpi);
+      comm::SelfCommunicator self(comm::default_backend());
       const Result one = run(c, w, x, dy, Ng, self);
       const Result mine = run(c, w, part(x, first[rank] * H, n * H), part(dy, first[rank] * H, n * H),
                               n, *ep);

@@ -110,7 +110,7 @@ void check_against_reference_and_fd(const RouterConfig& cfg, int N, int H, std::
   INFO("E=" << cfg.experts << " k=" << cfg.top_k << " sigmoid="
             << (cfg.score == RouterScore::sigmoid) << " capacity=" << cfg.capacity_factor);
   Problem p = make_problem(cfg, N, H, seed);
-  comm::SelfCommunicator self(comm::Backend::mpi);
+  comm::SelfCommunicator self(comm::default_backend());
   RouterState<double> st;
   objective(p, self, st);
   const Reference ref = reference(cfg, p.x, p.w, p.bias, N, H);
@@ -166,7 +166,7 @@ TEST_CASE("router: capacity drops the lowest probability, later tokens first on 
   std::vector<double> x(N * H, 1.0), w(H * 4, 0.0);
   w[0] = w[4] = 3.0;  // column 0
   x[5 * H] = 2.0;     // token 5: the highest probability for expert 0
-  comm::SelfCommunicator self(comm::Backend::mpi);
+  comm::SelfCommunicator self(comm::default_backend());
   RouterState<double> st;
   router_forward<double>(ExecSpace(), c, kt::to_device(x), kt::to_device(w),
                          View1<const double>(), N, H, self, st);
@@ -183,7 +183,7 @@ TEST_CASE("router: losses and gradients do not depend on how the tokens are spli
           "[moe][router][mpi]") {
   const int world = mt_test::world_size(), rank = mt_test::world_rank();
   auto wcomm = mesh::MpiComm::duplicate(mt_test::world());
-  auto group = comm::make_communicator(comm::Backend::mpi, wcomm.get());
+  auto group = comm::make_communicator(comm::default_backend(), wcomm.get());
   for (RouterScore score : {RouterScore::softmax, RouterScore::sigmoid}) {
     RouterConfig c;
     c.experts = 5;
@@ -202,7 +202,7 @@ TEST_CASE("router: losses and gradients do not depend on how the tokens are spli
     mine.x.assign(all.x.begin() + first[rank] * H, all.x.begin() + first[rank + 1] * H);
     mine.r.assign(all.r.begin() + first[rank] * c.top_k, all.r.begin() + first[rank + 1] * c.top_k);
 
-    comm::SelfCommunicator self(comm::Backend::mpi);
+    comm::SelfCommunicator self(comm::default_backend());
     RouterState<double> s1, sn;
     objective(all, self, s1);
     objective(mine, *group, sn);
