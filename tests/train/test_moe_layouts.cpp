@@ -93,7 +93,7 @@ struct Tolerance {
 };
 
 template <class T>
-void train_steps(parallel::Engine<T>& e, train::Trainer& tr, Run& r, bool grads) {
+void train_steps(parallel::Engine<T>& e, train::TrainerT<T>& tr, Run& r, bool grads) {
   for (int s = 0; s < kSteps; ++s) {
     const auto met = tr.step(s, true);
     REQUIRE(!met.skipped);  // (fp16's loss scale does not overflow here)
@@ -113,7 +113,7 @@ Run reference(const std::string& data, const model::GptConfig& cfg) {
   const auto tc = config_for<T>(kGlobal);
   parallel::Engine<T> e(MPI_COMM_SELF, cfg, train::engine_options(tc));
   e.init_parameters(11);
-  train::Trainer tr(e, tc, ds, nullptr);
+  train::TrainerT<T> tr(e, tc, ds, nullptr);
   Run r;
   train_steps<T>(e, tr, r, true);
   r.params = host<T>(e.model().params());
@@ -153,10 +153,13 @@ Run run_layout(const Layout& l, const std::string& data, const model::GptConfig&
   for (const auto& u : e.model().registry().units())
     moe_blocks += u.group == model::ParamGroup::expert_dp ? 1 : 0;
   REQUIRE(experts == moe_blocks * 2 * cfg.moe.experts / l.ep);
-  train::Trainer tr(e, tc, ds, nullptr);
+  train::TrainerT<T> tr(e, tc, ds, nullptr);
   Run r;
   train_steps<T>(e, tr, r, l.zero <= 1);
-  e.with_whole_model([&](const auto& whole) { r.params = host<float>(whole.params()); });
+  e.with_whole_model([&](const auto& whole) {  // this rank's model (T) or the gathered fp32 one
+    using W = typename std::decay_t<decltype(whole)>::value_type;
+    r.params = host<W>(whole.params());
+  });
   return r;
 }
 
