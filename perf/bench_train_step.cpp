@@ -10,7 +10,7 @@
 //   e.g. --preset llama3.2-1b --seq-len 2048 --precision bf16 --micro-batch 4 on one H200
 //   (perf/torch_llama_gpu.py is the PyTorch side), --n-layer 1 --vocab-size 512 on a CPU.
 //          [--moe-experts E --moe-top-k 2 --moe-ffn I --moe-layer-freq 1 --moe-shared S]
-// (the --moe-* options make the preset a Mixture-of-Experts model, docs/moe.md; fp32 only)
+// (the --moe-* options make the preset a Mixture-of-Experts model, docs/moe.md; fp32 or bf16)
 //
 // Time shares come from Kokkos' profiling callbacks installed by this program (no tool library
 // needed): every parallel_for/reduce/scan, deep_copy and region (gemm.cpp wraps each BLAS call

@@ -13,8 +13,8 @@ torch._grouped_mm over the expert offsets (PyTorch >= 2.8, bf16, CUDA sm90), or 
 GEMMs over the experts ("loop"; data-dependent shapes, so torch.compile breaks its graph
 there). Prints one line per mode: tokens/s, ms/step, MFU (6 N_active + 12 L C T FLOPs per token
 against 989 TFLOP/s), peak memory. meshtrain's counterpart: build/cuda/perf/bench_train_step
---preset gpt2-124m --moe-experts 8 --moe-top-k 2 (fp32 only so far: the MoE layer has no bf16
-path yet, docs/moe.md).
+--preset gpt2-124m --moe-experts 8 --moe-top-k 2 --precision bf16 (bf16 experts, fp32 router,
+docs/moe.md).
 """
 import argparse
 import time

@@ -20,6 +20,12 @@ MPI_Datatype mpi_type(DType t) {
                   " buffers; use float32 host buffers or the NCCL backend"));
 }
 
+MPI_Datatype mpi_move_type(DType t) {
+  // MPI has no 16-bit floating-point type; moving their bits needs none.
+  if (t == DType::bf16 || t == DType::f16) return MPI_UINT16_T;
+  return mpi_type(t);
+}
+
 MPI_Op mpi_op(ReduceOp op) {
   switch (op) {
     case ReduceOp::sum: return MPI_SUM;
@@ -116,7 +122,8 @@ Request MpiCommunicator::iall_gather_raw(const void* send, void* recv, std::size
   order_after_compute();
   MPI_Request r;
   const int n = as_count(send_count);
-  MESHTRAIN_MPI_CHECK(MPI_Iallgather(send, n, mpi_type(t), recv, n, mpi_type(t), comm_, &r));
+  const MPI_Datatype mt = mpi_move_type(t);
+  MESHTRAIN_MPI_CHECK(MPI_Iallgather(send, n, mt, recv, n, mt, comm_, &r));
   return wrap(r, seq);
 }
 
@@ -126,7 +133,7 @@ Request MpiCommunicator::ibroadcast_raw(void* buf, std::size_t count, DType t, i
   if (skip) return Request();  // test fault: this rank leaves the operation out
   order_after_compute();
   MPI_Request r;
-  MESHTRAIN_MPI_CHECK(MPI_Ibcast(buf, as_count(count), mpi_type(t), root, comm_, &r));
+  MESHTRAIN_MPI_CHECK(MPI_Ibcast(buf, as_count(count), mpi_move_type(t), root, comm_, &r));
   return wrap(r, seq);
 }
 
@@ -139,7 +146,8 @@ Request MpiCommunicator::iall_to_all_raw(const void* send, void* recv, std::size
   order_after_compute();
   MPI_Request r;
   const int n = as_count(count);
-  MESHTRAIN_MPI_CHECK(MPI_Ialltoall(send, n, mpi_type(t), recv, n, mpi_type(t), comm_, &r));
+  const MPI_Datatype mt = mpi_move_type(t);
+  MESHTRAIN_MPI_CHECK(MPI_Ialltoall(send, n, mt, recv, n, mt, comm_, &r));
   return wrap(r, seq);
 }
 
@@ -166,8 +174,8 @@ Request MpiCommunicator::iall_to_allv_raw(const void* send, const std::size_t* s
   if (skip) return Request();  // test fault: this rank leaves the operation out
   order_after_compute();
   MPI_Request r;
-  MESHTRAIN_MPI_CHECK(
-      MPI_Ialltoallv(send, sc, sd, mpi_type(t), recv, rc, rd, mpi_type(t), comm_, &r));
+  const MPI_Datatype mt = mpi_move_type(t);
+  MESHTRAIN_MPI_CHECK(MPI_Ialltoallv(send, sc, sd, mt, recv, rc, rd, mt, comm_, &r));
   return wrap(r, seq, std::move(a));
 }
 
@@ -178,7 +186,7 @@ Request MpiCommunicator::isend_raw(const void* buf, std::size_t count, DType t, 
   if (skip) return Request();  // test fault: this rank leaves the operation out
   order_after_compute();
   MPI_Request r;
-  MESHTRAIN_MPI_CHECK(MPI_Isend(buf, as_count(count), mpi_type(t), peer, tag, comm_, &r));
+  MESHTRAIN_MPI_CHECK(MPI_Isend(buf, as_count(count), mpi_move_type(t), peer, tag, comm_, &r));
   return wrap(r, seq);
 }
 
@@ -188,7 +196,7 @@ Request MpiCommunicator::irecv_raw(void* buf, std::size_t count, DType t, int pe
   if (skip) return Request();  // test fault: this rank leaves the operation out
   order_after_compute();
   MPI_Request r;
-  MESHTRAIN_MPI_CHECK(MPI_Irecv(buf, as_count(count), mpi_type(t), peer, tag, comm_, &r));
+  MESHTRAIN_MPI_CHECK(MPI_Irecv(buf, as_count(count), mpi_move_type(t), peer, tag, comm_, &r));
   return wrap(r, seq);
 }
 

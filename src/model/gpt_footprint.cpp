@@ -111,6 +111,10 @@ ModelFootprint model_footprint(const GptConfig& cfg, int micro_batch, int seq_le
     const std::size_t M = N * cfg.moe.top_k;
     f.scratch += static_cast<double>((N * C + M * (4 * C + We + Ie)) * E);
     if (cfg.moe.shared_ffn > 0) f.scratch += static_cast<double>(N * C * E);
+    // A 16-bit model's fp32 router: its input and weight converted, and their gradients.
+    const std::size_t experts = static_cast<std::size_t>(cfg.moe.experts);
+    if (E < 4 && !cfg.moe.router_fp64)
+      f.scratch += static_cast<double>(2 * (N * C + C * experts) * 4);
   }
   return f;
 }

@@ -15,6 +15,13 @@
 // objective with weight grad_scale * B T = 1 / (micro-batches in the global batch): the mean
 // over micro-batches, as Megatron-Core scales them. Their group is this rank alone (it routes
 // whole micro-batches), so their values do not depend on dp, ep, tp or pp.
+//
+// Precision: the router runs in fp32 (or fp64) in every precision. A 16-bit model (bf16, fp16)
+// converts ln2's rows and its 16-bit router weight to fp32 for router_forward<float>, combines
+// with the fp32 weights (moe::weight_t), and adds the router's fp32 input and weight gradients
+// into its 16-bit ones (one rounding each). The expert path (dispatch, all-to-alls, grouped
+// GEMMs, activations, combine, shared expert) runs on 16-bit rows with fp32 accumulation, like
+// the dense MLP.
 #include <type_traits>
 
 #include "meshtrain/comm/self_communicator.hpp"
@@ -33,10 +40,11 @@ namespace meshtrain::model {
 
 template <class T>
 struct MoeActivations {
+  using R = moe::weight_t<T>;      // the router's type: fp32 for every model precision
   moe::MoeLayerState<T> layer;     // dispatch, exchanges and expert activations
-  moe::RouterState<T> router;      // moe.router_fp64 = false
+  moe::RouterState<R> router;      // moe.router_fp64 = false
   moe::RouterState<double> router64;
-  View1<T> weight;                 // fp64 router: its combine weights in T
+  View1<R> weight;                 // fp64 router: its combine weights in fp32
   View1<T> shared_h, shared_act;   // shared expert [N, W_s], [N, I_s]
 };
 
@@ -54,18 +62,35 @@ void ensure(View1<T>& v, const char* label, std::size_t n) {
   if (v.extent(0) != n) v = alloc<T>(label, n);
 }
 
-// dst (double) = src (T), and back, elementwise.
+// dst (the router's type) = src (the model's), and back, elementwise.
 template <class A, class B>
 void convert(const ExecSpace& exec, View1<A> dst, View1<const B> src, std::size_t n) {
   Kokkos::parallel_for(
       "meshtrain::moe_convert", Kokkos::RangePolicy<ExecSpace>(exec, 0, static_cast<std::int64_t>(n)),
       KOKKOS_LAMBDA(const std::int64_t i) { dst(i) = static_cast<A>(src(i)); });
 }
+// dst += src, added in fp32 and rounded to A once (a 16-bit gradient gets one rounding).
 template <class A, class B>
 void add_converted(const ExecSpace& exec, View1<A> dst, View1<const B> src, std::size_t n) {
   Kokkos::parallel_for(
       "meshtrain::moe_add", Kokkos::RangePolicy<ExecSpace>(exec, 0, static_cast<std::int64_t>(n)),
-      KOKKOS_LAMBDA(const std::int64_t i) { dst(i) += static_cast<A>(src(i)); });
+      KOKKOS_LAMBDA(const std::int64_t i) {
+        dst(i) = static_cast<A>(static_cast<float>(dst(i)) + static_cast<float>(src(i)));
+      });
+}
+// v as the router's type A: v itself when it is of A already (the fp32 model), else its
+// conversion into `scratch` (a 16-bit model's rows or router weight).
+template <class A, class T>
+View1<const A> router_view(const ExecSpace& exec, View1<const T> v, View1<A>& scratch,
+                           const char* label) {
+  if constexpr (std::is_same_v<A, T>) {
+    (void)exec, (void)scratch, (void)label;
+    return v;
+  } else {
+    ensure(scratch, label, v.extent(0));
+    convert<A, T>(exec, scratch, v, v.extent(0));
+    return scratch;
+  }
 }
 
 moe::MoeLayerConfig layer_config(const GptConfig& c) {
@@ -105,10 +130,8 @@ void GptT<T>::reset_moe_stats() {
 
 template <class T>
 void GptT<T>::moe_mlp_forward(int l, BlockActivations<T>& a, View1<const T> res2, View1<T> out) {
-  if constexpr (!std::is_same_v<T, float>) {
-    (void)l, (void)a, (void)res2, (void)out;
-    throw ConfigError("moe.experts with a 16-bit train.precision is not implemented");
-  } else {
+  {
+    using R = moe::weight_t<T>;  // the router's type (fp32 for a 16-bit model)
     const int N = N_, Nl = Nl_, C = cfg_.n_embd, E = cfg_.moe.experts, K = cfg_.moe.top_k;
     const moe::MoeLayerConfig mc = layer_config(cfg_);
     const MoeTensors<T>& w = moe_params_[static_cast<std::size_t>(l)];
@@ -117,7 +140,7 @@ void GptT<T>::moe_mlp_forward(int l, BlockActivations<T>& a, View1<const T> res2
     const Timer clock;
     // The router (fp32, or fp64 for layout comparisons without top-k tie flips).
     View1<const int> expert;
-    View1<const T> weight;
+    View1<const R> weight;
     const moe::RouterStats* stats = nullptr;
     if (cfg_.moe.router_fp64) {
       ensure(moe_x64_, "moe.x64", std::size_t(N) * C);
@@ -134,14 +157,17 @@ void GptT<T>::moe_mlp_forward(int l, BlockActivations<T>& a, View1<const T> res2
       moe::router_forward<double>(exec_, mc.router, moe_x64_, moe_w64_, bias64, N, C, *self_,
                                   m.router64);
       ensure(m.weight, "moe.weight", std::size_t(N) * K);
-      convert<T, double>(exec_, m.weight, m.router64.weight, std::size_t(N) * K);
+      convert<R, double>(exec_, m.weight, m.router64.weight, std::size_t(N) * K);
       expert = m.router64.expert;
       weight = m.weight;
       stats = &m.router64.stats;
     } else {
-      moe::router_forward<T>(exec_, mc.router, a.ln2, w.router,
-                             View1<const T>(moe_bias_[static_cast<std::size_t>(l)]), N, C, *self_,
-                             m.router);
+      const View1<const R> x = router_view<R, T>(exec_, a.ln2, moe_x32_, "moe.x32");
+      const View1<const R> wr = router_view<R, T>(exec_, w.router, moe_w32_, "moe.w32");
+      // The expert bias is fp32 state, R is fp32 in every model this file instantiates.
+      moe::router_forward<R>(exec_, mc.router, x, wr,
+                             View1<const R>(moe_bias_[static_cast<std::size_t>(l)]), N, C,
+                             *self_, m.router);
       expert = m.router.expert;
       weight = m.router.weight;
       stats = &m.router.stats;
@@ -180,10 +206,8 @@ void GptT<T>::moe_mlp_forward(int l, BlockActivations<T>& a, View1<const T> res2
 
 template <class T>
 void GptT<T>::moe_mlp_backward(int l, BlockActivations<T>& a, View1<const T> dfull, View1<T> dx) {
-  if constexpr (!std::is_same_v<T, float>) {
-    (void)l, (void)a, (void)dfull, (void)dx;
-    throw ConfigError("moe.experts with a 16-bit train.precision is not implemented");
-  } else {
+  {
+    using R = moe::weight_t<T>;  // the router's type (fp32 for a 16-bit model)
     const int N = N_, Nl = Nl_, C = cfg_.n_embd, E = cfg_.moe.experts, K = cfg_.moe.top_k;
     const moe::MoeLayerConfig mc = layer_config(cfg_);
     const MoeTensors<T>& w = moe_params_[static_cast<std::size_t>(l)];
@@ -196,10 +220,10 @@ void GptT<T>::moe_mlp_backward(int l, BlockActivations<T>& a, View1<const T> dfu
     const bool fp64 = cfg_.moe.router_fp64;
     moe::MoeParams<T> p{w.router, {}, w.w_in, w.w_out, w.in_stride, w.out_stride};
     moe::MoeGrads<T> gr{g.router, g.w_in, g.w_out};
-    View1<T> dweight = alloc<T>("moe.dweight", std::size_t(N) * K);
+    View1<R> dweight = alloc<R>("moe.dweight", std::size_t(N) * K);
     const double a2a0 = m.layer.a2a_seconds;
-    moe::moe_experts_backward<T>(exec_, mc, p, m.layer, fp64 ? View1<const T>(m.weight)
-                                                              : View1<const T>(m.router.weight),
+    moe::moe_experts_backward<T>(exec_, mc, p, m.layer, fp64 ? View1<const R>(m.weight)
+                                                              : View1<const R>(m.router.weight),
                                  dfull, ep, dln, dweight, gr);
     const double loss_scale = moe_loss_weight_;
     if (fp64) {
@@ -208,7 +232,7 @@ void GptT<T>::moe_mlp_backward(int l, BlockActivations<T>& a, View1<const T> dfu
       Kokkos::deep_copy(exec_, moe_dx64_, 0.0);
       Kokkos::deep_copy(exec_, moe_dw64_, 0.0);
       auto dweight64 = alloc<double>("moe.dweight64", std::size_t(N) * K);
-      convert<double, T>(exec_, dweight64, dweight, std::size_t(N) * K);
+      convert<double, R>(exec_, dweight64, dweight, std::size_t(N) * K);
       // The forward's fp64 copies of x and the router weight: recomputed, the recompute pass
       // just wrote them; otherwise a later block may have: convert again.
       convert<double, T>(exec_, moe_x64_, a.ln2, std::size_t(N) * C);
@@ -217,9 +241,22 @@ void GptT<T>::moe_mlp_backward(int l, BlockActivations<T>& a, View1<const T> dfu
                                    moe_dx64_, moe_dw64_, C, loss_scale);
       add_converted<T, double>(exec_, dln, moe_dx64_, std::size_t(N) * C);
       add_converted<T, double>(exec_, g.router, moe_dw64_, std::size_t(C) * E);
-    } else {
+    } else if constexpr (std::is_same_v<T, R>) {
       moe::router_backward<T>(exec_, mc.router, m.router, dweight, a.ln2, w.router, dln, g.router,
                               C, loss_scale);
+    } else {
+      // A 16-bit model's fp32 router: x and the router weight converted again (a later block may
+      // have reused the scratch), the gradients in fp32, then added to the 16-bit ones.
+      const View1<const R> x = router_view<R, T>(exec_, a.ln2, moe_x32_, "moe.x32");
+      const View1<const R> wr = router_view<R, T>(exec_, w.router, moe_w32_, "moe.w32");
+      ensure(moe_dx32_, "moe.dx32", std::size_t(N) * C);
+      ensure(moe_dw32_, "moe.dw32", std::size_t(C) * E);
+      Kokkos::deep_copy(exec_, moe_dx32_, 0.0f);
+      Kokkos::deep_copy(exec_, moe_dw32_, 0.0f);
+      moe::router_backward<R>(exec_, mc.router, m.router, dweight, x, wr, moe_dx32_, moe_dw32_, C,
+                              loss_scale);
+      add_converted<T, R>(exec_, dln, moe_dx32_, std::size_t(N) * C);
+      add_converted<T, R>(exec_, g.router, moe_dw32_, std::size_t(C) * E);
     }
     const int S = cfg_.moe.shared_ffn;
     if (S > 0) {

@@ -89,6 +89,10 @@ void grouped_linear_backward(const ExecSpace& exec, const std::vector<std::int64
                                            View1<T>, View1<T>, int, int, std::size_t);
 MESHTRAIN_INSTANTIATE_GROUPED(float)
 MESHTRAIN_INSTANTIATE_GROUPED(double)
+#if MESHTRAIN_HAVE_BF16  // 16-bit operands, fp32 accumulation (kernels::gemm: cublasGemmEx)
+MESHTRAIN_INSTANTIATE_GROUPED(bf16)
+MESHTRAIN_INSTANTIATE_GROUPED(fp16)
+#endif
 #undef MESHTRAIN_INSTANTIATE_GROUPED
 
 }  // namespace meshtrain::moe

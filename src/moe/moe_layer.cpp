@@ -87,8 +87,9 @@ void MoeLayerConfig::validate(int ep) const {
 
 template <class T>
 void moe_experts_forward(const ExecSpace& exec, const MoeLayerConfig& cfg, const MoeParams<T>& p,
-                         View1<const int> expert, View1<const T> weight, View1<const T> x, int N,
-                         comm::Communicator& ep, MoeLayerState<T>& st, View1<T> y) {
+                         View1<const int> expert, View1<const weight_t<T>> weight,
+                         View1<const T> x, int N, comm::Communicator& ep, MoeLayerState<T>& st,
+                         View1<T> y) {
   const char* fn = "moe::moe_experts_forward";
   const int P = ep.size(), E = cfg.router.experts, H = cfg.hidden, I = cfg.ffn;
   cfg.validate(P);
@@ -181,9 +182,9 @@ void moe_forward(const ExecSpace& exec, const MoeLayerConfig& cfg, const MoePara
 
 template <class T>
 void moe_experts_backward(const ExecSpace& exec, const MoeLayerConfig& cfg, const MoeParams<T>& p,
-                          MoeLayerState<T>& st, View1<const T> weight, View1<const T> dy,
-                          comm::Communicator& ep, View1<T> dx, View1<T> dweight,
-                          const MoeGrads<T>& g) {
+                          MoeLayerState<T>& st, View1<const weight_t<T>> weight,
+                          View1<const T> dy, comm::Communicator& ep, View1<T> dx,
+                          View1<weight_t<T>> dweight, const MoeGrads<T>& g) {
   const char* fn = "moe::moe_experts_backward";
   const int H = cfg.hidden, I = cfg.ffn, W = cfg.in_width(), N = st.plan.tokens;
   const std::int64_t M = st.plan.rows, R = st.expert_offsets.back();
@@ -235,6 +236,16 @@ void moe_backward(const ExecSpace& exec, const MoeLayerConfig& cfg, const MoePar
   exec.fence();
 }
 
+#define MESHTRAIN_INSTANTIATE_MOE_EXPERTS(T)                                                   \
+  template void moe_experts_forward<T>(const ExecSpace&, const MoeLayerConfig&,                \
+                                       const MoeParams<T>&, View1<const int>,                  \
+                                       View1<const weight_t<T>>, View1<const T>, int,          \
+                                       comm::Communicator&, MoeLayerState<T>&, View1<T>);      \
+  template void moe_experts_backward<T>(const ExecSpace&, const MoeLayerConfig&,               \
+                                        const MoeParams<T>&, MoeLayerState<T>&,                \
+                                        View1<const weight_t<T>>, View1<const T>,              \
+                                        comm::Communicator&, View1<T>, View1<weight_t<T>>,     \
+                                        const MoeGrads<T>&);
 #define MESHTRAIN_INSTANTIATE_MOE_LAYER(T)                                                     \
   template void moe_forward<T>(const ExecSpace&, const MoeLayerConfig&, const MoeParams<T>&,   \
                                View1<const T>, int, comm::Communicator&, comm::Communicator&,  \
@@ -242,16 +253,15 @@ void moe_backward(const ExecSpace& exec, const MoeLayerConfig& cfg, const MoePar
   template void moe_backward<T>(const ExecSpace&, const MoeLayerConfig&, const MoeParams<T>&,  \
                                 MoeLayerState<T>&, View1<const T>, View1<const T>,             \
                                 comm::Communicator&, View1<T>, const MoeGrads<T>&, double);    \
-  template void moe_experts_forward<T>(const ExecSpace&, const MoeLayerConfig&,                \
-                                       const MoeParams<T>&, View1<const int>, View1<const T>,  \
-                                       View1<const T>, int, comm::Communicator&,               \
-                                       MoeLayerState<T>&, View1<T>);                           \
-  template void moe_experts_backward<T>(const ExecSpace&, const MoeLayerConfig&,               \
-                                        const MoeParams<T>&, MoeLayerState<T>&, View1<const T>, \
-                                        View1<const T>, comm::Communicator&, View1<T>,         \
-                                        View1<T>, const MoeGrads<T>&);
+  MESHTRAIN_INSTANTIATE_MOE_EXPERTS(T)
 MESHTRAIN_INSTANTIATE_MOE_LAYER(float)
 MESHTRAIN_INSTANTIATE_MOE_LAYER(double)
+// 16-bit rows: the experts' half only (the router is fp32, router.hpp).
+#if MESHTRAIN_HAVE_BF16
+MESHTRAIN_INSTANTIATE_MOE_EXPERTS(bf16)
+MESHTRAIN_INSTANTIATE_MOE_EXPERTS(fp16)
+#endif
 #undef MESHTRAIN_INSTANTIATE_MOE_LAYER
+#undef MESHTRAIN_INSTANTIATE_MOE_EXPERTS
 
 }  // namespace meshtrain::moe

@@ -88,24 +88,26 @@ void dispatch_backward(const ExecSpace& exec, const DispatchPlan& plan, View1<co
                        View1<T> dx, int H) {
   detail::check_extent(dx, std::size_t(plan.tokens) * H, "moe::dispatch_backward", "dx");
   detail::check_extent(dxp, std::size_t(plan.rows) * H, "moe::dispatch_backward", "dxp");
+  using Acc = weight_t<T>;
   const int k = plan.top_k;
   auto position = plan.position;
   Kokkos::parallel_for(
       "meshtrain::moe::dispatch_backward", Range(exec, 0, Index(plan.tokens) * H),
       KOKKOS_LAMBDA(Index i) {
         const Index t = i / H, h = i % H;
-        T acc = 0;
+        Acc acc = 0;
         for (int j = 0; j < k; ++j) {
           const int p = position(t * k + j);
-          if (p >= 0) acc += dxp(Index(p) * H + h);
+          if (p >= 0) acc += static_cast<Acc>(dxp(Index(p) * H + h));
         }
-        dx(i) = acc;
+        dx(i) = static_cast<T>(acc);
       });
 }
 
 template <class T>
 void combine_forward(const ExecSpace& exec, const DispatchPlan& plan, View1<const T> ye,
-                     View1<const T> weight, View1<T> y, int H) {
+                     View1<const weight_t<T>> weight, View1<T> y, int H) {
+  using Acc = weight_t<T>;
   detail::check_extent(ye, std::size_t(plan.rows) * H, "moe::combine_forward", "ye");
   detail::check_extent(weight, std::size_t(plan.tokens) * plan.top_k, "moe::combine_forward",
                        "weight");
@@ -116,19 +118,20 @@ void combine_forward(const ExecSpace& exec, const DispatchPlan& plan, View1<cons
       "meshtrain::moe::combine_forward", Range(exec, 0, Index(plan.tokens) * H),
       KOKKOS_LAMBDA(Index i) {
         const Index t = i / H, h = i % H;
-        T acc = 0;
+        Acc acc = 0;
         for (int j = 0; j < k; ++j) {
           const int p = position(t * k + j);
-          if (p >= 0) acc += weight(t * k + j) * ye(Index(p) * H + h);
+          if (p >= 0) acc += weight(t * k + j) * static_cast<Acc>(ye(Index(p) * H + h));
         }
-        y(i) = acc;
+        y(i) = static_cast<T>(acc);
       });
 }
 
 template <class T>
 void combine_backward(const ExecSpace& exec, const DispatchPlan& plan, View1<const T> dy,
-                      View1<const T> ye, View1<const T> weight, View1<T> dye, View1<T> dweight,
-                      int H) {
+                      View1<const T> ye, View1<const weight_t<T>> weight, View1<T> dye,
+                      View1<weight_t<T>> dweight, int H) {
+  using Acc = weight_t<T>;
   const std::size_t A = std::size_t(plan.tokens) * plan.top_k;
   detail::check_extent(dy, std::size_t(plan.tokens) * H, "moe::combine_backward", "dy");
   detail::check_extent(ye, std::size_t(plan.rows) * H, "moe::combine_backward", "ye");
@@ -143,7 +146,7 @@ void combine_backward(const ExecSpace& exec, const DispatchPlan& plan, View1<con
       KOKKOS_LAMBDA(Index i) {
         const Index p = i / H, h = i % H;
         const Index a = choice_of_row(p);
-        dye(i) = weight(a) * dy((a / k) * H + h);
+        dye(i) = static_cast<T>(weight(a) * static_cast<Acc>(dy((a / k) * H + h)));
       });
   // One team per choice: the dot product over H.
   Kokkos::parallel_for(
@@ -151,11 +154,15 @@ void combine_backward(const ExecSpace& exec, const DispatchPlan& plan, View1<con
       KOKKOS_LAMBDA(const Member& team) {
         const Index a = team.league_rank();
         const int p = position(a);
-        T dot = 0;
+        Acc dot = 0;
         if (p >= 0)
           Kokkos::parallel_reduce(
               Kokkos::TeamThreadRange(team, H),
-              [&](int h, T& acc) { acc += dy((a / k) * H + h) * ye(Index(p) * H + h); }, dot);
+              [&](int h, Acc& acc) {
+                acc += static_cast<Acc>(dy((a / k) * H + h)) *
+                       static_cast<Acc>(ye(Index(p) * H + h));
+              },
+              dot);
         Kokkos::single(Kokkos::PerTeam(team), [&] { dweight(a) = dot; });
       });
 }
@@ -166,11 +173,16 @@ void combine_backward(const ExecSpace& exec, const DispatchPlan& plan, View1<con
   template void dispatch_backward<T>(const ExecSpace&, const DispatchPlan&, View1<const T>,     \
                                      View1<T>, int);                                            \
   template void combine_forward<T>(const ExecSpace&, const DispatchPlan&, View1<const T>,       \
-                                   View1<const T>, View1<T>, int);                              \
+                                   View1<const weight_t<T>>, View1<T>, int);                    \
   template void combine_backward<T>(const ExecSpace&, const DispatchPlan&, View1<const T>,      \
-                                    View1<const T>, View1<const T>, View1<T>, View1<T>, int);
+                                    View1<const T>, View1<const weight_t<T>>, View1<T>,         \
+                                    View1<weight_t<T>>, int);
 MESHTRAIN_INSTANTIATE_PERMUTE(float)
 MESHTRAIN_INSTANTIATE_PERMUTE(double)
+#if MESHTRAIN_HAVE_BF16
+MESHTRAIN_INSTANTIATE_PERMUTE(bf16)
+MESHTRAIN_INSTANTIATE_PERMUTE(fp16)
+#endif
 #undef MESHTRAIN_INSTANTIATE_PERMUTE
 
 }  // namespace meshtrain::moe

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <type_traits>
 
 #include "meshtrain/comm/flight_recorder.hpp"
 #include "meshtrain/core/agree.hpp"
@@ -31,16 +30,13 @@ Engine<T>::Engine(MPI_Comm world, const model::GptConfig& cfg, const EngineOptio
                          " must be positive");
   // The attention kernels read their backend choice process-wide (one engine per process).
   kernels::set_attention_options(opt_.attention);
-  // Mixture of Experts: experts split over mesh.ep (carved out of dp), the fp32 model only.
+  // Mixture of Experts: experts split over mesh.ep (carved out of dp), in every precision (the
+  // router in fp32 or fp64, the expert rows in T: model/moe_block.cpp).
   const int ep = opt_.parallel.shape.ep;
   MESHTRAIN_CONFIG_CHECK(ep == 1 || cfg_.moe.enabled(), "mesh.ep=", ep,
                          " needs a Mixture-of-Experts model (moe.experts > 0)");
   MESHTRAIN_CONFIG_CHECK(!cfg_.moe.enabled() || cfg_.moe.experts % ep == 0, "moe.experts=",
                          cfg_.moe.experts, " is not divisible by mesh.ep=", ep);
-  constexpr bool fp32 = std::is_same_v<T, float>;
-  MESHTRAIN_CONFIG_CHECK(!cfg_.moe.enabled() || fp32,
-                         "moe.experts=", cfg_.moe.experts, " with train.precision other than "
-                         "fp32 is not implemented (the MoE layer runs in fp32 and fp64 only)");
   // 1. the mesh and its groups, the schedule and the pipeline pieces
   ctx_ = std::make_unique<ParallelContext>(world, opt_.parallel, cfg_, opt_.seq_len, opt_.n_micro);
   // 2. this rank's slice of the model: its stage's chunks, split over tp inside the model

@@ -1,5 +1,6 @@
 # Mixture of Experts on the command line (issue 20): each bad configuration is one message naming
-# the option and exit 2 on every rank; a 2-rank run with mesh.ep 2 trains and logs the moe field.
+# the option and exit 2 on every rank; a 2-rank run with mesh.ep 2 trains and logs the moe field;
+# in the CUDA build, bf16 and fp16 MoE runs.
 # Uses meshtrain_cli_test and _train_small of cli_tests.cmake.
 set(_moe_base ${_train_base} --model.n_layer 2 --model.n_head 2 --moe.ffn_hidden_size 32
     --train.sample_tokens 0 --train.save false)
@@ -35,6 +36,19 @@ foreach(t moe_bad_ep moe_bad_top_k moe_bad_world moe_bad_capacity moe_bad_capaci
           moe_train_expert_bias)
   set_tests_properties(cli_${t} PROPERTIES FIXTURES_REQUIRED kjv_shards)
 endforeach()
+# 16-bit MoE (the CUDA build, where the types exist; the CPU build refuses train.precision bf16
+# for every model, cli_train_bf16_on_cpu): bf16 with Llama blocks (SwiGLU experts), fp16 with
+# GPT-2 blocks and a shared expert under dynamic loss scaling (train.loss_scaling=auto).
+if(MESHTRAIN_ENABLE_CUDA)
+  meshtrain_cli_test(moe_train_bf16 1 0 "step +3/3 .*\\| moe aux [0-9.]+ z [0-9.]+ cv"
+    train ${_moe} --model.preset llama-tiny --train.precision bf16 --moe.z_loss_coeff 0.001
+    --train.out_dir ${CMAKE_BINARY_DIR}/cli_train_moe_bf16)
+  meshtrain_cli_test(moe_train_fp16 1 0 "step +3/3 .*\\| scale [0-9]+.*\\| moe aux [0-9.]+ z"
+    train ${_moe} --train.precision fp16 --moe.shared_expert_size 16
+    --train.out_dir ${CMAKE_BINARY_DIR}/cli_train_moe_fp16)
+  set_tests_properties(cli_moe_train_bf16 cli_moe_train_fp16 PROPERTIES
+    FIXTURES_REQUIRED kjv_shards)
+endif()
 # train.save writes MixtralForCausalLM (tests/cli/test_resume.sh convert_mixtral); what Mixtral
 # cannot express is refused before training, naming the option.
 meshtrain_cli_test(moe_no_export_gpt2 1 2 "train\\.save=true.*model\\.family=gpt2 has GELU experts"

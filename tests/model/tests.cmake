@@ -4,6 +4,7 @@ target_compile_definitions(test_gpt_parity PRIVATE MESHTRAIN_SOURCE_DIR="${PROJE
 if(MESHTRAIN_ENABLE_CUDA)  # bf16 needs Kokkos 4 (the CUDA build)
   meshtrain_add_test(NAME test_gpt_bf16 SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gpt_bf16.cpp)
   target_compile_definitions(test_gpt_bf16 PRIVATE MESHTRAIN_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+  meshtrain_add_test(NAME test_moe_bf16 SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_moe_bf16.cpp)
 endif()
 meshtrain_add_test(NAME test_registry SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_registry.cpp)
 meshtrain_add_test(NAME test_tensor_parallel

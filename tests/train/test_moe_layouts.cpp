@@ -10,9 +10,19 @@
 // micro-batch) sees the same tokens, and the router runs in fp64 (moe_fixture.hpp).
 // The sigmoid router with the auxiliary-loss-free expert bias (moe.expert_bias): a few layouts,
 // whose final biases must equal the single rank's bit for bit.
+//
+// 16-bit (bf16 / fp16, where the types exist: the CUDA build): the same models with every token
+// routed to all 8 experts (top_k = E, so that no top-k choice can flip: the fp64 router takes
+// 16-bit inputs, which differ between layouts by 16-bit rounding once their reduction orders
+// have made the parameters differ) under ep x dp at ZeRO 0-3, ep x tp, ep x pp and recompute
+// equal the single-rank run of the same precision within 16-bit tolerances (test_dp_training's
+// bf16 ones): losses 1e-2 relative, the norm, aux and z 2e-2, the first step's router and expert
+// gradients 2e-2 relative in norm, the final parameters 1e-2 absolute (lr 1e-3 x 10 steps is
+// what AdamW moves an element whose gradient is rounding noise).
 #include <cmath>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "harness.hpp"
@@ -44,6 +54,20 @@ train::TrainConfig config(int accum) {
   return tc;
 }
 
+// fp16 trains with dynamic loss scaling, as the CLI's train.loss_scaling=auto does; 1024
+// leaves this tiny model's scaled gradients far from fp16's overflow, so no step is skipped.
+template <class T>
+train::TrainConfig config_for(int accum) {
+  train::TrainConfig tc = config(accum);
+#if MESHTRAIN_HAVE_FP16
+  if constexpr (std::is_same_v<T, fp16>) {
+    tc.loss_scaling = true;
+    tc.loss_scale_init = 1024.0f;
+  }
+#endif
+  return tc;
+}
+
 bool is_moe_param(const std::string& n) {
   return n.find("mlp.router") != std::string::npos ||
          n.find("mlp.experts.") != std::string::npos;
@@ -57,38 +81,47 @@ struct Run {
   std::map<int, std::vector<float>> bias;  // moe.expert_bias: the final biases of held blocks
 };
 
-std::vector<float> host(View1<const float> v) {
+template <class T>
+std::vector<float> host(View1<const T> v) {
   auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, v);
-  return std::vector<float>(h.data(), h.data() + h.extent(0));
+  std::vector<float> out(h.extent(0));
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(h(i));
+  return out;
 }
 
-void train_steps(parallel::Engine<float>& e, train::Trainer& tr, Run& r, bool grads) {
-  const auto keep_bias = [&] {
-    for (int l = 0; l < e.model().config().n_layer; ++l)
-      if (e.model().expert_bias(l).span() > 0) r.bias[l] = host(e.model().expert_bias(l));
-  };
+// What a layout must match the reference to (relative unless said).
+struct Tolerance {
+  double loss = 1e-5, norm = 1e-4, aux = 1e-5, z = 1e-5, grad = 1e-5;
+  double param = 1e-4;  // absolute
+};
+
+template <class T>
+void train_steps(parallel::Engine<T>& e, train::TrainerT<T>& tr, Run& r, bool grads) {
   for (int s = 0; s < kSteps; ++s) {
     const auto met = tr.step(s, true);
+    REQUIRE(!met.skipped);  // (fp16's loss scale does not overflow here)
     r.loss.push_back(met.loss);
     r.norm.push_back(met.grad_norm);
     r.aux.push_back(met.moe_aux);
     r.z.push_back(met.moe_z);
     if (s == 0 && grads)
       for (const auto& p : e.model().registry().params())
-        if (is_moe_param(p.name)) r.grads[p.name] = host(e.model().grad(p.name));
+        if (is_moe_param(p.name)) r.grads[p.name] = host<T>(e.model().grad(p.name));
   }
-  keep_bias();
+  for (int l = 0; l < e.model().config().n_layer; ++l)
+    if (e.model().expert_bias(l).span() > 0) r.bias[l] = host<float>(e.model().expert_bias(l));
 }
 
+template <class T>
 Run reference(const std::string& data, const model::GptConfig& cfg) {
   io::TokenDataset ds(data, kSeq);
-  const auto tc = config(kGlobal);
-  parallel::Engine<float> e(MPI_COMM_SELF, cfg, train::engine_options(tc));
+  const auto tc = config_for<T>(kGlobal);
+  parallel::Engine<T> e(MPI_COMM_SELF, cfg, train::engine_options(tc));
   e.init_parameters(11);
-  train::Trainer tr(e, tc, ds, nullptr);
+  train::TrainerT<T> tr(e, tc, ds, nullptr);
   Run r;
-  train_steps(e, tr, r, true);
-  r.params = host(e.model().params());
+  train_steps<T>(e, tr, r, true);
+  r.params = host<T>(e.model().params());
   return r;
 }
 
@@ -104,6 +137,7 @@ struct Layout {
   }
 };
 
+template <class T>
 Run run_layout(const Layout& l, const std::string& data, const model::GptConfig& cfg) {
   parallel::ParallelConfig pc;
   pc.shape = mesh::Shape{l.dp, l.pp, l.tp};
@@ -114,8 +148,8 @@ Run run_layout(const Layout& l, const std::string& data, const model::GptConfig&
   pc.dp.zero_stage = l.zero;
   pc.dp.bucket_bytes = 4096;  // several buckets even for the tiny model
   io::TokenDataset ds(data, kSeq);
-  const auto tc = config(kGlobal / l.dp);
-  parallel::Engine<float> e(mt_test::world(), cfg, train::engine_options(tc, pc, l.recompute));
+  const auto tc = config_for<T>(kGlobal / l.dp);
+  parallel::Engine<T> e(mt_test::world(), cfg, train::engine_options(tc, pc, l.recompute));
   e.init_parameters(11);
   // Each rank holds E / ep experts (w_in and w_out) of each of its MoE blocks.
   int experts = 0, moe_blocks = 0;
@@ -124,19 +158,23 @@ Run run_layout(const Layout& l, const std::string& data, const model::GptConfig&
   for (const auto& u : e.model().registry().units())
     moe_blocks += u.group == model::ParamGroup::expert_dp ? 1 : 0;
   REQUIRE(experts == moe_blocks * 2 * cfg.moe.experts / l.ep);
-  train::Trainer tr(e, tc, ds, nullptr);
+  train::TrainerT<T> tr(e, tc, ds, nullptr);
   Run r;
-  train_steps(e, tr, r, l.zero <= 1);
-  e.with_whole_model([&](const auto& whole) { r.params = host(whole.params()); });
+  train_steps<T>(e, tr, r, l.zero <= 1);
+  e.with_whole_model([&](const auto& whole) {  // this rank's model (T) or the gathered fp32 one
+    using W = typename std::decay_t<decltype(whole)>::value_type;
+    r.params = host<W>(whole.params());
+  });
   return r;
 }
 
 double rel(double a, double b) { return std::fabs(a - b) / std::max(std::fabs(b), 1e-30); }
 
-void check(const Layout& l, const Run& ref, const std::string& data,
-           const model::GptConfig& cfg) {
-  INFO(cfg.name << " layout " << l.name());
-  const Run r = run_layout(l, data, cfg);
+template <class T>
+void check(const Layout& l, const Run& ref, const std::string& data, const model::GptConfig& cfg,
+           const Tolerance& tol = {}) {
+  INFO(cfg.name << " layout " << l.name() << (sizeof(T) == 2 ? " (16-bit)" : ""));
+  const Run r = run_layout<T>(l, data, cfg);
   double worst_loss = 0, worst_norm = 0, worst_aux = 0, worst_z = 0, worst_grad = 0,
          worst_param = 0;
   for (int s = 0; s < kSteps; ++s) {
@@ -172,12 +210,12 @@ void check(const Layout& l, const Run& ref, const std::string& data,
   REQUIRE(mt_test::all_ranks(bias_equal));
   REQUIRE(ref.aux[0] > 0);
   REQUIRE(ref.z[0] > 0);
-  REQUIRE(mt_test::all_ranks(worst_loss <= 1e-5));
-  REQUIRE(mt_test::all_ranks(worst_norm <= 1e-4));
-  REQUIRE(mt_test::all_ranks(worst_aux <= 1e-5));
-  REQUIRE(mt_test::all_ranks(worst_z <= 1e-5));
-  REQUIRE(mt_test::all_ranks(worst_grad <= 1e-5));
-  REQUIRE(mt_test::all_ranks(worst_param <= 1e-4));
+  REQUIRE(mt_test::all_ranks(worst_loss <= tol.loss));
+  REQUIRE(mt_test::all_ranks(worst_norm <= tol.norm));
+  REQUIRE(mt_test::all_ranks(worst_aux <= tol.aux));
+  REQUIRE(mt_test::all_ranks(worst_z <= tol.z));
+  REQUIRE(mt_test::all_ranks(worst_grad <= tol.grad));
+  REQUIRE(mt_test::all_ranks(worst_param <= tol.param));
 }
 
 // {dp, ep, pp, tp, zero, schedule, chunks, sp, recompute} at this world size.
@@ -205,6 +243,12 @@ std::vector<Layout> matrix(bool llama) {
   return {};
 }
 
+void check_matrix(const model::GptConfig& cfg, const std::string& prefix, bool llama) {
+  const std::string data = mt_test::layout_shard(prefix);
+  const Run ref = reference<float>(data, cfg);
+  for (const auto& l : matrix(llama)) check<float>(l, ref, data, cfg);
+}
+
 // The sigmoid router with the expert bias: a few layouts per world size (the bias is a function
 // of the global load, which the plain matrix already shows to be layout-independent).
 std::vector<Layout> matrix_bias() {
@@ -218,30 +262,53 @@ std::vector<Layout> matrix_bias() {
   }
 }
 
-void check_matrix(const model::GptConfig& cfg, const std::string& prefix,
-                  const std::vector<Layout>& layouts) {
+// 16-bit layouts: ep x dp at every ZeRO stage, ep x tp (with SP), ep x pp, recompute.
+std::vector<Layout> matrix_16bit(bool llama) {
+  using K = parallel::ScheduleKind;
+  const int W = mt_test::world_size();
+  if (W == 1) return {{1, 1, 1, 1, 1, K::one_f_one_b, 1, false, true}};
+  if (W == 2) {
+    if (llama) return {{2, 2, 1, 1, 2}, {1, 1, 2, 1, 0}};
+    return {{2, 2, 1, 1, 1}, {2, 2, 1, 1, 3}, {1, 1, 1, 2, 0, K::one_f_one_b, 1, true}};
+  }
+  if (W == 4) {
+    if (llama) return {{2, 2, 1, 2, 1}, {2, 2, 2, 1, 0, K::gpipe}};
+    return {{4, 2, 1, 1, 1}, {2, 2, 1, 2, 0}, {2, 2, 2, 1, 2, K::one_f_one_b},
+            {4, 4, 1, 1, 3, K::one_f_one_b, 1, false, true}};
+  }
+  if (W == 8) return {{2, 2, 2, 2, 1, K::interleaved, 2, true}};
+  return {};
+}
+
+template <class T>
+void check_matrix_16bit(model::GptConfig cfg, const std::string& prefix, bool llama) {
+  cfg.moe.top_k = cfg.moe.experts;  // no top-k choice to flip
   const std::string data = mt_test::layout_shard(prefix);
-  const Run ref = reference(data, cfg);
-  for (const auto& l : layouts) check(l, ref, data, cfg);
+  const Run ref = reference<T>(data, cfg);
+  Tolerance tol;
+  tol.loss = 1e-2;
+  tol.norm = tol.aux = tol.z = tol.grad = 2e-2;
+  tol.param = 1e-2;
+  for (const auto& l : matrix_16bit(llama)) check<T>(l, ref, data, cfg, tol);
 }
 
 }  // namespace
 
 TEST_CASE("MoE: every layout with expert parallelism trains the single-rank model",
           "[train][layout][moe][mpi]") {
-  check_matrix(mt_test::moe_tiny(), "test_moe_layouts", matrix(false));
+  check_matrix(mt_test::moe_tiny(), "test_moe_layouts", false);
 }
 
 TEST_CASE("MoE: Llama blocks with SwiGLU experts and capacity drops under ep",
           "[train][layout][moe][mpi][llama]") {
-  check_matrix(mt_test::moe_tiny_llama(), "test_moe_layouts_llama", matrix(true));
+  check_matrix(mt_test::moe_tiny_llama(), "test_moe_layouts_llama", true);
 }
 
 TEST_CASE("MoE: the sigmoid router's expert bias is the same in every layout",
           "[train][layout][moe][mpi]") {
   const model::GptConfig cfg = mt_test::moe_tiny_bias();
   const std::string data = mt_test::layout_shard("test_moe_layouts_bias");
-  const Run ref = reference(data, cfg);
+  const Run ref = reference<float>(data, cfg);
   // The bias moved, and it moved the routing: without it the same run trains another model.
   REQUIRE(ref.bias.size() == 2);
   double moved = 0;
@@ -250,8 +317,21 @@ TEST_CASE("MoE: the sigmoid router's expert bias is the same in every layout",
   REQUIRE(moved >= 0.02);  // at least two net steps of 0.01 (measured: 0.04)
   model::GptConfig off = cfg;
   off.moe.expert_bias = false;
-  const Run plain = reference(data, off);
+  const Run plain = reference<float>(data, off);
   REQUIRE(plain.bias.empty());
   REQUIRE(plain.loss.back() != ref.loss.back());
-  for (const auto& l : matrix_bias()) check(l, ref, data, cfg);
+  for (const auto& l : matrix_bias()) check<float>(l, ref, data, cfg);
 }
+
+#if MESHTRAIN_HAVE_BF16
+TEST_CASE("bf16 MoE: ep x dp (ZeRO 0-3), ep x tp, ep x pp equal the single-rank bf16 run",
+          "[train][layout][moe][mpi][bf16]") {
+  check_matrix_16bit<bf16>(mt_test::moe_tiny(), "test_moe_layouts_bf16", false);
+  check_matrix_16bit<bf16>(mt_test::moe_tiny_llama(), "test_moe_layouts_bf16_llama", true);
+}
+
+TEST_CASE("fp16 MoE with loss scaling: the 16-bit layouts equal the single-rank fp16 run",
+          "[train][layout][moe][mpi][fp16]") {
+  check_matrix_16bit<fp16>(mt_test::moe_tiny(), "test_moe_layouts_fp16", false);
+}
+#endif

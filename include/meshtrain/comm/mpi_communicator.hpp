@@ -49,7 +49,11 @@ class MpiCommunicator final : public Communicator {
   int rank_ = 0, size_ = 1;
 };
 
+// The MPI type of reductions (16-bit floating point refused with a message: MPI has none) and
+// of data movement (gathers, broadcasts, all-to-alls, send / recv: 16-bit types travel as
+// their bits, MPI_UINT16_T).
 MPI_Datatype mpi_type(DType t);
+MPI_Datatype mpi_move_type(DType t);
 MPI_Op mpi_op(ReduceOp op);
 
 }  // namespace meshtrain::comm

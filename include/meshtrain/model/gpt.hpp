@@ -92,7 +92,7 @@ class LayerHooks {
 
 // T is the compute type of parameters, activations and gradients: float (fp32 mode, the CPU
 // build) or bf16 (mixed precision on GPUs, with fp32 master weights in the optimizer).
-// Statistics (LayerNorm mean/rstd, attention lse, per-token losses) stay fp32.
+// Statistics (LayerNorm mean/rstd, attention lse, per-token losses) and MoE routers stay fp32.
 template <class T>
 class GptT {
  public:
@@ -257,6 +257,7 @@ class GptT {
   std::unique_ptr<comm::Communicator> self_;  // the router's group and ep when none is given
   View1<T> moe_y_, moe_dx_;   // [N, C]: the MoE output, a shared expert's input gradient
   View1<double> moe_x64_, moe_w64_, moe_dx64_, moe_dw64_;  // moe.router_fp64 scratch
+  View1<float> moe_x32_, moe_w32_, moe_dx32_, moe_dw32_;   // a 16-bit model's fp32 router
   View1<double> moe_bias64_;                                // moe.router_fp64: the bias
   std::vector<View1<float>> moe_bias_;  // per global block: the expert bias (expert_bias())
   float moe_loss_weight_ = 0;  // d(loss)/d(router losses) of the current micro-batch

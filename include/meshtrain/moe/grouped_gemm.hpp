@@ -4,7 +4,8 @@
 // (out = inp @ weight, kernels/linear.hpp), stacked as [E, K, Nout]. One kernels::gemm per
 // expert with rows: CBLAS on the host, cuBLAS on CUDA (the per-expert launches are what a
 // cuBLAS grouped GEMM would fold into one, docs/moe.md). An expert with no rows costs nothing
-// (and its weight gradient is left as it was).
+// (and its weight gradient is left as it was). 16-bit T accumulates in fp32 (kernels::gemm), as
+// the dense model's linears do.
 #include <cstdint>
 #include <vector>
 

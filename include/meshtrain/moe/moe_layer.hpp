@@ -69,28 +69,33 @@ struct MoeLayerState {
 };
 
 // x [N, H] -> y [N, H] (overwritten). `ep` partitions the experts; `router_group` is the group
-// whose tokens the router's losses and load cover (router.hpp). Collective over both.
+// whose tokens the router's losses and load cover (router.hpp). Collective over both. The whole
+// layer (router included, in T) exists for float and double; a 16-bit model runs its router in
+// fp32 and calls the experts' half below (model/moe_block.cpp).
 template <class T>
 void moe_forward(const ExecSpace& exec, const MoeLayerConfig& cfg, const MoeParams<T>& p,
                  View1<const T> x, int N, comm::Communicator& ep,
                  comm::Communicator& router_group, MoeLayerState<T>& st, View1<T> y);
 
-// The experts' half of moe_forward, for choices made elsewhere (the model's fp64 router):
-// expert [N k] (RouterState::expert: -1 where dropped) and the combine weights [N k].
-// Fills st except st.router. Collective over `ep`.
+// The experts' half of moe_forward, for choices made elsewhere (the model's fp64 router, or
+// the fp32 router of a 16-bit model): expert [N k] (RouterState::expert: -1 where dropped) and
+// the combine weights [N k] in weight_t<T> (fp32 for 16-bit rows, permute.hpp).
+// Fills st except st.router. Collective over `ep`. Instantiated for float, double and (where
+// they exist) the 16-bit types, whose rows cross the all-to-alls as 16-bit.
 template <class T>
 void moe_experts_forward(const ExecSpace& exec, const MoeLayerConfig& cfg, const MoeParams<T>& p,
-                         View1<const int> expert, View1<const T> weight, View1<const T> x, int N,
-                         comm::Communicator& ep, MoeLayerState<T>& st, View1<T> y);
+                         View1<const int> expert, View1<const weight_t<T>> weight,
+                         View1<const T> x, int N, comm::Communicator& ep, MoeLayerState<T>& st,
+                         View1<T> y);
 
 // Its backward: dx [N, H] (overwritten) through the experts and the dispatch only (the router's
 // part is router_backward's), dweight [N k] (overwritten) = dL/d(combine weights), and the
 // expert weight gradients g.w_in, g.w_out (accumulated; g.router is not touched).
 template <class T>
 void moe_experts_backward(const ExecSpace& exec, const MoeLayerConfig& cfg, const MoeParams<T>& p,
-                          MoeLayerState<T>& st, View1<const T> weight, View1<const T> dy,
-                          comm::Communicator& ep, View1<T> dx, View1<T> dweight,
-                          const MoeGrads<T>& g);
+                          MoeLayerState<T>& st, View1<const weight_t<T>> weight,
+                          View1<const T> dy, comm::Communicator& ep, View1<T> dx,
+                          View1<weight_t<T>> dweight, const MoeGrads<T>& g);
 
 // dy [N, H] -> dx [N, H] (overwritten) and the gradients (accumulated); the router's losses
 // enter with weight loss_scale (router_backward). Collective over `ep` (the same as forward's).

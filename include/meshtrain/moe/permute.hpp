@@ -8,12 +8,29 @@
 // backward direction would). A dropped choice (expert -1) has no row and adds nothing.
 //
 // Shapes: N tokens, k choices each, H features, E experts, M = kept choices (rows).
+//
+// Rows are of T (float, double, or a 16-bit type in mixed precision); the router's combine
+// weights and their gradients are of weight_t<T>: fp32 for 16-bit rows (the router runs in
+// fp32, and its weights are not rounded to 16 bits), T itself otherwise. The sums over a
+// token's choices and the weight products are in weight_t<T>, rounded to T once when stored.
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "meshtrain/core/view.hpp"
 
 namespace meshtrain::moe {
+
+template <class T>
+struct WeightType {
+  using type = float;
+};
+template <>
+struct WeightType<double> {
+  using type = double;
+};
+template <class T>
+using weight_t = typename WeightType<std::remove_cv_t<T>>::type;
 
 struct DispatchPlan {
   int tokens = 0, top_k = 0, experts = 0;
@@ -42,13 +59,13 @@ void dispatch_backward(const ExecSpace& exec, const DispatchPlan& plan, View1<co
 // y [N, H] (overwritten) = sum over the token's kept choices j of weight [t k + j] ye [row].
 template <class T>
 void combine_forward(const ExecSpace& exec, const DispatchPlan& plan, View1<const T> ye,
-                     View1<const T> weight, View1<T> y, int H);
+                     View1<const weight_t<T>> weight, View1<T> y, int H);
 
 // dye [M, H] (overwritten) = weight [choice] dy [token];
 // dweight [N k] (overwritten) = <dy [token], ye [row]>, 0 for dropped choices.
 template <class T>
 void combine_backward(const ExecSpace& exec, const DispatchPlan& plan, View1<const T> dy,
-                      View1<const T> ye, View1<const T> weight, View1<T> dye, View1<T> dweight,
-                      int H);
+                      View1<const T> ye, View1<const weight_t<T>> weight, View1<T> dye,
+                      View1<weight_t<T>> dweight, int H);
 
 }  // namespace meshtrain::moe
