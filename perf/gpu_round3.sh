@@ -7,13 +7,15 @@
 #             the latter;
 # step:       GPT-2 124M bf16 seq 1024, cuDNN attention, mb 16 and 32: the step with each
 #             cross-entropy form, two alternating rounds each;
-# large:      GPT-2 774M mb 8, 1.5B mb 4, 8 and 16: ours with and without --recompute-mlp-act;
+# large:      GPT-2 774M mb 8, 1.5B mb 4 with and without --recompute-mlp-act, 1.5B mb 16 with
+#             (LARGE_RUNS="preset:mb:0|1 ..." overrides);
 # torchlarge: torch.compile (perf/torch_gpt2_gpu.py) at the same sizes;
 # moe:        GPT-2-124M-sized MoE (8 GELU experts of 4C, top-2, every block) bf16 seq 1024 mb 8:
 #             ours against perf/torch_moe_gpu.py (compile with torch._grouped_mm, and eager);
+# moeprof:    the MoE step's per-kernel profile;
 # mixtral:    tests/reference/hf_mixtral_crosscheck.py with BUNDLE's meshtrain;
 # tests:      every test_* in BUNDLE/bin.
-# CE_FORM=smem runs the step / large / moe parts with the shared-memory cross-entropy.
+# CE_FORM=regs runs the large / moe parts with the register cross-entropy (default smem).
 set -uo pipefail
 bundle=$(cd "$1" && pwd); out=$2; what=${3:-ce,step,tests}
 export MESHTRAIN_SOURCE_DIR=$PWD
@@ -67,18 +69,17 @@ if has step; then
 fi
 
 if has large; then
-  for pm in gpt2-774m:8 gpt2-1.5b:4 gpt2-1.5b:8 gpt2-1.5b:16; do
-    preset=${pm%%:*} mb=${pm##*:}
-    for rc in 0 1; do
-      step "large_${preset}_mb${mb}_rca$rc" 150 "${form:-regs}" \
-        --preset "$preset" --micro-batch "$mb" --steps 10 --warmup 3 --attn-impl cudnn \
-        --recompute-mlp-act "$rc"
-    done
+  # preset:micro-batch:recompute_mlp_act
+  for run in ${LARGE_RUNS:-gpt2-774m:8:0 gpt2-774m:8:1 gpt2-1.5b:4:0 gpt2-1.5b:4:1 gpt2-1.5b:16:1}; do
+    IFS=: read -r preset mb rc <<< "$run"
+    step "large_${preset}_mb${mb}_rca$rc" 150 "${form:-smem}" \
+      --preset "$preset" --micro-batch "$mb" --steps 10 --warmup 3 --attn-impl cudnn \
+      --recompute-mlp-act "$rc"
   done
 fi
 
 if has torchlarge; then
-  for pm in gpt2-774m:8 gpt2-1.5b:4 gpt2-1.5b:8 gpt2-1.5b:16; do
+  for pm in ${TORCH_RUNS:-gpt2-774m:8 gpt2-1.5b:4 gpt2-1.5b:16}; do
     preset=${pm%%:*} mb=${pm##*:}
     run "torch_${preset}_mb$mb" 200 python3 "$here/torch_gpt2_gpu.py" --preset "$preset" \
       --micro-batch "$mb" --mode compile --steps 10 --warmup 4
@@ -88,12 +89,20 @@ fi
 
 if has moe; then
   for mb in 8; do
-    step "moe_ours_mb$mb" 200 "${form:-regs}" --preset gpt2-124m \
+    step "moe_ours_mb$mb" 200 "${form:-smem}" --preset gpt2-124m \
       --micro-batch "$mb" --steps 20 --warmup 5 --attn-impl cudnn --moe-experts 8 --moe-top-k 2
     run "moe_torch_mb$mb" 300 python3 "$here/torch_moe_gpu.py" --micro-batch "$mb" \
       --mode compile,eager --steps 20 --warmup 5
     grep -E "^pytorch|rror" "$out/moe_torch_mb$mb.log" | tee -a "$sum"
   done
+fi
+
+if has moeprof; then
+  # Where the MoE step's time goes: bench_train_step's per-kernel table (2 profiled steps).
+  run moe_profile 200 "$bundle/bin/bench_train_step" --precision bf16 --seq-len 1024 \
+    --preset gpt2-124m --micro-batch 8 --steps 5 --warmup 2 --profile-steps 2 --attn-impl cudnn \
+    --moe-experts 8 --moe-top-k 2
+  grep -A30 -E "^label" "$out/moe_profile.log" | tee -a "$sum"
 fi
 
 if has mixtral; then

@@ -36,6 +36,9 @@ class Experts(nn.Module):
     def forward(self, xs, counts):
         # xs: [M, C] rows sorted by expert; counts: [E] rows per expert.
         if self.impl == "grouped":
+            # autocast does not cover _grouped_mm, and LayerNorm's output under autocast is fp32:
+            # the rows go in as bf16, as the expert GEMMs of the other linears run (and ours).
+            xs = xs.to(torch.bfloat16)
             offs = torch.cumsum(counts, 0).to(torch.int32)
             h = torch._grouped_mm(xs, self.w_in.to(xs.dtype), offs=offs)
             h = F.gelu(h, approximate="tanh")
