@@ -24,6 +24,7 @@
 // the dense MLP.
 #include <type_traits>
 
+#include "meshtrain/core/scratch_pool.hpp"
 #include "meshtrain/comm/self_communicator.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/timer.hpp"
@@ -220,7 +221,7 @@ void GptT<T>::moe_mlp_backward(int l, BlockActivations<T>& a, View1<const T> dfu
     const bool fp64 = cfg_.moe.router_fp64;
     moe::MoeParams<T> p{w.router, {}, w.w_in, w.w_out, w.in_stride, w.out_stride};
     moe::MoeGrads<T> gr{g.router, g.w_in, g.w_out};
-    View1<R> dweight = alloc<R>("moe.dweight", std::size_t(N) * K);
+    View1<R> dweight = pooled<R>("moe.dweight", std::size_t(N) * K);
     const double a2a0 = m.layer.a2a_seconds;
     moe::moe_experts_backward<T>(exec_, mc, p, m.layer, fp64 ? View1<const R>(m.weight)
                                                               : View1<const R>(m.router.weight),
@@ -231,7 +232,7 @@ void GptT<T>::moe_mlp_backward(int l, BlockActivations<T>& a, View1<const T> dfu
       ensure(moe_dw64_, "moe.dw64", std::size_t(C) * E);
       Kokkos::deep_copy(exec_, moe_dx64_, 0.0);
       Kokkos::deep_copy(exec_, moe_dw64_, 0.0);
-      auto dweight64 = alloc<double>("moe.dweight64", std::size_t(N) * K);
+      auto dweight64 = pooled<double>("moe.dweight64", std::size_t(N) * K);
       convert<double, R>(exec_, dweight64, dweight, std::size_t(N) * K);
       // The forward's fp64 copies of x and the router weight: recomputed, the recompute pass
       // just wrote them; otherwise a later block may have: convert again.
@@ -262,8 +263,8 @@ void GptT<T>::moe_mlp_backward(int l, BlockActivations<T>& a, View1<const T> dfu
     if (S > 0) {
       const int W = mc.activation == moe::ExpertActivation::swiglu ? 2 * S : S;
       const std::vector<std::int64_t> all{0, N};
-      auto dact = alloc<T>("moe.shared_dact", std::size_t(N) * S);
-      auto dh = alloc<T>("moe.shared_dh", std::size_t(N) * W);
+      auto dact = pooled<T>("moe.shared_dact", std::size_t(N) * S);
+      auto dh = pooled<T>("moe.shared_dh", std::size_t(N) * W);
       moe::grouped_linear_backward<T>(exec_, all, dfull, m.shared_act, w.shared_out, dact,
                                       g.shared_out, S, C);
       if (mc.activation == moe::ExpertActivation::gelu)

@@ -5,6 +5,7 @@
 //   expert-major: by local expert, then by source (each expert's rows contiguous for its GEMM).
 // A chunk is the rows of one (source s, local expert j) pair; regroup() moves whole chunks
 // between the last two orders, one team per chunk.
+#include "meshtrain/core/scratch_pool.hpp"
 #include "meshtrain/moe/moe_layer.hpp"
 
 #include "common.hpp"
@@ -31,7 +32,8 @@ std::vector<std::int64_t> exchange_chunk_counts(const ExecSpace& exec, comm::Com
   if (ep.needs_host_memory()) {
     ep.all_to_all(hs, hr);
   } else {
-    auto ds = alloc<std::int64_t>("moe::counts_send", E), dr = alloc<std::int64_t>("moe::counts_recv", E);
+    auto ds = pooled<std::int64_t>("moe::counts_send", E),
+         dr = pooled<std::int64_t>("moe::counts_recv", E);
     Kokkos::deep_copy(exec, ds, hs);
     ep.all_to_all(ds, dr);
     Kokkos::deep_copy(exec, hr, dr);
@@ -194,25 +196,25 @@ void moe_experts_backward(const ExecSpace& exec, const MoeLayerConfig& cfg, cons
   detail::check_extent(dx, std::size_t(N) * H, fn, "dx");
   detail::check_extent(dweight, std::size_t(N) * cfg.router.top_k, fn, "dweight");
   // Combine: gradients of the expert outputs (local order) and of the router weights.
-  auto dyp = alloc<T>("moe::dyp", std::size_t(M) * H);
+  auto dyp = pooled<T>("moe::dyp", std::size_t(M) * H);
   combine_backward<T>(exec, st.plan, dy, st.yp, weight, dyp, dweight, H);
 
   // To the experts along the forward path.
-  auto dyr = alloc<T>("moe::dyr", std::size_t(R) * H);
-  auto dye = alloc<T>("moe::dye", std::size_t(R) * H);
+  auto dyr = pooled<T>("moe::dyr", std::size_t(R) * H);
+  auto dye = pooled<T>("moe::dye", std::size_t(R) * H);
   { A2aTimer t(st.a2a_seconds); ep.all_to_allv(dyp, scaled(st.send_rows, H), dyr, scaled(st.recv_rows, H)); }
   regroup<T>(exec, dyr, dye, st.source_major, st.expert_major, st.chunk_count, H);
 
   // The experts, last layer first. dact and dh reuse the forward's buffers' shapes.
-  auto dact = alloc<T>("moe::dact", std::size_t(R) * I);
-  auto dh = alloc<T>("moe::dh", std::size_t(R) * W);
+  auto dact = pooled<T>("moe::dact", std::size_t(R) * I);
+  auto dh = pooled<T>("moe::dh", std::size_t(R) * W);
   grouped_linear_backward<T>(exec, st.expert_offsets, dye, st.act, p.w_out, dact, g.w_out, I, H,
                              sout);
   if (cfg.activation == ExpertActivation::gelu)
     kernels::gelu_backward<T>(exec, dh, st.h, dact, std::size_t(R) * I);
   else
     kernels::swiglu_backward<T>(exec, dh, st.h, dact, static_cast<int>(R), I);
-  auto dxe = alloc<T>("moe::dxe", std::size_t(R) * H);
+  auto dxe = pooled<T>("moe::dxe", std::size_t(R) * H);
   grouped_linear_backward<T>(exec, st.expert_offsets, dh, st.xe, p.w_in, dxe, g.w_in, H, W, sin);
 
   // Back to the tokens' ranks, then to the tokens.
@@ -229,7 +231,7 @@ void moe_backward(const ExecSpace& exec, const MoeLayerConfig& cfg, const MoePar
                   MoeLayerState<T>& st, View1<const T> x, View1<const T> dy,
                   comm::Communicator& ep, View1<T> dx, const MoeGrads<T>& g,
                   double loss_scale) {
-  auto dweight = alloc<T>("moe::dweight", std::size_t(st.plan.tokens) * cfg.router.top_k);
+  auto dweight = pooled<T>("moe::dweight", std::size_t(st.plan.tokens) * cfg.router.top_k);
   moe_experts_backward<T>(exec, cfg, p, st, st.router.weight, dy, ep, dx, dweight, g);
   router_backward<T>(exec, cfg.router, st.router, dweight, x, p.router, dx, g.router, cfg.hidden,
                      loss_scale);

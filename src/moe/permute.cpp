@@ -1,5 +1,6 @@
 // Dispatch and combine kernels (permute.hpp). Rows are found by a per-expert team scan over the
 // choices in (token, choice) order, which is what makes the order deterministic.
+#include "meshtrain/core/scratch_pool.hpp"
 #include "meshtrain/moe/permute.hpp"
 
 #include "common.hpp"
@@ -23,7 +24,7 @@ void plan_dispatch(const ExecSpace& exec, View1<const int> expert, int N, int k,
   plan.top_k = k;
   plan.experts = E;
   detail::ensure(plan.position, "moe::dispatch_position", std::size_t(A));
-  View1<std::int64_t> counts = alloc<std::int64_t>("moe::dispatch_counts", std::size_t(E));
+  View1<std::int64_t> counts = pooled<std::int64_t>("moe::dispatch_counts", std::size_t(E));
   Kokkos::parallel_for(
       "meshtrain::moe::dispatch_count", Team(exec, E, Kokkos::AUTO),
       KOKKOS_LAMBDA(const Member& team) {
@@ -42,7 +43,7 @@ void plan_dispatch(const ExecSpace& exec, View1<const int> expert, int N, int k,
   for (int e = 0; e < E; ++e) plan.offsets[e + 1] = plan.offsets[e] + plan.counts[e];
   plan.rows = plan.offsets[E];
   detail::ensure(plan.choice_of_row, "moe::dispatch_choice_of_row", std::size_t(plan.rows));
-  View1<std::int64_t> offsets = alloc<std::int64_t>("moe::dispatch_offsets", std::size_t(E));
+  View1<std::int64_t> offsets = pooled<std::int64_t>("moe::dispatch_offsets", std::size_t(E));
   Kokkos::deep_copy(exec, offsets,
                     HostView1<const std::int64_t>(plan.offsets.data(), std::size_t(E)));
   auto position = plan.position;

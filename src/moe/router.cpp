@@ -1,5 +1,6 @@
 // Router forward: logits GEMM, one thread per token for scores, top-k and weights, one team per
 // expert for the group sums, then the capacity drop. See router.hpp for the formulas.
+#include "meshtrain/core/scratch_pool.hpp"
 #include "meshtrain/moe/router.hpp"
 
 #include <cmath>
@@ -36,7 +37,7 @@ void all_reduce_host_doubles(const ExecSpace& exec, comm::Communicator& group,
     group.all_reduce(h);
     return;
   }
-  auto d = alloc<double>("moe::group_sums", h.extent(0));
+  auto d = pooled<double>("moe::group_sums", h.extent(0));
   Kokkos::deep_copy(exec, d, h);
   group.all_reduce(d);
   Kokkos::deep_copy(exec, h, d);
@@ -160,7 +161,7 @@ Index drop_over_capacity(const ExecSpace& exec, const RouterConfig& cfg, RouterS
   auto expert = st.expert;
   auto chosen = st.chosen_score;
   auto weight = st.weight;
-  View1<int> keep = alloc<int>("moe::router_keep", A);
+  View1<int> keep = pooled<int>("moe::router_keep", A);
   Kokkos::parallel_for(
       "meshtrain::moe::router_capacity", Range(exec, 0, A), KOKKOS_LAMBDA(Index a) {
         const int e = expert(a);
@@ -209,10 +210,10 @@ void router_forward(const ExecSpace& exec, const RouterConfig& cfg, View1<const 
   if (N > 0)
     kernels::gemm<T>(exec, kernels::Trans::N, kernels::Trans::N, N, E, H, 1.0f, x.data(), H,
                      w_router.data(), E, 0.0f, st.logits.data(), E);
-  View1<T> lse = alloc<T>("moe::router_lse", std::size_t(N));
+  View1<T> lse = pooled<T>("moe::router_lse", std::size_t(N));
   route_tokens<T>(exec, cfg, expert_bias, st, lse);
 
-  View1<double> sums = alloc<double>("moe::router_sums", 2 * std::size_t(E) + 3);
+  View1<double> sums = pooled<double>("moe::router_sums", 2 * std::size_t(E) + 3);
   local_sums<T>(exec, cfg, st, lse, sums);
   Kokkos::deep_copy(exec, st.expert, st.choice);
   const double dropped = cfg.capacity_factor > 0 ? double(drop_over_capacity<T>(exec, cfg, st)) : 0;
