@@ -74,7 +74,7 @@ class MoE(nn.Module):
         order = torch.argsort(top_e.view(-1), stable=True)   # rows grouped by expert
         token = order // self.k
         ys = self.experts(xt[token], counts)
-        y = torch.zeros_like(xt).index_add_(0, token, ys * w.view(-1)[order, None].to(ys.dtype))
+        y = torch.zeros_like(xt).index_add_(0, token, (ys * w.view(-1)[order, None].to(ys.dtype)).to(xt.dtype))
         return y.view(B, T, C), aux
 
 
