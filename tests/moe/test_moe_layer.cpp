@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "kernels/kernel_test_util.hpp"
+#include "moe_test_util.hpp"
 #include "meshtrain/comm/factory.hpp"
 #include "meshtrain/comm/self_communicator.hpp"
 #include "meshtrain/mesh/mpi_comm.hpp"
@@ -16,18 +17,6 @@ using namespace meshtrain;
 using namespace meshtrain::moe;
 
 namespace {
-
-// Sum a host vector over `c` (NCCL reduces device memory only: staged through the device).
-inline void all_reduce_host(comm::Communicator& c, HostView1<double> h) {
-  if (c.needs_host_memory()) {
-    c.all_reduce(h);
-    return;
-  }
-  auto d = alloc<double>("test.sum", h.extent(0));
-  Kokkos::deep_copy(d, h);
-  c.all_reduce(d);
-  Kokkos::deep_copy(h, d);
-}
 
 struct Weights {
   std::vector<double> router, bias, w_in, w_out;  // all E experts
@@ -176,7 +165,7 @@ TEST_CASE("MoE layer: ep = 2 and 4 equal ep = 1 on the same tokens", "[moe][laye
       // The router is replicated: its gradients over the ranks' tokens add up to ep = 1's.
       HostView1<double> sum("sum", mine.d_router.size());
       for (std::size_t i = 0; i < sum.extent(0); ++i) sum(i) = mine.d_router[i];
-      all_reduce_host(*ep, sum);
+      mt_test::all_reduce_host(*ep, sum);
       for (std::size_t i = 0; i < sum.extent(0); ++i) ok = ok && close(sum(i), one.d_router[i]);
       REQUIRE(mt_test::all_ranks(ok));
     }

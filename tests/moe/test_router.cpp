@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "kernels/kernel_test_util.hpp"
+#include "moe_test_util.hpp"
 #include "meshtrain/comm/factory.hpp"
 #include "meshtrain/comm/self_communicator.hpp"
 #include "meshtrain/mesh/mpi_comm.hpp"
@@ -15,18 +16,6 @@ using namespace meshtrain;
 using namespace meshtrain::moe;
 
 namespace {
-
-// Sum a host vector over `c` (NCCL reduces device memory only: staged through the device).
-inline void all_reduce_host(comm::Communicator& c, HostView1<double> h) {
-  if (c.needs_host_memory()) {
-    c.all_reduce(h);
-    return;
-  }
-  auto d = alloc<double>("test.sum", h.extent(0));
-  Kokkos::deep_copy(d, h);
-  c.all_reduce(d);
-  Kokkos::deep_copy(h, d);
-}
 
 // Everything the router computes, in plain double loops (independent of the kernels).
 struct Reference {
@@ -235,7 +224,7 @@ TEST_CASE("router: losses and gradients do not depend on how the tokens are spli
     // The router weight is replicated: its gradient is the sum over the ranks' tokens.
     Kokkos::View<double*, Kokkos::HostSpace> sum("sum", dwn.size());
     for (std::size_t i = 0; i < dwn.size(); ++i) sum(i) = dwn[i];
-    all_reduce_host(*group, sum);
+    mt_test::all_reduce_host(*group, sum);
     bool ok = true;
     for (std::size_t i = 0; i < dw1.size(); ++i) ok = ok && std::fabs(sum(i) - dw1[i]) <= 1e-13;
     for (std::size_t i = 0; i < dxn.size(); ++i)
