@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # This round's GPU figures (issues 18 and 20), each part with its own timeout, one log per run
 # and summary.txt in OUT:
-#   perf/gpu_round3.sh BUNDLE OUT [ce,step,large,torchlarge,moe,tests]
+#   perf/gpu_round3.sh BUNDLE OUT [ce,step,large,torchlarge,moe,moeprof,llamaprof,mixtral,tests]
 # ce:         bench_kernels_cuda's cross-entropy rows with the register form (default) and the
 #             shared-memory form (MESHTRAIN_CE_KERNEL=smem), and test_kernels_cross_entropy with
 #             the latter;
@@ -13,6 +13,7 @@
 # moe:        GPT-2-124M-sized MoE (8 GELU experts of 4C, top-2, every block) bf16 seq 1024 mb 8:
 #             ours against perf/torch_moe_gpu.py (compile with torch._grouped_mm, and eager);
 # moeprof:    the MoE step's per-kernel profile;
+# llamaprof:  the Llama step's per-kernel profile (LLAMA_PROF="preset:mb ...");
 # mixtral:    tests/reference/hf_mixtral_crosscheck.py with BUNDLE's meshtrain;
 # tests:      every test_* in BUNDLE/bin.
 # CE_FORM=regs runs the large / moe parts with the register cross-entropy (default smem).
@@ -103,6 +104,18 @@ if has moeprof; then
     --preset gpt2-124m --micro-batch 8 --steps 5 --warmup 2 --profile-steps 2 --attn-impl cudnn \
     --moe-experts 8 --moe-top-k 2
   grep -A30 -E "^label" "$out/moe_profile.log" | tee -a "$sum"
+fi
+
+if has llamaprof; then
+  # Where the Llama step's time goes (issue 19): llama-150m mb 16 and llama3.2-1b mb 4, seq 2048.
+  for cfg in ${LLAMA_PROF:-llama-150m:16 llama3.2-1b:4}; do
+    preset=${cfg%%:*} mb=${cfg##*:}
+    run "llama_profile_${preset}_mb$mb" 200 "$bundle/bin/bench_train_step" --precision bf16 \
+      --seq-len 2048 --preset "$preset" --micro-batch "$mb" --steps 5 --warmup 2 --profile-steps 2 \
+      --attn-impl cudnn
+    grep -E "^peak|^step_ms|^tokens/s|^mfu" "$out/llama_profile_${preset}_mb$mb.log" | tee -a "$sum"
+    grep -A30 -E "^label" "$out/llama_profile_${preset}_mb$mb.log" | tee -a "$sum"
+  done
 fi
 
 if has mixtral; then

@@ -26,6 +26,7 @@ using detail::Team;
 // The counts go first, so that the token exchange can size its buffers.
 std::vector<std::int64_t> exchange_chunk_counts(const ExecSpace& exec, comm::Communicator& ep,
                                                 const std::vector<std::int64_t>& counts) {
+  if (ep.size() == 1) return counts;  // mine are all there is
   const std::size_t E = counts.size();
   HostView1<std::int64_t> hs("meshtrain::moe::counts_send", E), hr("meshtrain::moe::counts_recv", E);
   for (std::size_t e = 0; e < E; ++e) hs(e) = counts[e];
@@ -153,17 +154,24 @@ void moe_experts_forward(const ExecSpace& exec, const MoeLayerConfig& cfg, const
     }
     st.expert_offsets[j + 1] = at;
   }
-  detail::ensure(st.source_major, "moe::source_major", std::size_t(C));
-  detail::ensure(st.expert_major, "moe::expert_major", std::size_t(C));
-  detail::ensure(st.chunk_count, "moe::chunk_count", std::size_t(C));
-  Kokkos::deep_copy(exec, st.source_major, hs);
-  Kokkos::deep_copy(exec, st.expert_major, he);
-  Kokkos::deep_copy(exec, st.chunk_count, hc);
-
-  detail::ensure(st.xr, "moe::xr", std::size_t(R) * H);
-  detail::ensure(st.xe, "moe::xe", std::size_t(R) * H);
-  { A2aTimer t(st.a2a_seconds); ep.all_to_allv(st.xp, scaled(st.send_rows, H), st.xr, scaled(st.recv_rows, H)); }
-  regroup<T>(exec, st.xr, st.xe, st.source_major, st.expert_major, st.chunk_count, H);
+  // One ep rank: the local order is already by expert, and the exchanges would be copies.
+  const bool alone = P == 1;
+  if (!alone) {
+    detail::ensure(st.source_major, "moe::source_major", std::size_t(C));
+    detail::ensure(st.expert_major, "moe::expert_major", std::size_t(C));
+    detail::ensure(st.chunk_count, "moe::chunk_count", std::size_t(C));
+    Kokkos::deep_copy(exec, st.source_major, hs);
+    Kokkos::deep_copy(exec, st.expert_major, he);
+    Kokkos::deep_copy(exec, st.chunk_count, hc);
+  }
+  if (alone) {
+    st.xr = st.xe = st.xp;
+  } else {
+    detail::ensure(st.xr, "moe::xr", std::size_t(R) * H);
+    detail::ensure(st.xe, "moe::xe", std::size_t(R) * H);
+    { A2aTimer t(st.a2a_seconds); ep.all_to_allv(st.xp, scaled(st.send_rows, H), st.xr, scaled(st.recv_rows, H)); }
+    regroup<T>(exec, st.xr, st.xe, st.source_major, st.expert_major, st.chunk_count, H);
+  }
 
   // The experts: h = xe @ w_in, act = gelu(h) or swiglu(h), ye = act @ w_out.
   detail::ensure(st.h, "moe::expert_pre_act", std::size_t(R) * W);
@@ -177,12 +185,16 @@ void moe_experts_forward(const ExecSpace& exec, const MoeLayerConfig& cfg, const
   grouped_linear_forward<T>(exec, st.expert_offsets, st.act, p.w_out, st.ye, I, H, sout);
 
   // Back to the sources, and combined with the router weights.
-  detail::ensure(st.yr, "moe::yr", std::size_t(R) * H);
-  detail::ensure(st.yp, "moe::yp", std::size_t(M) * H);
-  regroup<T>(exec, st.ye, st.yr, st.expert_major, st.source_major, st.chunk_count, H);
-  { A2aTimer t(st.a2a_seconds); ep.all_to_allv(st.yr, scaled(st.recv_rows, H), st.yp, scaled(st.send_rows, H)); }
+  if (alone) {
+    st.yr = st.yp = st.ye;
+  } else {
+    detail::ensure(st.yr, "moe::yr", std::size_t(R) * H);
+    detail::ensure(st.yp, "moe::yp", std::size_t(M) * H);
+    regroup<T>(exec, st.ye, st.yr, st.expert_major, st.source_major, st.chunk_count, H);
+    { A2aTimer t(st.a2a_seconds); ep.all_to_allv(st.yr, scaled(st.recv_rows, H), st.yp, scaled(st.send_rows, H)); }
+  }
   combine_forward<T>(exec, st.plan, st.yp, weight, y, H);
-  exec.fence();  // the host copies of the chunk tables are freed on return
+  if (!alone) exec.fence();  // the host copies of the chunk tables are freed on return
 }
 
 template <class T>
@@ -213,10 +225,15 @@ void moe_experts_backward(const ExecSpace& exec, const MoeLayerConfig& cfg, cons
   combine_backward<T>(exec, st.plan, dy, st.yp, weight, dyp, dweight, H);
 
   // To the experts along the forward path.
-  auto dyr = pooled<T>("moe::dyr", std::size_t(R) * H);
-  auto dye = pooled<T>("moe::dye", std::size_t(R) * H);
-  { A2aTimer t(st.a2a_seconds); ep.all_to_allv(dyp, scaled(st.send_rows, H), dyr, scaled(st.recv_rows, H)); }
-  regroup<T>(exec, dyr, dye, st.source_major, st.expert_major, st.chunk_count, H);
+  // One ep rank: no exchange and no regroup (as in the forward pass).
+  const bool alone = ep.size() == 1;
+  View1<T> dyr = dyp, dye = dyp;
+  if (!alone) {
+    dyr = pooled<T>("moe::dyr", std::size_t(R) * H);
+    dye = pooled<T>("moe::dye", std::size_t(R) * H);
+    { A2aTimer t(st.a2a_seconds); ep.all_to_allv(dyp, scaled(st.send_rows, H), dyr, scaled(st.recv_rows, H)); }
+    regroup<T>(exec, dyr, dye, st.source_major, st.expert_major, st.chunk_count, H);
+  }
 
   // The experts, last layer first. dact and dh reuse the forward's buffers' shapes.
   auto dact = pooled<T>("moe::dact", std::size_t(R) * I);
@@ -231,10 +248,13 @@ void moe_experts_backward(const ExecSpace& exec, const MoeLayerConfig& cfg, cons
   grouped_linear_backward<T>(exec, st.expert_offsets, dh, st.xe, p.w_in, dxe, g.w_in, H, W, sin);
 
   // Back to the tokens' ranks, then to the tokens.
-  auto dxr = dyr;  // same shape, no longer needed
-  regroup<T>(exec, dxe, dxr, st.expert_major, st.source_major, st.chunk_count, H);
-  auto dxp = dyp;  // same shape, no longer needed
-  { A2aTimer t(st.a2a_seconds); ep.all_to_allv(dxr, scaled(st.recv_rows, H), dxp, scaled(st.send_rows, H)); }
+  View1<T> dxp = dxe;
+  if (!alone) {
+    auto dxr = dyr;  // same shape, no longer needed
+    regroup<T>(exec, dxe, dxr, st.expert_major, st.source_major, st.chunk_count, H);
+    dxp = dyp;  // same shape, no longer needed
+    { A2aTimer t(st.a2a_seconds); ep.all_to_allv(dxr, scaled(st.recv_rows, H), dxp, scaled(st.send_rows, H)); }
+  }
   dispatch_backward<T>(exec, st.plan, dxp, dx, H);
   exec.fence();  // the scratch buffers are freed on return
 }

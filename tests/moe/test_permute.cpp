@@ -117,4 +117,8 @@ TEST_CASE("dispatch and combine: order, counts, round trip and gradients", "[moe
   }
   check_case(0, 2, 4, 3, -1, false, false);  // no tokens at all
   check_case(1, 1, 1, 2, -1, false, false);  // one expert
+  // More choices than one scan segment (256): rows found across segment boundaries, the last
+  // segment partial, with drops and an expert nobody chose.
+  check_case(300, 2, 6, 2, /*unused=*/4, false, /*drop=*/true);
+  check_case(257, 3, 5, 2, -1, /*all0=*/true, false);
 }
