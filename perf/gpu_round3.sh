@@ -93,7 +93,7 @@ if has moe; then
     step "moe_ours_mb$mb" 200 "${form:-smem}" --preset gpt2-124m \
       --micro-batch "$mb" --steps 20 --warmup 5 --attn-impl cudnn --moe-experts 8 --moe-top-k 2
     run "moe_torch_mb$mb" 300 python3 "$here/torch_moe_gpu.py" --micro-batch "$mb" \
-      --mode compile,eager --steps 20 --warmup 5
+      --mode ${MOE_TORCH_MODES:-compile,eager} --steps 20 --warmup 5
     grep -E "^pytorch|rror" "$out/moe_torch_mb$mb.log" | tee -a "$sum"
   done
 fi
