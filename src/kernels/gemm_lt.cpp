@@ -33,6 +33,7 @@
 #include <tuple>
 
 #include "gemm_lt.hpp"
+#include "meshtrain/kernels/gemm_varying.hpp"
 #include "meshtrain/kernels/workspace.hpp"
 
 namespace meshtrain::kernels::detail {
@@ -86,6 +87,7 @@ struct LtState {
   Kokkos::View<unsigned char*, MemSpace> workspace, bias_scratch;
   void* workspace_aligned = nullptr;  // cuBLASLt wants its workspace 256-byte aligned
   std::map<PlanKey, Plan> plans;
+  std::map<PlanKey, Plan> bucket_plans;  // lt_matmul_bucketed's: op and algo only, no layouts
 };
 
 constexpr std::size_t kAlign = 256;
@@ -117,6 +119,8 @@ void ensure_started(LtState& s) {
       std::lock_guard<std::mutex> lock(st.mutex);
       for (auto& kv : st.plans) destroy(kv.second);
       st.plans.clear();
+      for (auto& kv : st.bucket_plans) destroy(kv.second);
+      st.bucket_plans.clear();
       st.workspace = {};
       st.workspace_aligned = nullptr;
       st.bias_scratch = {};
@@ -325,6 +329,102 @@ bool lt_matmul(const Kokkos::Cuda& exec, const LtCall& call) {
                  "(%s); this shape runs as GEMM + epilogue kernel\n",
                  c.ta == Trans::N ? "N" : "T", c.tb == Trans::N ? "N" : "T", c.M, c.N, c.K,
                  int(lt_epilogue(c.epilogue)), cublasGetStatusString(rc));
+    destroy(p);
+    return false;
+  }
+  return true;
+}
+
+namespace {
+
+// The plan of one bucket: the descriptor and the heuristic's algorithm for the bucket's upper
+// end (layouts of that size only while asking). The alignment preferences are the call's.
+Plan make_bucket_plan(cublasLtHandle_t handle, const LtCall& c) {
+  Plan p;
+  MESHTRAIN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  set_desc(p.op, CUBLASLT_MATMUL_DESC_TRANSA, lt_op(c.tb));
+  set_desc(p.op, CUBLASLT_MATMUL_DESC_TRANSB, lt_op(c.ta));
+  const bool bn = c.tb == Trans::N, an = c.ta == Trans::N;
+  cublasLtMatrixLayoutOpaque_t la, lb, lc;
+  MESHTRAIN_CUBLAS_CHECK(
+      cublasLtMatrixLayoutInit(&la, c.type, bn ? c.N : c.K, bn ? c.K : c.N, c.ldb));
+  MESHTRAIN_CUBLAS_CHECK(
+      cublasLtMatrixLayoutInit(&lb, c.type, an ? c.K : c.M, an ? c.M : c.K, c.lda));
+  MESHTRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&lc, c.type, c.N, c.M, c.ldc));
+  cublasLtMatmulPreference_t pref = nullptr;
+  MESHTRAIN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  set_pref(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, kWorkspaceBytes);
+  const auto bytes = [](const void* q) { return std::uint32_t(1) << align_log2(q); };
+  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, bytes(c.B));
+  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, bytes(c.A));
+  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, bytes(c.C));
+  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, bytes(c.D));
+  cublasLtMatmulHeuristicResult_t result = {};
+  int found = 0;
+  const cublasStatus_t rc =
+      cublasLtMatmulAlgoGetHeuristic(handle, p.op, &la, &lb, &lc, &lc, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (rc != CUBLAS_STATUS_SUCCESS || found == 0) {
+    destroy(p);
+    return p;
+  }
+  p.algo = result.algo;
+  p.ok = true;
+  return p;
+}
+
+}  // namespace
+
+bool lt_matmul_bucketed(const Kokkos::Cuda& exec, const LtCall& call, bool vary_m) {
+  LtCall c = call;
+  if (c.epilogue != LtEpilogue::none) return false;  // not offered: gemm_varying has none
+  if (c.beta == 0.0f) {
+    c.C = c.D;
+    c.ldc = c.ldd;
+  }
+  if (c.ldc != c.ldd || c.C != c.D) return false;  // gemm's contract: C is D
+  if (!lt_allowed(c)) return false;
+  // The bucket's representative shape: its upper end. A leading dimension that must cover the
+  // varying size (a stored row as wide as it) grows with it there, by a multiple of 256
+  // elements, which keeps its alignment. (The experts' GEMMs have none: their lds are fixed.)
+  LtCall rep = c;
+  const int v = vary_m ? c.M : c.K, bucket = gemm_size_bucket(v);
+  (vary_m ? rep.M : rep.K) = bucket;
+  const int grow = (bucket - v + 255) / 256 * 256;
+  if (vary_m ? c.ta == Trans::T : c.ta == Trans::N) rep.lda += grow;
+  if (!vary_m && c.tb == Trans::T) rep.ldb += grow;
+  // The epilogue slot (always none here) tells M-bucketed plans from K-bucketed ones.
+  const PlanKey key{int(c.type), int(c.ta), int(c.tb), rep.M, rep.N, rep.K, c.lda, c.ldb,
+                    c.ldc, c.ldd, vary_m ? 1 : 2, c.beta != 0.0f, 0,
+                    align_log2(c.A) | align_log2(c.B) << 4 | align_log2(c.C) << 8 |
+                        align_log2(c.D) << 12};
+  LtState& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  ensure_started(s);
+  auto it = s.bucket_plans.find(key);
+  if (it == s.bucket_plans.end())
+    it = s.bucket_plans.emplace(key, make_bucket_plan(s.handle, rep)).first;
+  Plan& p = it->second;
+  if (!p.ok) return false;
+  // The call's exact shape, in opaque layouts on the stack: no allocation per call.
+  const bool bn = c.tb == Trans::N, an = c.ta == Trans::N;
+  cublasLtMatrixLayoutOpaque_t la, lb, lc;
+  MESHTRAIN_CUBLAS_CHECK(
+      cublasLtMatrixLayoutInit(&la, c.type, bn ? c.N : c.K, bn ? c.K : c.N, c.ldb));
+  MESHTRAIN_CUBLAS_CHECK(
+      cublasLtMatrixLayoutInit(&lb, c.type, an ? c.K : c.M, an ? c.M : c.K, c.lda));
+  MESHTRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&lc, c.type, c.N, c.M, c.ldc));
+  const cublasStatus_t rc =
+      cublasLtMatmul(s.handle, p.op, &c.alpha, c.B, &la, c.A, &lb, &c.beta, c.C, &lc, c.D, &lc,
+                     &p.algo, s.workspace_aligned, kWorkspaceBytes, exec.cuda_stream());
+  if (rc != CUBLAS_STATUS_SUCCESS) {
+    // Nothing was launched. The bucket's algorithm does not fit this size: the whole bucket
+    // goes to the fallback from now on (said once, on stderr).
+    std::fprintf(stderr,
+                 "meshtrain: cublasLtMatmul refused row-major %s%s M=%d N=%d K=%d with the "
+                 "algorithm of its size bucket (%s); this bucket runs through cublasGemmEx\n",
+                 c.ta == Trans::N ? "N" : "T", c.tb == Trans::N ? "N" : "T", c.M, c.N, c.K,
+                 cublasGetStatusString(rc));
     destroy(p);
     return false;
   }

@@ -40,6 +40,12 @@ struct LtCall {
 // exclude it): the caller then runs its fallback. Host-side only, no synchronisation.
 bool lt_matmul(const Kokkos::Cuda& exec, const LtCall& call);
 
+// lt_matmul for gemm_varying (kernels/gemm_varying.hpp): no epilogue; M (vary_m) or K changes
+// between calls. One plan per size bucket of that dimension (the heuristic's first answer for
+// the bucket's upper end, not timed: a timing run at that size would read past the operands),
+// run at the call's exact shape. Returns false, enqueueing nothing, where cuBLASLt refuses.
+bool lt_matmul_bucketed(const Kokkos::Cuda& exec, const LtCall& call, bool vary_m);
+
 // A device buffer of at least `bytes` kept for the run (grown, never shrunk): the bias-gradient
 // epilogue overwrites its output, so gemm_dbias points it here and adds the result into dbias.
 // Uses are ordered by the one execution-space instance's stream, as for persistent_buffer.

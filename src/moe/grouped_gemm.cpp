@@ -1,8 +1,10 @@
-// A loop of GEMMs over the experts (grouped_gemm.hpp).
+// A loop of GEMMs over the experts (grouped_gemm.hpp). Each is a kernels::gemm_varying: the
+// rows per expert change every step, and on CUDA a new shape through plain cuBLAS costs more host
+// time than the GEMM itself (gemm_varying.hpp has the figures).
 #include "meshtrain/moe/grouped_gemm.hpp"
 
 #include "common.hpp"
-#include "meshtrain/kernels/gemm.hpp"
+#include "meshtrain/kernels/gemm_varying.hpp"
 
 namespace meshtrain::moe {
 
@@ -42,12 +44,13 @@ void grouped_linear_forward(const ExecSpace& exec, const std::vector<std::int64_
   detail::check_extent(w, stacked(E, stride, each), fn, "w");
   detail::check_extent(y, std::size_t(M) * Nout, fn, "y");
   using kernels::Trans;
+  using kernels::VaryingDim;
   for (int e = 0; e < E; ++e) {
     const int n = rows(offsets[e + 1] - offsets[e], fn);
     if (n == 0) continue;
-    kernels::gemm<T>(exec, Trans::N, Trans::N, n, Nout, K, 1.0f, x.data() + offsets[e] * K, K,
-                     w.data() + std::size_t(e) * stride, Nout, 0.0f,
-                     y.data() + offsets[e] * Nout, Nout);
+    kernels::gemm_varying<T>(exec, VaryingDim::M, Trans::N, Trans::N, n, Nout, K, 1.0f,
+                             x.data() + offsets[e] * K, K, w.data() + std::size_t(e) * stride,
+                             Nout, 0.0f, y.data() + offsets[e] * Nout, Nout);
   }
 }
 
@@ -67,16 +70,18 @@ void grouped_linear_backward(const ExecSpace& exec, const std::vector<std::int64
   const bool want_dx = dx.extent(0) > 0;
   if (want_dx) detail::check_extent(dx, std::size_t(M) * K, fn, "dx");
   using kernels::Trans;
+  using kernels::VaryingDim;
   for (int e = 0; e < E; ++e) {
     const int n = rows(offsets[e + 1] - offsets[e], fn);
     if (n == 0) continue;
     const T* dy_e = dy.data() + offsets[e] * Nout;
     const T* w_e = w.data() + std::size_t(e) * stride;
     if (want_dx)
-      kernels::gemm<T>(exec, Trans::N, Trans::T, n, K, Nout, 1.0f, dy_e, Nout, w_e, Nout, 0.0f,
-                       dx.data() + offsets[e] * K, K);
-    kernels::gemm<T>(exec, Trans::T, Trans::N, K, Nout, n, 1.0f, x.data() + offsets[e] * K, K,
-                     dy_e, Nout, 1.0f, dw.data() + std::size_t(e) * stride, Nout);
+      kernels::gemm_varying<T>(exec, VaryingDim::M, Trans::N, Trans::T, n, K, Nout, 1.0f, dy_e,
+                               Nout, w_e, Nout, 0.0f, dx.data() + offsets[e] * K, K);
+    kernels::gemm_varying<T>(exec, VaryingDim::K, Trans::T, Trans::N, K, Nout, n, 1.0f,
+                             x.data() + offsets[e] * K, K, dy_e, Nout, 1.0f,
+                             dw.data() + std::size_t(e) * stride, Nout);
   }
 }
 

@@ -3,6 +3,7 @@
 #include "kernel_test_util.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/kernels/gemm.hpp"
+#include "meshtrain/kernels/gemm_varying.hpp"
 #include "meshtrain/kernels/linear.hpp"
 
 using namespace meshtrain;
@@ -21,8 +22,11 @@ double op_at(const std::vector<double>& X, Trans t, int ld, int r, int c) {
   return t == Trans::N ? X[std::size_t(r) * ld + c] : X[std::size_t(c) * ld + r];
 }
 
+// Which entry point check_gemm_case calls.
+enum class Path { gemm, reference, varying_m, varying_k };
+
 template <class T>
-void check_gemm_case(const GemmCase& g, bool reference) {
+void check_gemm_case(const GemmCase& g, Path path) {
   const int a_rows = g.ta == Trans::N ? g.M : g.K, a_cols = g.ta == Trans::N ? g.K : g.M;
   const int b_rows = g.tb == Trans::N ? g.K : g.N, b_cols = g.tb == Trans::N ? g.N : g.K;
   // Leading dimensions wider than the rows: the padding must be neither read nor written.
@@ -60,16 +64,21 @@ void check_gemm_case(const GemmCase& g, bool reference) {
   auto dB = kt::to_device(kt::cast_vector<T>(B));
   auto dC = kt::to_device(kt::cast_vector<T>(C0));
   ExecSpace exec;
-  if (reference)
+  if (path == Path::reference)
     gemm_reference<T>(exec, g.ta, g.tb, g.M, g.N, g.K, g.alpha, dA.data(), lda, dB.data(), ldb,
                       g.beta, dC.data(), ldc);
-  else
+  else if (path == Path::gemm)
     gemm<T>(exec, g.ta, g.tb, g.M, g.N, g.K, g.alpha, dA.data(), lda, dB.data(), ldb, g.beta,
             dC.data(), ldc);
+  else
+    gemm_varying<T>(exec, path == Path::varying_m ? VaryingDim::M : VaryingDim::K, g.ta, g.tb,
+                    g.M, g.N, g.K, g.alpha, dA.data(), lda, dB.data(), ldb, g.beta, dC.data(),
+                    ldc);
   const auto got = kt::to_host(dC);
+  const bool reference = path == Path::reference;
   // Error bound of a K-term dot product: ~K u sum|a b|. u = 6e-8 (float) and K <= 40 give
-  // ~2.4e-6 relative to the magnitude sum; 1e-5 leaves margin. double: 1e-13.
-  const double rel = std::is_same_v<T, float> ? 1e-5 : 1e-13;
+  // ~2.4e-6 relative to the magnitude sum; 1e-5 leaves margin (2 K u beyond). double: 1e-13.
+  const double rel = std::is_same_v<T, float> ? std::max(1e-5, 2.0 * g.K * 6e-8) : 1e-13;
   for (std::size_t i = 0; i < got.size(); ++i) {
     if (std::fabs(double(got[i]) - want[i]) <= rel * tol[i] + 1e-30) continue;
     INFO("ta=" << (g.ta == Trans::N ? "N" : "T") << " tb=" << (g.tb == Trans::N ? "N" : "T")
@@ -91,11 +100,51 @@ TEST_CASE("gemm and gemm_reference match a double host product", "[kernels][gemm
       for (const auto& s : shapes)
         for (const auto& c : ab) {
           const GemmCase g{ta, tb, s[0], s[1], s[2], c[0], c[1]};
-          check_gemm_case<float>(g, false);
-          check_gemm_case<float>(g, true);
-          check_gemm_case<double>(g, false);
-          check_gemm_case<double>(g, true);
+          check_gemm_case<float>(g, Path::gemm);
+          check_gemm_case<float>(g, Path::reference);
+          check_gemm_case<double>(g, Path::gemm);
+          check_gemm_case<double>(g, Path::reference);
         }
+}
+
+TEST_CASE("gemm_size_bucket: 64, then four buckets per octave", "[kernels][gemm]") {
+  const int cases[][2] = {{0, 64},       {1, 64},       {64, 64},      {65, 80},
+                          {100, 112},    {128, 128},    {129, 160},    {2048, 2048},
+                          {2049, 2560},  {3299, 3584},  {3585, 4096},  {16384, 16384}};
+  for (const auto& c : cases) {
+    INFO("size " << c[0]);
+    CHECK(gemm_size_bucket(c[0]) == c[1]);
+  }
+  for (int v = 1; v <= 5000; ++v) {
+    const int b = gemm_size_bucket(v);
+    REQUIRE(b >= v);
+    REQUIRE(b <= std::max(64, v + v / 4));  // a bucket's end is within 25 % of its sizes
+  }
+}
+
+// The MoE experts' GEMM (moe/grouped_gemm.cpp): the same products at sizes that share a bucket
+// and sizes that do not, so that on CUDA a bucket's algorithm runs at sizes below its end.
+TEST_CASE("gemm_varying matches a double host product across size buckets", "[kernels][gemm]") {
+  const auto before = gemm_varying_counts();
+  int calls = 0;
+  const Trans ops[] = {Trans::N, Trans::T};
+  for (Trans ta : ops)
+    for (Trans tb : ops)
+      for (int v : {1, 2, 3, 63, 65, 77, 80, 300, 513}) {
+        // The rows vary (forward, input gradient) or the reduction does (weight gradient).
+        check_gemm_case<float>(GemmCase{ta, tb, v, 24, 16, 1.0f, 0.0f}, Path::varying_m);
+        check_gemm_case<float>(GemmCase{ta, tb, 32, 24, v, 1.0f, 1.0f}, Path::varying_k);
+        check_gemm_case<double>(GemmCase{ta, tb, v, 8, 16, 0.7f, -1.3f}, Path::varying_m);
+        calls += 3;
+      }
+  const auto after = gemm_varying_counts();
+  CHECK(after.bucketed + after.plain - before.bucketed - before.plain == std::uint64_t(calls));
+#if defined(KOKKOS_ENABLE_CUDA)
+  // On CUDA the float calls with every dimension >= 2 take a bucket's cuBLASLt algorithm.
+  CHECK(after.bucketed - before.bucketed >= 4 * 8 * 2);
+#else
+  CHECK(after.bucketed == before.bucketed);
+#endif
 }
 
 TEST_CASE("gemm checks its extents", "[kernels][gemm]") {

@@ -1,11 +1,13 @@
 #pragma once
 // Grouped expert GEMM (issue 20): the rows of expert e are rows [offsets[e], offsets[e+1]) of
 // the input, and each expert has its own weight [K, Nout] in the project's linear layout
-// (out = inp @ weight, kernels/linear.hpp), stacked as [E, K, Nout]. One kernels::gemm per
-// expert with rows: CBLAS on the host, cuBLAS on CUDA (the per-expert launches are what a
-// cuBLAS grouped GEMM would fold into one, docs/moe.md). An expert with no rows costs nothing
-// (and its weight gradient is left as it was). 16-bit T accumulates in fp32 (kernels::gemm), as
-// the dense model's linears do.
+// (out = inp @ weight, kernels/linear.hpp), stacked as [E, K, Nout]. One GEMM per expert with
+// rows (kernels::gemm_varying): CBLAS on the host; on CUDA cuBLASLt with one algorithm per size
+// bucket of the row count. cuBLAS's grouped GEMM (cublasGemmGroupedBatchedEx, one call for all
+// experts) measured 1.5-2.2x slower than this loop on an H200 for the 124M MoE's shapes
+// (perf/bench_expert_gemm_cublas.cu, docs/moe.md), hence the loop. An expert with no rows costs
+// nothing (and its weight gradient is left as it was). 16-bit T accumulates in fp32, as the
+// dense model's linears do.
 #include <cstdint>
 #include <vector>
 
