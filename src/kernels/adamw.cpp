@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "common.hpp"
+#include "pack8.hpp"
 
 namespace meshtrain::kernels {
 
@@ -115,13 +116,40 @@ void sum_squares(const ExecSpace& exec, Scalar<float> out, View1<const T> x, std
   // (measured: the 0.8M-parameter demo model's norm came out 5e-4 low), and then the norm
   // depends on how the buffer is split across ranks. The result stays a device scalar.
   auto partial = detail::persistent_double();
-  Kokkos::parallel_reduce(
-      "meshtrain::sum_squares", detail::Range(exec, 0, static_cast<detail::Index>(n)),
-      KOKKOS_LAMBDA(detail::Index i, double& s) {
-        const double xi = static_cast<double>(static_cast<float>(acc(x(i))));
-        s += xi * xi;
-      },
-      partial);
+  if (detail::packable<T>(n, {x.data()})) {
+    // 16-bit on a GPU: eight elements per 16-byte load (pack8.hpp); the element-wise reduce
+    // read a 1.2B-parameter model's bf16 gradients at ~1.3 TB/s on an H200. A 16-bit value's
+    // square is exact in double, as before; only the order of the double sum changes.
+    const std::size_t packs = n / 8;
+    const detail::Pack8<T>* xp = reinterpret_cast<const detail::Pack8<T>*>(x.data());
+    const T* x1 = x.data();
+    Kokkos::parallel_reduce(
+        "meshtrain::sum_squares", detail::Range(exec, 0, detail::Index(packs + n % 8)),
+        KOKKOS_LAMBDA(detail::Index i, double& s) {
+          if (std::size_t(i) < packs) {
+            const detail::Pack8<T> a = xp[i];
+            double t = 0;
+            for (int e = 0; e < 8; ++e) {
+              const double xi = static_cast<double>(static_cast<float>(acc(a.v[e])));
+              t += xi * xi;
+            }
+            s += t;
+          } else {
+            const double xi = static_cast<double>(
+                static_cast<float>(acc(x1[packs * 8 + (std::size_t(i) - packs)])));
+            s += xi * xi;
+          }
+        },
+        partial);
+  } else {
+    Kokkos::parallel_reduce(
+        "meshtrain::sum_squares", detail::Range(exec, 0, static_cast<detail::Index>(n)),
+        KOKKOS_LAMBDA(detail::Index i, double& s) {
+          const double xi = static_cast<double>(static_cast<float>(acc(x(i))));
+          s += xi * xi;
+        },
+        partial);
+  }
   Kokkos::parallel_for(
       "meshtrain::sum_squares_store", detail::Range(exec, 0, 1), KOKKOS_LAMBDA(detail::Index) {
         out() = static_cast<float>(accumulate ? out() + partial() : partial());

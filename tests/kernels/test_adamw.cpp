@@ -80,6 +80,29 @@ TEST_CASE("sum_squares overwrites or accumulates", "[kernels][adamw]") {
   REQUIRE(kt::scalar_value(out) == mt_test::Approx(2 * want).epsilon(1e-5));
 }
 
+#if MESHTRAIN_HAVE_BF16
+// On a GPU, 16-bit gradients are read eight per load where the pointer is 16-byte aligned
+// (adamw.cpp, pack8.hpp): lengths around a pack, aligned and one element off the boundary.
+TEST_CASE("sum_squares of bf16, packed or not", "[kernels][adamw][bf16]") {
+  ExecSpace exec;
+  for (std::size_t n : {5, 8, 13, 1003})
+    for (std::size_t shift : {0, 1}) {
+      INFO("n " << n << " shift " << shift);
+      const auto x = kt::convert<bf16>(kt::random_vector<float>(n, 8));
+      std::vector<bf16> buf(n + shift, bf16(100.0f));  // the element before must not count
+      std::copy(x.begin(), x.end(), buf.begin() + shift);
+      auto all = kt::to_device(buf);
+      const View1<const bf16> view(all.data() + shift, n);
+      double want = 0;
+      for (const bf16& a : x) want += double(float(a)) * double(float(a));
+      Scalar<float> out("out");
+      sum_squares<bf16>(exec, out, view, n, false);
+      // Exact squares summed in double, rounded once to float.
+      REQUIRE(kt::scalar_value(out) == mt_test::Approx(want).epsilon(1e-6));
+    }
+}
+#endif
+
 TEST_CASE("clip_scale above, below and without a max norm", "[kernels][adamw]") {
   ExecSpace exec;
   Scalar<float> sumsq("sumsq"), scale("scale"), norm("norm");

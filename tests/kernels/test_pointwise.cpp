@@ -56,6 +56,55 @@ TEST_CASE("gelu_backward matches finite differences (double)", "[kernels][gelu]"
   kt::require_close(kt::to_host(dinpf), kt::to_host(dinp), 1e-5, 1e-6, "dinp (float)");
 }
 
+#if MESHTRAIN_HAVE_BF16
+// On a GPU, 16-bit GELU runs eight elements per load where the pointers allow (gelu.cpp):
+// lengths around the pack of 8, with and without a tail, and pointers one element off the
+// 16-byte boundary (the element-wise form). The reference is the fp32 formula of the same
+// bf16 inputs; the kernels round once to bf16 (2^-8 relative), exp may differ by an fp32 ulp.
+TEST_CASE("gelu bf16 equals the fp32 formula of the same inputs, packed or not",
+          "[kernels][gelu][bf16]") {
+  using bhalf = Kokkos::Experimental::bhalf_t;
+  const auto to_bf16 = [](const std::vector<double>& v, std::size_t shift) {
+    std::vector<bhalf> r(v.size() + shift, bhalf(0.0f));
+    for (std::size_t i = 0; i < v.size(); ++i) r[i + shift] = bhalf(float(v[i]));
+    return r;
+  };
+  ExecSpace exec;
+  for (std::size_t n : {5, 8, 13, 1003, 4096})
+    for (std::size_t shift : {0, 1}) {
+      INFO("n " << n << " shift " << shift);
+      const auto xs = gelu_inputs(n, 4);
+      const auto ds = kt::random_vector<double>(n, 5);
+      auto x_all = kt::to_device(to_bf16(xs, shift));
+      auto d_all = kt::to_device(to_bf16(ds, shift));
+      auto o_all = kt::to_device(std::vector<bhalf>(n + shift, bhalf(0.0f)));
+      auto g_all = kt::to_device(std::vector<bhalf>(n + shift, bhalf(0.0f)));
+      // Unmanaged views `shift` elements into each allocation.
+      View1<bhalf> x(x_all.data() + shift, n), d(d_all.data() + shift, n);
+      View1<bhalf> o(o_all.data() + shift, n), g(g_all.data() + shift, n);
+      gelu_forward<bhalf>(exec, o, x, n);
+      gelu_backward<bhalf>(exec, g, x, d, n);
+      const auto oh = kt::to_host(o_all), gh = kt::to_host(g_all);
+      std::vector<double> got_o(n), got_g(n), want_o(n), want_g(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        const double xi = float(bhalf(float(xs[i]))), di = float(bhalf(float(ds[i])));
+        want_o[i] = float(xi / (1.0 + std::exp(-2.0 * 0.7978845608028654 *
+                                                (xi + 0.044715 * xi * xi * xi))));
+        const double sig =
+            1.0 / (1.0 + std::exp(-2.0 * 0.7978845608028654 * (xi + 0.044715 * xi * xi * xi)));
+        want_g[i] = (sig + 2.0 * xi * sig * (1.0 - sig) * 0.7978845608028654 *
+                               (1.0 + 3.0 * 0.044715 * xi * xi)) *
+                    di;
+        got_o[i] = float(oh[i + shift]);
+        got_g[i] = float(gh[i + shift]);
+      }
+      kt::require_close(got_o, want_o, 1.0 / 128, 1e-6, "gelu bf16");
+      kt::require_close(got_g, want_g, 1.0 / 128, 1e-6, "gelu_backward bf16");
+      if (shift == 1) CHECK(float(oh[0]) == 0.0f);  // the element before the view is untouched
+    }
+}
+#endif
+
 TEST_CASE("residual_forward and accumulate, including aliasing", "[kernels][residual]") {
   const std::size_t n = 37;
   const auto a = kt::random_vector<float>(n, 4), b = kt::random_vector<float>(n, 5);

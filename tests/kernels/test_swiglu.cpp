@@ -96,3 +96,41 @@ TEST_CASE("swiglu bf16 rounds silu(gate) before the product, as HF", "[kernels][
   REQUIRE(other_order_differs > 0);
 }
 #endif
+
+#if MESHTRAIN_HAVE_BF16
+// On a GPU, 16-bit SwiGLU runs eight columns per access where I % 8 == 0 and the pointers are
+// 16-byte aligned (pack8.hpp): the backward against the formula of the same bf16 inputs, on
+// aligned views (packed) and on views one element into their buffers (element-wise), with I a
+// multiple of 8 and not.
+TEST_CASE("swiglu_backward bf16, packed or not, matches the formula", "[kernels][swiglu][bf16]") {
+  ExecSpace exec;
+  for (int I : {96, 13})
+    for (std::size_t shift : {0, 1}) {
+      INFO("I " << I << " shift " << shift);
+      const int N = 17;
+      const std::size_t nin = 2 * std::size_t(N) * I, nout = std::size_t(N) * I;
+      const auto gu = kt::convert<bf16>(kt::random_vector<float>(nin, 6, -4.0, 4.0));
+      const auto dd = kt::convert<bf16>(kt::random_vector<float>(nout, 7));
+      std::vector<bf16> gu_buf(nin + shift, bf16(0.0f)), d_buf(nout + shift, bf16(0.0f));
+      std::copy(gu.begin(), gu.end(), gu_buf.begin() + shift);
+      std::copy(dd.begin(), dd.end(), d_buf.begin() + shift);
+      auto gu_all = kt::to_device(gu_buf), d_all = kt::to_device(d_buf);
+      auto dg_all = kt::to_device(std::vector<bf16>(nin + shift, bf16(0.0f)));
+      View1<bf16> guv(gu_all.data() + shift, nin), dv(d_all.data() + shift, nout);
+      View1<bf16> dgv(dg_all.data() + shift, nin);
+      swiglu_backward<bf16>(exec, dgv, guv, dv, N, I);
+      const auto got_all = kt::to_host(dg_all);
+      std::vector<double> got(nin), want(nin);
+      for (int n = 0; n < N; ++n)
+        for (int j = 0; j < I; ++j) {
+          const std::size_t ig = 2 * std::size_t(n) * I + j, iu = ig + I;
+          const double g = float(gu[ig]), u = float(gu[iu]), d = float(dd[n * I + j]);
+          const double s = 1.0 / (1.0 + std::exp(-g));
+          want[ig] = d * u * (s * (1.0 + g * (1.0 - s)));
+          want[iu] = d * g * s;
+        }
+      for (std::size_t i = 0; i < nin; ++i) got[i] = float(got_all[i + shift]);
+      kt::require_close(got, want, 1.0 / 128, 1e-6, "dgate_up bf16");
+    }
+}
+#endif
