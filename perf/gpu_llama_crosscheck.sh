@@ -10,7 +10,8 @@
 #           corpus identically in meshtrain prep (tests/reference/tokenizer_crosscheck.py).
 #   bench   meshtrain's bf16 training step (bench_train_step) of llama-150m and llama3.2-1b at
 #           sequence 2048: tokens/s, MFU, peak memory.
-#   torch   the same models in PyTorch (perf/torch_llama_gpu.py), torch.compile and eager.
+#   torch   the same models in PyTorch (perf/torch_llama_gpu.py), torch.compile and eager
+#         (LLAMA_TORCH_MODES="compile" for one).
 # Each part has its own timeout, so one that hangs or runs long costs only its share of the call.
 # The timeouts of all parts add up to more than one 10-minute device call: run "hf,tok" in one
 # call and "bench" and "torch" in one each (expected: about 3, 4 and 6 minutes).
@@ -86,7 +87,7 @@ if has bench; then
 fi
 
 if has torch; then
-  for mode in compile eager; do
+  for mode in ${LLAMA_TORCH_MODES:-compile eager}; do
     run "torch_150m_$mode" 170 python3 "$here/torch_llama_gpu.py" --preset llama-150m \
       --micro-batch 8,16 --seq 2048 --mode "$mode" --steps 10 --warmup 3
     grep -E "^pytorch" "$out/torch_150m_$mode.log" | tee -a "$sum"

@@ -16,7 +16,8 @@
 # llamaprof:  the Llama step's per-kernel profile (LLAMA_PROF="preset:mb ...");
 # mixtral:    tests/reference/hf_mixtral_crosscheck.py with BUNDLE's meshtrain;
 # tests:      every test_* in BUNDLE/bin.
-# CE_FORM=regs runs the large / moe parts with the register cross-entropy (default smem).
+# CE_FORM=regs runs the large / moe parts with the register cross-entropy (default smem);
+# STEP_ROUNDS (default "1 2") and STEP_FORMS (default "regs smem") narrow the step part.
 set -uo pipefail
 bundle=$(cd "$1" && pwd); out=$2; what=${3:-ce,step,tests}
 export MESHTRAIN_SOURCE_DIR=$PWD
@@ -60,8 +61,8 @@ fi
 
 if has step; then
   for mb in 16 32; do
-    for round in 1 2; do
-      for f in regs smem; do
+    for round in ${STEP_ROUNDS:-1 2}; do
+      for f in ${STEP_FORMS:-regs smem}; do
         step "step_mb${mb}_${f}_$round" 120 "$f" --preset gpt2-124m \
           --micro-batch "$mb" --steps 30 --warmup 5 --attn-impl cudnn
       done
