@@ -4,6 +4,7 @@
 #include "meshtrain/kernels/adamw.hpp"
 
 #include <cmath>
+#include <cstdint>
 
 #include "common.hpp"
 #include "pack8.hpp"
@@ -25,6 +26,28 @@ struct AdamWStep {
     return p - lr * (mhat / (kc::sqrt(vhat) + eps) + wd * p);
   }
 };
+
+// Four consecutive elements, aligned as one access (16 bytes of float, 8 of a 16-bit type).
+template <class T>
+struct alignas(4 * sizeof(T)) Pack4 {
+  T v[4];
+};
+
+// Whether adamw_update_ranges takes its four-per-thread form: a device build and every pointer
+// aligned to its Pack4 (ZeRO shards and ranks' slices may start anywhere). copy may be null.
+template <class G>
+bool adamw_packable(std::size_t n, const float* p, const G* g, const float* m, const float* v,
+                    const G* copy) {
+  if constexpr (kDeviceIsHost) {
+    return false;
+  } else {
+    const auto aligned = [](const void* q, std::size_t a) {
+      return reinterpret_cast<std::uintptr_t>(q) % a == 0;
+    };
+    return n >= 4 && aligned(p, 16) && aligned(m, 16) && aligned(v, 16) &&
+           aligned(g, 4 * sizeof(G)) && (copy == nullptr || aligned(copy, 4 * sizeof(G)));
+  }
+}
 
 // Bias corrections on the host in double: pow(0.95, step) for large step is where float loses.
 AdamWStep adamw_step(const AdamWHyper& h) {
@@ -91,6 +114,59 @@ void adamw_update_ranges(const ExecSpace& exec, View1<float> param, View1<const 
   // One launch instead of one per range: GPT-2 alternates decayed weights and undecayed
   // biases/LayerNorms, ~100 ranges of which most are a few thousand elements (launch-bound).
   // The range of an element is a binary search over the starts (a few hundred bytes, cached).
+  if (adamw_packable<G>(n, param.data(), grad.data(), m.data(), v.data(),
+                        copy ? param_copy.data() : nullptr)) {
+    // GPUs: four elements per thread, 16-byte accesses to param, m and v (the element-wise
+    // form moved ~3.1 TB/s of a 1.2B-parameter model's state on an H200). One search per
+    // thread; a range that starts inside the four is stepped into. Per element the same
+    // arithmetic as below, so the same bits.
+    const std::size_t quads = n / 4;
+    Pack4<float>* p4 = reinterpret_cast<Pack4<float>*>(param.data());
+    Pack4<float>* m4 = reinterpret_cast<Pack4<float>*>(m.data());
+    Pack4<float>* v4 = reinterpret_cast<Pack4<float>*>(v.data());
+    const Pack4<G>* g4 = reinterpret_cast<const Pack4<G>*>(grad.data());
+    Pack4<G>* c4 = reinterpret_cast<Pack4<G>*>(param_copy.data());
+    float* p1 = param.data();
+    float* m1 = m.data();
+    float* v1 = v.data();
+    const G* g1 = grad.data();
+    G* c1 = param_copy.data();
+    Kokkos::parallel_for(
+        "meshtrain::adamw_update_ranges", detail::Range(exec, 0, detail::Index(quads + n % 4)),
+        KOKKOS_LAMBDA(detail::Index t) {
+          const bool quad = std::size_t(t) < quads;
+          const detail::Index i0 =
+              quad ? 4 * t : detail::Index(4 * quads + (std::size_t(t) - quads));
+          int lo = 0, hi = n_ranges - 1;
+          while (lo < hi) {
+            const int mid = (lo + hi + 1) / 2;
+            if (range_begin(mid) <= i0) lo = mid;
+            else hi = mid - 1;
+          }
+          const float gs = grad_scale();
+          if (!quad) {
+            const float g = static_cast<float>(acc(g1[i0])) * gs;
+            const float pn = update(g, m1[i0], v1[i0], p1[i0], wd0 * range_decay(lo));
+            p1[i0] = pn;
+            if (copy) c1[i0] = static_cast<G>(pn);
+            return;
+          }
+          Pack4<float> pp = p4[t], mm = m4[t], vv = v4[t];
+          const Pack4<G> gg = g4[t];
+          Pack4<G> cc;
+          for (int e = 0; e < 4; ++e) {
+            while (lo + 1 < n_ranges && range_begin(lo + 1) <= i0 + e) ++lo;
+            const float g = static_cast<float>(acc(gg.v[e])) * gs;
+            pp.v[e] = update(g, mm.v[e], vv.v[e], pp.v[e], wd0 * range_decay(lo));
+            cc.v[e] = static_cast<G>(pp.v[e]);
+          }
+          p4[t] = pp;
+          m4[t] = mm;
+          v4[t] = vv;
+          if (copy) c4[t] = cc;
+        });
+    return;
+  }
   Kokkos::parallel_for(
       "meshtrain::adamw_update_ranges", detail::Range(exec, 0, detail::Index(n)),
       KOKKOS_LAMBDA(detail::Index i) {
