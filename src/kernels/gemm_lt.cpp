@@ -238,6 +238,35 @@ int fastest(cublasLtHandle_t handle, Plan& p, const LtCall& c, cudaStream_t stre
   return best;
 }
 
+// The heuristic's preferences for a call: the workspace, and how aligned the operands are, so
+// that it only offers algorithms that can run on them (its default assumes 256 bytes;
+// activation slices can be less aligned). The caller destroys it.
+cublasLtMatmulPreference_t make_preference(const LtCall& c) {
+  cublasLtMatmulPreference_t pref = nullptr;
+  MESHTRAIN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  set_pref(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, kWorkspaceBytes);
+  const auto bytes = [](const void* q) { return std::uint32_t(1) << align_log2(q); };
+  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, bytes(c.B));
+  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, bytes(c.A));
+  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, bytes(c.C));
+  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, bytes(c.D));
+  return pref;
+}
+
+// A call's three layouts (cuBLASLt's A = our B, B = our A, C = D) as opaque structs on the
+// stack: no allocation (lt_matmul_bucketed's per-call layouts and its bucket plans').
+struct StackLayouts {
+  cublasLtMatrixLayoutOpaque_t a, b, c;
+  explicit StackLayouts(const LtCall& k) {
+    const bool bn = k.tb == Trans::N, an = k.ta == Trans::N;
+    MESHTRAIN_CUBLAS_CHECK(
+        cublasLtMatrixLayoutInit(&a, k.type, bn ? k.N : k.K, bn ? k.K : k.N, k.ldb));
+    MESHTRAIN_CUBLAS_CHECK(
+        cublasLtMatrixLayoutInit(&b, k.type, an ? k.K : k.M, an ? k.M : k.K, k.lda));
+    MESHTRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&c, k.type, k.N, k.M, k.ldc));
+  }
+};
+
 Plan make_plan(cublasLtHandle_t handle, const LtCall& c, cudaStream_t stream, void* workspace) {
   Plan p;
   // fp32 accumulation and scaling for every type; CUBLAS_COMPUTE_32F (not _FAST_TF32) keeps
@@ -261,16 +290,7 @@ Plan make_plan(cublasLtHandle_t handle, const LtCall& c, cudaStream_t stream, vo
   MESHTRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, c.type, c.N, c.M, c.ldc));
   MESHTRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, c.type, c.N, c.M, c.ldd));
 
-  cublasLtMatmulPreference_t pref = nullptr;
-  MESHTRAIN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  set_pref(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, kWorkspaceBytes);
-  // Tell the heuristic how aligned the operands are, so that it only offers algorithms that
-  // can run on them (its default assumes 256 bytes; activation slices can be less aligned).
-  const auto bytes = [](const void* q) { return std::uint32_t(1) << align_log2(q); };
-  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, bytes(c.B));
-  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, bytes(c.A));
-  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, bytes(c.C));
-  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, bytes(c.D));
+  cublasLtMatmulPreference_t pref = make_preference(c);
 
   cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
   int found = 0;
@@ -344,25 +364,13 @@ Plan make_bucket_plan(cublasLtHandle_t handle, const LtCall& c) {
   MESHTRAIN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   set_desc(p.op, CUBLASLT_MATMUL_DESC_TRANSA, lt_op(c.tb));
   set_desc(p.op, CUBLASLT_MATMUL_DESC_TRANSB, lt_op(c.ta));
-  const bool bn = c.tb == Trans::N, an = c.ta == Trans::N;
-  cublasLtMatrixLayoutOpaque_t la, lb, lc;
-  MESHTRAIN_CUBLAS_CHECK(
-      cublasLtMatrixLayoutInit(&la, c.type, bn ? c.N : c.K, bn ? c.K : c.N, c.ldb));
-  MESHTRAIN_CUBLAS_CHECK(
-      cublasLtMatrixLayoutInit(&lb, c.type, an ? c.K : c.M, an ? c.M : c.K, c.lda));
-  MESHTRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&lc, c.type, c.N, c.M, c.ldc));
-  cublasLtMatmulPreference_t pref = nullptr;
-  MESHTRAIN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  set_pref(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, kWorkspaceBytes);
-  const auto bytes = [](const void* q) { return std::uint32_t(1) << align_log2(q); };
-  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, bytes(c.B));
-  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, bytes(c.A));
-  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, bytes(c.C));
-  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, bytes(c.D));
+  StackLayouts l(c);
+  cublasLtMatmulPreference_t pref = make_preference(c);
   cublasLtMatmulHeuristicResult_t result = {};
   int found = 0;
   const cublasStatus_t rc =
-      cublasLtMatmulAlgoGetHeuristic(handle, p.op, &la, &lb, &lc, &lc, pref, 1, &result, &found);
+      cublasLtMatmulAlgoGetHeuristic(handle, p.op, &l.a, &l.b, &l.c, &l.c, pref, 1, &result,
+                                     &found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (rc != CUBLAS_STATUS_SUCCESS || found == 0) {
     destroy(p);
@@ -407,16 +415,10 @@ bool lt_matmul_bucketed(const Kokkos::Cuda& exec, const LtCall& call, bool vary_
   Plan& p = it->second;
   if (!p.ok) return false;
   // The call's exact shape, in opaque layouts on the stack: no allocation per call.
-  const bool bn = c.tb == Trans::N, an = c.ta == Trans::N;
-  cublasLtMatrixLayoutOpaque_t la, lb, lc;
-  MESHTRAIN_CUBLAS_CHECK(
-      cublasLtMatrixLayoutInit(&la, c.type, bn ? c.N : c.K, bn ? c.K : c.N, c.ldb));
-  MESHTRAIN_CUBLAS_CHECK(
-      cublasLtMatrixLayoutInit(&lb, c.type, an ? c.K : c.M, an ? c.M : c.K, c.lda));
-  MESHTRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&lc, c.type, c.N, c.M, c.ldc));
+  StackLayouts l(c);
   const cublasStatus_t rc =
-      cublasLtMatmul(s.handle, p.op, &c.alpha, c.B, &la, c.A, &lb, &c.beta, c.C, &lc, c.D, &lc,
-                     &p.algo, s.workspace_aligned, kWorkspaceBytes, exec.cuda_stream());
+      cublasLtMatmul(s.handle, p.op, &c.alpha, c.B, &l.a, c.A, &l.b, &c.beta, c.C, &l.c, c.D,
+                     &l.c, &p.algo, s.workspace_aligned, kWorkspaceBytes, exec.cuda_stream());
   if (rc != CUBLAS_STATUS_SUCCESS) {
     // Nothing was launched. The bucket's algorithm does not fit this size: the whole bucket
     // goes to the fallback from now on (said once, on stderr).
