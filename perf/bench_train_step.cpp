@@ -7,6 +7,7 @@
 //          [--steps 10] [--warmup 2] [--profile-steps 3] [--seed 1234] [--precision fp32|bf16]
 //          [--n-layer L] [--vocab-size V]   (a preset cut down: CPU smoke runs of the GPU shapes)
 //          [--recompute-mlp-act 1]   (train.recompute_mlp_act: the MLP activation recomputed)
+//          [--head-chunk-tokens R]   (train.head_chunk_tokens: LM-head rows at once, 0 auto)
 //   e.g. --preset llama3.2-1b --seq-len 2048 --precision bf16 --micro-batch 4 on one H200
 //   (perf/torch_llama_gpu.py is the PyTorch side), --n-layer 1 --vocab-size 512 on a CPU.
 //          [--moe-experts E --moe-top-k 2 --moe-ffn I --moe-layer-freq 1 --moe-shared S]
@@ -59,6 +60,7 @@ struct Args {
   std::string attn_impl = "auto";  // --attn.impl of meshtrain train
   bool attn_deterministic = false;
   bool recompute_mlp_act = false;  // --recompute-mlp-act 1: train.recompute_mlp_act
+  int head_chunk_tokens = 0;       // --head-chunk-tokens R: train.head_chunk_tokens (0 auto)
   model::MoeConfig moe;  // --moe-*: experts = 0 keeps the preset dense
 };
 
@@ -83,6 +85,8 @@ Args parse(int argc, char** argv) {
       a.attn_deterministic = v == "1" || v == "true";
     else if (k == "--recompute-mlp-act")
       a.recompute_mlp_act = v == "1" || v == "true";
+    else if (k == "--head-chunk-tokens")
+      a.head_chunk_tokens = std::stoi(v);
     else if (k == "--moe-experts")
       a.moe.experts = std::stoi(v);
     else if (k == "--moe-top-k")
@@ -238,6 +242,7 @@ void run(const Args& a) {
     eo.attention.impl = kernels::parse_attention_impl(a.attn_impl, "--attn-impl");
     eo.attention.deterministic = a.attn_deterministic;
     eo.recompute_mlp_act = a.recompute_mlp_act;
+    eo.head_chunk_tokens = a.head_chunk_tokens;
     parallel::Engine<CT> engine(MPI_COMM_SELF, cfg, eo);
     engine.init_parameters(a.seed);
 

@@ -76,13 +76,20 @@ if has tok; then
   grep -E "identical|DIFFER|PASS|FAIL|rror" "$out/tokenizer.log" | tee -a "$sum"
 fi
 
+# BENCH_HEAD_CHUNKS: values of --head-chunk-tokens to run each model at (0: auto, the default;
+# "all": the whole micro-batch in one chunk, the head before chunking).
 if has bench; then
   for cfg in "llama-150m 8" "llama-150m 16" "llama3.2-1b 4" "llama3.2-1b 8"; do
     set -- $cfg
-    run "bench_$1_mb$2" 150 "$bundle/bin/bench_train_step" --preset "$1" --precision bf16 \
-      --micro-batch "$2" --seq-len 2048 --steps 10 --warmup 3 --profile-steps 0
-    grep -E "^peak|^step_ms|^tokens/s|^mfu|rror" "$out/bench_$1_mb$2.log" |
-      sed "s/^/meshtrain $1 mb$2: /" | tee -a "$sum"
+    for hc in ${BENCH_HEAD_CHUNKS:-0}; do
+      rows=$hc; [ "$hc" = all ] && rows=$(($2 * 2048))
+      tag=$1_mb$2; [ "$hc" = 0 ] || tag=${tag}_hc$hc
+      run "bench_$tag" 150 "$bundle/bin/bench_train_step" --preset "$1" --precision bf16 \
+        --micro-batch "$2" --seq-len 2048 --steps 10 --warmup 3 --profile-steps 0 \
+        --head-chunk-tokens "$rows"
+      grep -E "^peak|^step_ms|^tokens/s|^mfu|rror" "$out/bench_$tag.log" |
+        sed "s/^/meshtrain $tag: /" | tee -a "$sum"
+    done
   done
 fi
 

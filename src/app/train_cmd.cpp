@@ -125,6 +125,10 @@ po::options_description train_options() {
        "keep only each dense MLP's pre-activation; its GELU / SwiGLU output is one shared buffer, "
        "recomputed in backward (saves micro_batch x seq_len x MLP width / tp elements per block, "
        "costs one elementwise pass; no effect with train.recompute)")
+      ("train.head_chunk_tokens", po::value<int>()->default_value(0),
+       "tokens of the LM head and loss computed at once: only that many rows of logits "
+       "(x vocab / tp) are held; 0 = auto (the whole micro-batch if its logits fit in 256 MiB, "
+       "else the fewest equal chunks that do)")
       ("train.peak_tflops", po::value<double>()->default_value(kDeviceIsHost ? 0.0 : 989.0),
        "peak FLOP/s of one device for MFU (H100/H200 bf16 dense: 989); 0 = no MFU")
       ("train.out_dir", po::value<std::string>()->default_value("out"),
@@ -476,6 +480,9 @@ int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
   signals::install_stop_handlers();
   parallel::EngineOptions eo = train::engine_options(tc, pc, p.vm["train.recompute"].as<bool>());
   eo.recompute_mlp_act = p.vm["train.recompute_mlp_act"].as<bool>();
+  eo.head_chunk_tokens = p.vm["train.head_chunk_tokens"].as<int>();
+  MESHTRAIN_CONFIG_CHECK(eo.head_chunk_tokens >= 0, "train.head_chunk_tokens=",
+                         eo.head_chunk_tokens, " must be 0 (auto) or positive");
   eo.attention = attn;
   bool finished = true;
   if (precision == "fp32")

@@ -187,7 +187,8 @@ GptT<T>::GptT(const GptConfig& cfg, int micro_batch, int seq_len, const ModelLay
     lnf_ = alloc<T>("act.lnf", N * C);
     lnf_mean_ = alloc<float>("act.lnf_mean", Nl);
     lnf_rstd_ = alloc<float>("act.lnf_rstd", Nl);
-    logits_ = alloc<T>("act.logits", N * static_cast<std::size_t>(Vl_));
+    head_rows_ = head_chunk_rows(layout_.head_chunk_rows, N_, Vl_, sizeof(T));
+    logits_ = alloc<T>("act.logits", static_cast<std::size_t>(head_rows_) * Vl_);
     losses_ = alloc<float>("act.losses", N);
     targets_ = alloc<std::int32_t>("act.targets", N);
     if (tp_active()) {
@@ -533,8 +534,12 @@ template <class T>
 View1<const T> GptT<T>::forward_logits(View1<const std::int32_t> inputs) {
   MESHTRAIN_CHECK(n_chunks() == 1 && layout_.has_embedding && layout_.has_head && tp_size_ == 1,
                   "forward_logits needs the whole model on one rank (tp = 1, one chunk)");
+  // Generation and evaluation tools read every row's logits at once; training never allocates
+  // them (its head runs in chunks of rows).
+  if (logits_all_.span() == 0)
+    logits_all_ = alloc<T>("act.logits_all", static_cast<std::size_t>(N_) * Vl_);
   run_forward(0, 0, inputs, {}, {}, 0.0f, Mode::logits);
-  return logits_;
+  return logits_all_;
 }
 
 template struct BlockTensors<float>;

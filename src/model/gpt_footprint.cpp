@@ -42,6 +42,22 @@ double moe_state_bytes(const GptConfig& cfg, std::size_t N, std::size_t C, std::
 
 }  // namespace
 
+// A chunk's logits at most this size. Each extra chunk re-reads and re-writes the head's weight
+// gradient once (beta = 1), so the chunks should stay few; the time it costs against the memory
+// it saves is measured in perf/README.md ("The LM head in chunks of rows").
+constexpr std::size_t kHeadChunkLogitsBytes = std::size_t(256) << 20;
+
+int head_chunk_rows(int requested, int rows, int vocab_local, std::size_t elem_bytes) {
+  if (rows <= 0) return 1;
+  if (requested > 0) return std::min(requested, rows);
+  const std::size_t row_bytes = static_cast<std::size_t>(vocab_local) * elem_bytes;
+  const std::size_t all = static_cast<std::size_t>(rows) * row_bytes;
+  if (all <= kHeadChunkLogitsBytes) return rows;
+  const std::size_t chunks = (all + kHeadChunkLogitsBytes - 1) / kHeadChunkLogitsBytes;
+  const std::size_t per = (static_cast<std::size_t>(rows) + chunks - 1) / chunks;
+  return static_cast<int>(std::min<std::size_t>((per + 127) / 128 * 128, rows));
+}
+
 ModelFootprint model_footprint(const GptConfig& cfg, int micro_batch, int seq_len,
                                const ModelLayout& layout, int tp_size, std::size_t E) {
   const std::size_t P = static_cast<std::size_t>(tp_size), B = micro_batch, T = seq_len;
@@ -90,9 +106,11 @@ ModelFootprint model_footprint(const GptConfig& cfg, int micro_batch, int seq_le
     f.activations += per_slot * slots;
   }
 
-  // ---- the head: ln_f output and statistics, logits, losses, targets ----
+  // ---- the head: ln_f output and statistics, one chunk's logits, losses, targets ----
   if (layout.has_head) {
-    f.head = static_cast<double>(N * C * E + 2 * Nl * 4 + N * Vl * E + N * 4 + N * 4);
+    const std::size_t R = static_cast<std::size_t>(
+        head_chunk_rows(layout.head_chunk_rows, static_cast<int>(N), static_cast<int>(Vl), E));
+    f.head = static_cast<double>(N * C * E + 2 * Nl * 4 + R * Vl * E + N * 4 + N * 4);
     if (P > 1) f.head += static_cast<double>(N * 4 + 2 * N * 4);  // vocab-parallel CE
   }
   // ---- backward scratch: dres, dln, dqkv, datty, dfch (the GELU derivative is a GEMM

@@ -12,6 +12,8 @@
 // reduce-scattered, and the residual-stream gradient is all-gathered before the row-parallel
 // backward. Row-parallel biases are added by tp rank 0 only, before the reduction, and their
 // gradients come from the full-row output gradient, so every rank has the whole of it.
+#include <algorithm>
+
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/timer.hpp"
 #include "meshtrain/kernels/attention.hpp"
@@ -221,41 +223,60 @@ void GptT<T>::head_forward(SlotActivations<T>& s, View1<const T> x,
   // LM head [Vl, C] (the tied wte, or lm_head): logits[N, Vl] = lnf[N, C] @ head^T (this rank's
   // vocabulary rows). Its views are read after the hooks, which may bind their storage.
   const View1<T> hw = head_w();
-  k::gemm<T>(exec_, k::Trans::N, k::Trans::T, N, Vl_, C, 1.0f, lnf_.data(), C, hw.data(), C,
-             0.0f, logits_.data(), Vl_);
-  if (mode == Mode::logits) return;
+  if (mode == Mode::logits) {
+    k::gemm<T>(exec_, k::Trans::N, k::Trans::T, N, Vl_, C, 1.0f, lnf_.data(), C, hw.data(), C,
+               0.0f, logits_all_.data(), Vl_);
+    return;
+  }
   MESHTRAIN_CHECK(targets.span() == static_cast<std::size_t>(N), "model targets have ",
                   targets.span(), " tokens, expected ", N);
   Kokkos::deep_copy(exec_, targets_, targets);
   const bool train = mode == Mode::train;
-  if (!tp_active()) {
-    if (train)
-      k::cross_entropy_forward_backward<T>(exec_, losses_, logits_, targets_, N, Vl_, V,
-                                           grad_scale);
-    else
-      k::cross_entropy_forward<T>(exec_, losses_, logits_, targets_, N, Vl_, V);
-  } else {
-    k::vp_ce_max<T>(exec_, ce_max_, logits_, N, Vl_, v0_, V);
-    { TpTimer t(tp_comm_seconds_); layout_.tp->all_reduce(ce_max_, comm::ReduceOp::max); }
-    k::vp_ce_sums<T>(exec_, ce_sums_, logits_, targets_, ce_max_, N, Vl_, v0_, V);
-    { TpTimer t(tp_comm_seconds_); layout_.tp->all_reduce(ce_sums_); }
-    k::vp_ce_finish<T>(exec_, losses_, logits_, targets_, ce_max_, ce_sums_, N, Vl_, v0_, V,
-                       grad_scale, train);
+  // The rows in chunks of head_rows_ (train.head_chunk_tokens): each chunk's logits become its
+  // dlogits in place and feed its two backward GEMMs before the next chunk overwrites them, so
+  // the [N, Vl] logits never exist at once. The weight gradient accumulates over the chunks.
+  View1<T> dhw;
+  for (int r0 = 0; r0 < N; r0 += head_rows_) {
+    const int n = std::min(head_rows_, N - r0);
+    const std::size_t row0 = static_cast<std::size_t>(r0);
+    k::gemm<T>(exec_, k::Trans::N, k::Trans::T, n, Vl_, C, 1.0f, lnf_.data() + row0 * C, C,
+               hw.data(), C, 0.0f, logits_.data(), Vl_);
+    const View1<T> lg = slice(logits_, 0, static_cast<std::size_t>(n) * Vl_);
+    const View1<float> ls = slice(losses_, row0, n);
+    const View1<const std::int32_t> tg = slice(targets_, row0, n);
+    if (!tp_active()) {
+      if (train)
+        k::cross_entropy_forward_backward<T>(exec_, ls, lg, tg, n, Vl_, V, grad_scale);
+      else
+        k::cross_entropy_forward<T>(exec_, ls, lg, tg, n, Vl_, V);
+    } else {
+      const View1<float> mx = slice(ce_max_, row0, n), sums = slice(ce_sums_, 2 * row0, 2 * n);
+      k::vp_ce_max<T>(exec_, mx, lg, n, Vl_, v0_, V);
+      { TpTimer t(tp_comm_seconds_); layout_.tp->all_reduce(mx, comm::ReduceOp::max); }
+      k::vp_ce_sums<T>(exec_, sums, lg, tg, mx, n, Vl_, v0_, V);
+      { TpTimer t(tp_comm_seconds_); layout_.tp->all_reduce(sums); }
+      k::vp_ce_finish<T>(exec_, ls, lg, tg, mx, sums, n, Vl_, v0_, V, grad_scale, train);
+    }
+    if (!train) continue;
+    // The head's backward, now: lg holds this chunk's dlogits.
+    if (r0 == 0) {
+      hook_before_backward(hu);
+      if (eu >= 0) hook_before_backward(eu);
+      dhw = dhead_w();
+    }
+    k::gemm<T>(exec_, k::Trans::N, k::Trans::N, n, C, Vl_, 1.0f, lg.data(), Vl_,
+               head_w().data(), C, 0.0f, dln_.data() + row0 * C, C);
+    // dln's tp reduction overlaps the last chunk's weight-gradient GEMM (the reduce-scatter of
+    // sequence parallelism needs every row).
+    comm::Request r;
+    if (tp_active() && r0 + n == N)
+      r = sp ? layout_.tp->ireduce_scatter(dln_, dln_local_) : layout_.tp->iall_reduce(dln_);
+    k::gemm<T>(exec_, k::Trans::T, k::Trans::N, Vl_, C, n, 1.0f, lg.data(), Vl_,
+               lnf_.data() + row0 * C, C, 1.0f, dhw.data(), C);
+    { TpTimer t(tp_comm_seconds_); r.wait(); }
   }
   k::sum_losses(exec_, loss_sum_, losses_, N, true);
   if (!train) return;
-  // The head's backward, now: logits_ holds dlogits.
-  hook_before_backward(hu);
-  if (eu >= 0) hook_before_backward(eu);
-  const View1<T> dhw = dhead_w();
-  k::gemm<T>(exec_, k::Trans::N, k::Trans::N, N, C, Vl_, 1.0f, logits_.data(), Vl_, head_w().data(),
-             C, 0.0f, dln_.data(), C);
-  comm::Request r;
-  if (tp_active())
-    r = sp ? layout_.tp->ireduce_scatter(dln_, dln_local_) : layout_.tp->iall_reduce(dln_);
-  k::gemm<T>(exec_, k::Trans::T, k::Trans::N, Vl_, C, N, 1.0f, logits_.data(), Vl_, lnf_.data(),
-             C, 1.0f, dhw.data(), C);
-  { TpTimer t(tp_comm_seconds_); r.wait(); }
   Kokkos::deep_copy(exec_, s.dhead, T(0.0f));
   layernorm_backward_tp(s.dhead, dlnf_w_, dlnf_b_, sp ? dln_local_ : dln_, x, lnf_w_, lnf_mean_,
                         lnf_rstd_);

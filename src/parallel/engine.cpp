@@ -42,6 +42,7 @@ Engine<T>::Engine(MPI_Comm world, const model::GptConfig& cfg, const EngineOptio
   // 2. this rank's slice of the model: its stage's chunks, split over tp inside the model
   model::ModelLayout layout = ctx_->layout(opt_.recompute);
   layout.recompute_mlp_act = opt_.recompute_mlp_act;
+  layout.head_chunk_rows = opt_.head_chunk_tokens;
   model_ = std::make_unique<model::GptT<T>>(cfg_, opt_.micro_batch, opt_.seq_len, layout, exec);
   // 3. data parallelism and ZeRO as the model's hooks
   // (MoE experts reduce and shard over the expert-data-parallel group instead of dp)

@@ -94,7 +94,10 @@ double worst_relative(const model::Gpt& tp, View1<float> tp_buf, const model::Gp
   return worst;
 }
 
-void check_layout(bool sequence_parallel, bool recompute, const model::GptConfig& cfg = tiny()) {
+// head_chunk_rows > 0: the LM head of the tp model runs in chunks of that many rows (the
+// vocabulary-parallel loss reduced per chunk); the reference keeps one chunk.
+void check_layout(bool sequence_parallel, bool recompute, const model::GptConfig& cfg = tiny(),
+                  int head_chunk_rows = 0) {
   const int W = mt_test::world_size();
   mesh::ProcessMesh pm(mt_test::world(), mesh::Shape{1, 1, W});
   auto tp = comm::make_communicator(comm::default_backend(), pm.tp().get());
@@ -102,12 +105,13 @@ void check_layout(bool sequence_parallel, bool recompute, const model::GptConfig
   layout.tp = tp.get();
   layout.sequence_parallel = sequence_parallel;
   layout.recompute = recompute;
+  layout.head_chunk_rows = head_chunk_rows;
   model::Gpt m(cfg, kB, kT, layout);
   model::Gpt ref(cfg, kB, kT);
   m.init_parameters(7);
   ref.init_parameters(7);
   INFO(cfg.describe() << ": tp " << W << " sequence_parallel " << sequence_parallel
-                      << " recompute " << recompute);
+                      << " recompute " << recompute << " head chunk rows " << head_chunk_rows);
   std::string name;
   REQUIRE(mt_test::all_ranks(worst_relative(m, m.params(), ref, ref.params(), &name) == 0.0));
 
@@ -157,6 +161,12 @@ TEST_CASE("sequence parallelism equals the single-rank model", "[model][tp][mpi]
 
 TEST_CASE("tensor + sequence parallelism with activation checkpointing", "[model][tp][mpi]") {
   check_layout(true, true);
+}
+
+TEST_CASE("tensor and sequence parallelism with the LM head in uneven chunks of rows",
+          "[model][tp][mpi]") {
+  check_layout(false, false, tiny(), 5);
+  check_layout(true, false, tiny(), 5);
 }
 
 // Key-value heads split over tp (kv >= tp) and replicated with their gradients summed (kv < tp):

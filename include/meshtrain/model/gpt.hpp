@@ -69,6 +69,11 @@ struct ModelLayout {
   // forward for the down projection and recomputed by the backward for its weight gradient
   // (train.recompute_mlp_act: N x I elements per block less, one elementwise pass more).
   bool recompute_mlp_act = false;
+  // Rows of the LM head and loss computed at once (train.head_chunk_tokens): the head runs over
+  // the micro-batch's rows in chunks, each chunk's logits turned into dlogits and consumed by its
+  // two backward GEMMs before the next chunk, so only one chunk's logits are ever held. 0: auto
+  // (head_chunk_rows()); >= the rows of a micro-batch: one chunk.
+  int head_chunk_rows = 0;
   // Mixture of Experts: the expert-parallel group (ranks holding the other experts; null or size
   // 1: this rank holds all of them). The registry holds experts of rank ep->rank().
   comm::Communicator* ep = nullptr;
@@ -270,7 +275,9 @@ class GptT {
   std::unique_ptr<BlockActivations<T>> shared_acts_;  // recompute: one set for every block
   View1<T> shared_mlp_act_;  // recompute_mlp_act: every block's fch_gelu [N, HW]
   // head scratch (the head's backward runs inside its forward)
-  View1<T> lnf_, lnf_local_, logits_;
+  View1<T> lnf_, lnf_local_, logits_;  // logits_: [head_rows_, Vl] (one chunk of rows)
+  View1<T> logits_all_;  // [N, Vl]: forward_logits' result, allocated by its first call
+  int head_rows_ = 0;    // rows per head chunk (head_chunk_rows())
   View1<float> lnf_mean_, lnf_rstd_, losses_, ce_max_, ce_sums_;
   View1<std::int32_t> targets_;
   // gradient / communication scratch
@@ -293,6 +300,12 @@ struct ModelFootprint {
 };
 ModelFootprint model_footprint(const GptConfig& cfg, int micro_batch, int seq_len,
                                const ModelLayout& layout, int tp_size, std::size_t elem_bytes);
+
+// Rows per LM-head chunk for `rows` rows of `vocab_local` logits of `elem_bytes` each:
+// `requested` (clamped to [1, rows]) when positive; else (auto) the whole micro-batch when its
+// logits fit in 256 MiB, otherwise the fewest equal chunks that fit, rounded up to a multiple
+// of 128 rows (GEMM tiles).
+int head_chunk_rows(int requested, int rows, int vocab_local, std::size_t elem_bytes);
 
 using Gpt = GptT<float>;
 #if MESHTRAIN_HAVE_BF16

@@ -46,6 +46,7 @@ struct EngineOptions {
   int n_micro = 1;           // micro-batches per step on each data-parallel rank
   bool recompute = false;    // activation checkpointing per block
   bool recompute_mlp_act = false;  // keep only the MLP pre-activation (model::ModelLayout)
+  int head_chunk_tokens = 0;  // rows of the LM head at once; 0 auto (model::ModelLayout)
   optim::AdamWConfig adamw;
   kernels::AttentionOptions attention;  // attention backend (--attn.*), set process-wide
 };
