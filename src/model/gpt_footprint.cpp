@@ -50,12 +50,16 @@ constexpr std::size_t kHeadChunkLogitsBytes = std::size_t(256) << 20;
 int head_chunk_rows(int requested, int rows, int vocab_local, std::size_t elem_bytes) {
   if (rows <= 0) return 1;
   if (requested > 0) return std::min(requested, rows);
-  const std::size_t row_bytes = static_cast<std::size_t>(vocab_local) * elem_bytes;
-  const std::size_t all = static_cast<std::size_t>(rows) * row_bytes;
-  if (all <= kHeadChunkLogitsBytes) return rows;
-  const std::size_t chunks = (all + kHeadChunkLogitsBytes - 1) / kHeadChunkLogitsBytes;
-  const std::size_t per = (static_cast<std::size_t>(rows) + chunks - 1) / chunks;
-  return static_cast<int>(std::min<std::size_t>((per + 127) / 128 * 128, rows));
+  const std::size_t row_bytes = std::max<std::size_t>(1, vocab_local * elem_bytes);
+  const std::size_t fit = std::max<std::size_t>(1, kHeadChunkLogitsBytes / row_bytes);
+  const std::size_t n = static_cast<std::size_t>(rows);
+  if (n <= fit) return rows;
+  // The fewest chunks that fit, made equal; rounded up to whole GEMM tiles (128 rows) where
+  // that still fits, which never adds a chunk.
+  const std::size_t chunks = (n + fit - 1) / fit;
+  const std::size_t per = (n + chunks - 1) / chunks;
+  const std::size_t tiles = (per + 127) / 128 * 128;
+  return static_cast<int>(tiles <= fit ? tiles : per);
 }
 
 ModelFootprint model_footprint(const GptConfig& cfg, int micro_batch, int seq_len,

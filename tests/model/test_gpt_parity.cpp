@@ -92,6 +92,34 @@ TEST_CASE("the LM head in uneven chunks of rows matches the same reference", "[m
   check_forward_backward(false, 7);  // 32 rows: 7, 7, 7, 7, 4
 }
 
+TEST_CASE("head chunk rows: the requested rows, else the fewest equal chunks within 256 MiB",
+          "[model]") {
+  constexpr std::size_t limit = std::size_t(256) << 20;
+  REQUIRE(model::head_chunk_rows(7, 32, 64, 4) == 7);
+  REQUIRE(model::head_chunk_rows(100, 32, 64, 4) == 32);  // clamped to the micro-batch
+  REQUIRE(model::head_chunk_rows(0, 32, 64, 4) == 32);    // small logits: one chunk
+  // GPT-2 124M, mb 16, bf16 (1.65 GB of logits): 7 chunks of 2432 rows (19 GEMM tiles).
+  REQUIRE(model::head_chunk_rows(0, 16384, 50304, 2) == 2432);
+  // Llama 3.2 1B, mb 8, bf16 (4.2 GB): 16 chunks of 1024 rows.
+  REQUIRE(model::head_chunk_rows(0, 16384, 128256, 2) == 1024);
+  for (int rows : {129, 4096, 8192, 16383, 32768, 65536})
+    for (int vocab : {50304, 64128, 128256, 151936})
+      for (std::size_t e : {std::size_t(2), std::size_t(4)}) {
+        const int r = model::head_chunk_rows(0, rows, vocab, e);
+        INFO(rows << " rows, vocab " << vocab << ", " << e << " bytes: " << r << " rows");
+        const std::size_t fit = limit / (std::size_t(vocab) * e);
+        REQUIRE(r >= 1);
+        REQUIRE(r <= rows);
+        if (std::size_t(rows) <= fit) {
+          REQUIRE(r == rows);
+          continue;
+        }
+        REQUIRE(std::size_t(r) * vocab * e <= limit);
+        // No more chunks than the fewest that fit.
+        REQUIRE(std::size_t((rows + r - 1) / r) == (std::size_t(rows) + fit - 1) / fit);
+      }
+}
+
 TEST_CASE("10 AdamW steps match the PyTorch float64 reference", "[model][parity]") {
   io::SafetensorsReader f(mt_test::fixture_path());
   const auto cfg = mt_test::fixture_config();
