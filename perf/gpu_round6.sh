@@ -11,7 +11,8 @@
 #        torch.compile only: llama-150m mb 8/16, llama3.2-1b mb 4/8, seq 2048;
 # prof:  the per-kernel profile (2 steps, device fenced around every kernel) of GPT-2 124M mb 32
 #        and llama3.2-1b mb 8, the two sizes furthest from their targets;
-# tests: test_llama_parity and test_gpt_bf16 from BUNDLE (the chunked head's parity cases).
+# tests: every test_* in BUNDLE through perf/gpu_round3.sh (bundle test_llama_parity and
+#        test_gpt_bf16: the chunked head's parity cases).
 # Run from the repository root. OUT receives one log per run, summary.txt and OUT.logs.tgz.
 set -uo pipefail
 bundle=$(cd "$1" && pwd); out=$(mkdir -p "$2" && cd "$2" && pwd); what=${3:-gpt2,train,llama,prof,tests}
@@ -106,12 +107,9 @@ if has prof; then
 fi
 
 if has tests; then
-  for n in test_llama_parity test_gpt_bf16; do
-    [ -x "$bundle/bin/$n" ] || { note "== $n: not in the bundle"; status=1; continue; }
-    run "$n" 200 "$bundle/bin/$n"
-    grep -E "All tests passed|test cases" "$out/$n.log" | tail -1 | sed "s/^/  /" | tee -a "$sum"
-    grep -A6 -E "FAILED:|error:|what\(\)" "$out/$n.log" | head -40 | sed "s/^/    /" | tee -a "$sum"
-  done
+  # Every test_* in BUNDLE (gpu_round3.sh's tests part): bundle test_llama_parity and test_gpt_bf16.
+  "$here/gpu_round3.sh" "$bundle" "$out/tests" tests || status=1
+  cat "$out/tests/summary.txt" >> "$sum"
 fi
 tar czf "$out.logs.tgz" -C "$(dirname "$out")" "$(basename "$out")"
 exit $status
