@@ -14,17 +14,20 @@
 // the gradient pass, so its losses are the same bits. Padding columns [V, Vp) are never read
 // (a vector straddling V masks its tail) and are written as zeros.
 //
-// bf16 rows that fit take a second form (MESHTRAIN_CE_KERNEL=regs keeps the register form):
-// 512 threads keep the row in shared memory instead of registers (the GPT-2 vocabulary's row is 100.6 KB, so two blocks fit an SM's 228 KB), so that
-// one block's reductions and exponentials overlap the other's loads and stores; with one
-// 1024-thread block per SM (the register form's 64 registers a thread allow no second) the SM
-// idles on each row's two barriers and its exponential passes. Each thread reads back only the
-// vectors it stored, so the shared memory needs no barrier of its own. The same statistics and
-// formula as the register form; the sums group the threads' partial sums differently (512
-// threads), so the last bits of a loss may differ from the register form's. On an H200 at
-// GPT-2 124M's [16384, 50304] the fused forward and backward take 1.438 ms against the register
-// form's 1.714 (2292 against 1922 GB/s; the forward alone 0.768 against 0.969), and the
-// training step 30.10 against 30.17-30.31 ms at micro-batch 16 (perf/README.md).
+// bf16 rows that fit in shared memory take a second form instead (MESHTRAIN_CE_KERNEL=regs
+// keeps the register form): 512 threads keep the row in shared memory
+// (the GPT-2 vocabulary's row is 100.6 KB, so two blocks fit an SM's 228 KB), so that one block's
+// reductions and exponentials overlap the other's loads and stores; with one 1024-thread block
+// per SM (the register form's 64 registers a thread allow no second) the SM idles on each row's
+// two barriers and its exponential passes. Each thread reads back only the vectors it stored, so
+// the shared memory needs no barrier of its own. The row arrives by cp.async (every copy of a
+// thread in flight at once) and the exponentials run on the special-function unit. The same
+// statistics and formula as the register form; the sums group the threads' partial sums
+// differently (512 threads) and the exponentials are ex2.approx, so the last bits of a loss may
+// differ between the forms (the tests hold each to the portable kernels' tolerances). On an H200
+// at GPT-2 124M's [16384, 50304] the fused forward and backward take 0.813 ms against the
+// register form's 1.708 (4053 against 1929 GB/s) and 1.427 for the shared-memory form before it
+// used cp.async (perf/README.md).
 #include "rowwise_cuda.hpp"
 
 #if defined(KOKKOS_ENABLE_CUDA)
@@ -120,18 +123,51 @@ __global__ void __launch_bounds__(kThreads)
 
 constexpr int kSmemThreads = 512, kSmemWarps = kSmemThreads / 32;
 
-// The shared-memory form (bf16): the row's real vectors [0, nvec) staged in dynamic shared
-// memory by the threads that own them.
+// 16 bytes from global to shared memory without passing through registers (sm_80's cp.async,
+// cached in L2 only): all of a thread's copies are in flight at once. Plain loads, each followed
+// by its shared store, went one at a time: the logits come through a generic pointer, which may
+// alias shared memory, so the compiler cannot hoist the next load above the store before it.
+__device__ __forceinline__ void copy16_async(void* smem, const void* gmem) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned s = unsigned(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+#else
+  store16(smem, load16(gmem));
+#endif
+}
+// Waits for this thread's copies, which then are visible to it (and only to it: each thread
+// reads back the vectors it copied, so no barrier is needed).
+__device__ __forceinline__ void wait_async_copies() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+// 2^x on the special-function unit (ex2.approx: ~2 ulp; results below 2^-126 flush to 0, a
+// probability that no gradient notices). expf costs a range reduction on top of the same unit.
+__device__ __forceinline__ float exp2_sfu(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// The shared-memory form (bf16): the row's real vectors [0, nvec) copied into dynamic shared
+// memory by copy16_async, each by the thread that owns it, the exponentials 2^(x log2 e -
+// M log2 e) on the special-function unit, and only the vector holding the target and the row's
+// partial last vector on the masked, per-column path. Every exponential is 2^(x L - ML) with
+// ML = fl(M L), so the sum is S = sum_c exp(x_c) / 2^ML and the loss ln 2 (ML + log2 S) -
+// x[target] carries no error from rounding M L; the gradient exp(x - lse) is the ratio of two
+// such terms, which cancels it too.
 template <class E, bool kGrad>
 __global__ void __launch_bounds__(kSmemThreads, 2)
     ce_kernel_smem(float* __restrict__ losses, const E* in, E* out,
-                   const std::int32_t* __restrict__ targets, int Vp, int V, float grad_scale) {
+                    const std::int32_t* __restrict__ targets, int Vp, int V, float grad_scale) {
   constexpr int kV = kVec<E>;
+  constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
   extern __shared__ uint4 row_s[];
   __shared__ float red_max[kSmemWarps], red_sum[kSmemWarps];
   const long row = blockIdx.x;
   const int t = threadIdx.x;
-  const int nvec = (V + kV - 1) / kV, nvec_all = Vp / kV;
+  const int nvec = (V + kV - 1) / kV, nvec_all = Vp / kV, nfull = V / kV;
   const E* x = in + row * Vp;
   E* g = kGrad ? out + row * Vp : nullptr;
   const int tgt = targets[row];
@@ -141,37 +177,55 @@ __global__ void __launch_bounds__(kSmemThreads, 2)
     if (t == 0) losses[row] = 0.f;
     return;
   }
+  for (int v = t; v < nvec; v += kSmemThreads) copy16_async(row_s + v, x + v * kV);
   const float xt = (t == 0 && tgt < V) ? to_float(x[tgt]) : CUDART_NAN_F;
+  wait_async_copies();
+
   float m = -CUDART_INF_F;
   for (int v = t; v < nvec; v += kSmemThreads) {
-    const uint4 q = load16(x + v * kV);
-    row_s[v] = q;
     float f[kV];
-    unpack<E>(q, f);
+    unpack<E>(row_s[v], f);
+    if (v < nfull) {
 #pragma unroll
-    for (int k = 0; k < kV; ++k)
-      if (v * kV + k < V) m = fmaxf(m, f[k]);
+      for (int k = 0; k < kV; ++k) m = fmaxf(m, f[k]);
+    } else {
+#pragma unroll
+      for (int k = 0; k < kV; ++k)
+        if (v * kV + k < V) m = fmaxf(m, f[k]);
+    }
   }
-  const float M = block_max<kSmemWarps>(m, red_max);
+  const float ML = block_max<kSmemWarps>(m, red_max) * kLog2e;
   float s = 0.f;
   for (int v = t; v < nvec; v += kSmemThreads) {
     float f[kV];
     unpack<E>(row_s[v], f);
+    if (v < nfull) {
 #pragma unroll
-    for (int k = 0; k < kV; ++k)
-      if (v * kV + k < V) s += expf(f[k] - M);
+      for (int k = 0; k < kV; ++k) s += exp2_sfu(fmaf(f[k], kLog2e, -ML));
+    } else {
+#pragma unroll
+      for (int k = 0; k < kV; ++k)
+        if (v * kV + k < V) s += exp2_sfu(fmaf(f[k], kLog2e, -ML));
+    }
   }
   const float S = block_sum<kSmemWarps>(s, red_sum);
-  if (t == 0) losses[row] = M + logf(S) - xt;
+  if (t == 0) losses[row] = kLn2 * (ML + log2f(S)) - xt;
   if constexpr (kGrad) {
     const float scale = grad_scale / S;
+    const int vt = tgt / kV;
     for (int v = t; v < nvec; v += kSmemThreads) {
       float f[kV], d[kV];
       unpack<E>(row_s[v], f);
+      if (v < nfull && v != vt) {
 #pragma unroll
-      for (int k = 0; k < kV; ++k) {
-        const int c = v * kV + k;
-        d[k] = c < V ? expf(f[k] - M) * scale - (c == tgt ? grad_scale : 0.f) : 0.f;
+        for (int k = 0; k < kV; ++k) d[k] = exp2_sfu(fmaf(f[k], kLog2e, -ML)) * scale;
+      } else {
+#pragma unroll
+        for (int k = 0; k < kV; ++k) {
+          const int c = v * kV + k;
+          d[k] = c < V ? exp2_sfu(fmaf(f[k], kLog2e, -ML)) * scale - (c == tgt ? grad_scale : 0.f)
+                       : 0.f;
+        }
       }
       store16(g + v * kV, pack<E>(d));
     }
@@ -189,7 +243,20 @@ bool smem_form_requested() {
   return on;
 }
 
-// The shared-memory form for a bf16 row of V columns: true when launched.
+// Raises a kernel's dynamic shared-memory limit to bytes on its first launch of that size (the
+// attribute is per kernel, hence per instantiation; one size per vocabulary in practice).
+template <class Kernel>
+void allow_shared_bytes(Kernel kernel, std::size_t bytes, std::size_t& configured) {
+  if (bytes <= configured) return;
+  MESHTRAIN_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  // All of the unified L1 as shared memory, or the second block does not fit.
+  MESHTRAIN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                            int(cudaSharedmemCarveoutMaxShared)));
+  configured = bytes;
+}
+
+// A shared-memory form for a bf16 row of V columns: true when launched.
 template <class E, bool kGrad>
 bool launch_smem(cudaStream_t st, float* losses, const E* in, E* out, const std::int32_t* targets,
                  int N, int Vp, int V, float grad_scale) {
@@ -199,19 +266,8 @@ bool launch_smem(cudaStream_t st, float* losses, const E* in, E* out, const std:
     const std::size_t bytes = std::size_t((V + kVec<E> - 1) / kVec<E>) * 16;
     // The opt-in limit of one block (227 KB on Hopper) less the kernel's static reduction arrays.
     if (!smem_form_requested() || bytes > 227 * 1024 - 1024) return false;
-    // The dynamic size a launch may ask for must be raised per kernel first (one size per
-    // vocabulary in practice; the attribute is per kernel, hence per instantiation).
     static std::size_t configured = 0;
-    if (bytes > configured) {
-      MESHTRAIN_CUDA_CHECK(cudaFuncSetAttribute(ce_kernel_smem<E, kGrad>,
-                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                int(bytes)));
-      // All of the unified L1 as shared memory, or the second block does not fit.
-      MESHTRAIN_CUDA_CHECK(cudaFuncSetAttribute(ce_kernel_smem<E, kGrad>,
-                                                cudaFuncAttributePreferredSharedMemoryCarveout,
-                                                int(cudaSharedmemCarveoutMaxShared)));
-      configured = bytes;
-    }
+    allow_shared_bytes(ce_kernel_smem<E, kGrad>, bytes, configured);
     ce_kernel_smem<E, kGrad><<<unsigned(N), kSmemThreads, bytes, st>>>(losses, in, out, targets,
                                                                        Vp, V, grad_scale);
     MESHTRAIN_CUDA_CHECK(cudaGetLastError());
