@@ -373,7 +373,9 @@ void check_dbias(Trans ta, int M, int N, int K, bool padded, float alpha, float 
 TEST_CASE("gemm_dbias: GEMM plus accumulated column sums of B", "[kernels][gemm_ex]") {
   // Each CUDA form forced in turn (the default times them and keeps the faster): the fused
   // bias-gradient epilogue, and GEMM + column sums (our kernel when N and ldb suit its 16-byte
-  // loads, several 128-row chunks at K = 300; cuBLAS's GEMV for the padded odd shape).
+  // loads, several 128-row chunks at K = 300, and at K = 1500 more chunks (12) than the second
+  // stage's 8 warps, which then add unequal numbers of chunks; cuBLAS's GEMV for the padded odd
+  // shape).
   for (DbiasForm form : {DbiasForm::epilogue, DbiasForm::split, DbiasForm::timed}) {
     set_gemm_dbias_form(form);
     INFO("form " << int(form));
@@ -383,9 +385,11 @@ TEST_CASE("gemm_dbias: GEMM plus accumulated column sums of B", "[kernels][gemm_
           check_dbias<float>(ta, 37, 45, 29, true, alpha, beta, 1e-5);
           check_dbias<float>(ta, 64, 96, 128, false, alpha, beta, 1e-5);
           check_dbias<float>(ta, 24, 264, 300, false, alpha, beta, 1e-5);
+          check_dbias<float>(ta, 16, 264, 1500, false, alpha, beta, 1e-5);
 #if MESHTRAIN_HAVE_BF16
           check_dbias<bf16>(ta, 64, 96, 128, false, alpha, beta, 1e-2);
           check_dbias<bf16>(ta, 24, 264, 300, false, alpha, beta, 1e-2);
+          check_dbias<bf16>(ta, 16, 264, 1500, false, alpha, beta, 1e-2);
 #endif
         }
   }
