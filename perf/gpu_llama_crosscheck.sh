@@ -29,17 +29,8 @@ root=$(cd "$here/.." && pwd)
 mt=$bundle/bin/meshtrain
 sum=$out/summary.txt
 status=0
-has() { [[ ",$what," == *",$1,"* ]]; }
-note() { echo "$*" | tee -a "$sum"; }
-# run NAME SECONDS CMD...: CMD's output to OUT/NAME.log; a line in the summary.
-run() {
-  local name=$1 secs=$2; shift 2
-  local t0=$SECONDS rc=0
-  timeout -k 5 "$secs" "$@" > "$out/$name.log" 2>&1 || rc=$?
-  [ $rc -eq 0 ] || status=1
-  note "== $name: rc $rc ($((SECONDS - t0)) s)"
-  return $rc
-}
+# shellcheck source=perf/gpu_lib.sh
+source "$here/gpu_lib.sh"
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$sum"
 python3 -c 'import torch, transformers, tokenizers; print("torch", torch.__version__,
