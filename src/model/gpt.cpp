@@ -202,6 +202,7 @@ GptT<T>::GptT(const GptConfig& cfg, int micro_batch, int seq_len, const ModelLay
   datty_ = alloc<T>("grad.datty", N * QW_);
   if (any_dense) dfch_ = alloc<T>("grad.dfch", N * shape.FW);
   if (swiglu && any_dense) dh_ = alloc<T>("grad.dh", N * Il_);
+  if (cfg_.qkv_bias) qkv_b_ = alloc<T>("act.qkv_bias", static_cast<std::size_t>(QW_ + 2 * KW_));
   if (reg_.kv_replicated() && P > 1)
     kv_dw_ = alloc<T>("tp.kv_dw", 2 * static_cast<std::size_t>(cfg_.kv_heads()) * HS_ *
                                       (C + (cfg_.qkv_bias ? 1 : 0)));

@@ -287,6 +287,8 @@ class GptT {
   View1<T> dh_;           // SwiGLU: gradient of the MLP activation [N, HW]
   View1<T> kv_dw_;        // kv heads replicated over tp: k and v weight (then bias) gradients
                           // before the sum
+  View1<T> qkv_b_;        // Qwen2: [q | k | v] biases side by side for the merged q/k/v GEMM's
+                          // epilogue, where the registry's 64-element alignment parts them
   View1<T> ln_dw_, ln_db_;  // sequence-parallel LayerNorm parameter gradients before the tp sum
   Scalar<float> loss_sum_;
 };
