@@ -14,8 +14,10 @@
 // the gradient pass, so its losses are the same bits. Padding columns [V, Vp) are never read
 // (a vector straddling V masks its tail) and are written as zeros.
 //
-// bf16 rows that fit in shared memory take a second form instead (MESHTRAIN_CE_KERNEL=regs
-// keeps the register form): 512 threads keep the row in shared memory
+// bf16 rows take a second form instead (MESHTRAIN_CE_KERNEL=regs keeps the register form);
+// rows longer than the shared memory (Llama 3's 128256 columns: 250.5 KB) stage their first
+// 226 KB in one 1024-thread block and re-read the rest. Up to 113 KB, 512 threads keep the row
+// in shared memory
 // (the GPT-2 vocabulary's row is 100.6 KB, so two blocks fit an SM's 228 KB), so that one block's
 // reductions and exponentials overlap the other's loads and stores; with one 1024-thread block
 // per SM (the register form's 64 registers a thread allow no second) the SM idles on each row's
@@ -33,6 +35,7 @@
 #if defined(KOKKOS_ENABLE_CUDA)
 #include <math_constants.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <cstring>
@@ -121,7 +124,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-constexpr int kSmemThreads = 512, kSmemWarps = kSmemThreads / 32;
+constexpr int kSmemThreads = 512;
 
 // 16 bytes from global to shared memory without passing through registers (sm_80's cp.async,
 // cached in L2 only): all of a thread's copies are in flight at once. Plain loads, each followed
@@ -150,21 +153,26 @@ __device__ __forceinline__ float exp2_sfu(float x) {
   return y;
 }
 
-// The shared-memory form (bf16): the row's real vectors [0, nvec) copied into dynamic shared
-// memory by copy16_async, each by the thread that owns it, the exponentials 2^(x log2 e -
+// The shared-memory form (bf16): the row's real vectors [0, nsmem) copied into dynamic shared
+// memory by copy16_async, each by the thread that owns it (nsmem = nvec for rows that fit; a
+// longer row, Llama 3's 128256 columns, stages its first ~226 KB and reads the rest from memory,
+// mostly L2, on each pass), the exponentials 2^(x log2 e -
 // M log2 e) on the special-function unit, and only the vector holding the target and the row's
 // partial last vector on the masked, per-column path. Every exponential is 2^(x L - ML) with
 // ML = fl(M L), so the sum is S = sum_c exp(x_c) / 2^ML and the loss ln 2 (ML + log2 S) -
 // x[target] carries no error from rounding M L; the gradient exp(x - lse) is the ratio of two
 // such terms, which cancels it too.
-template <class E, bool kGrad>
-__global__ void __launch_bounds__(kSmemThreads, 2)
+// kThr threads: 512 with two blocks per SM for rows up to half the shared memory, 1024 (one
+// block) beyond.
+template <class E, bool kGrad, int kThr>
+__global__ void __launch_bounds__(kThr, kThr == kThr ? 2 : 1)
     ce_kernel_smem(float* __restrict__ losses, const E* in, E* out,
-                    const std::int32_t* __restrict__ targets, int Vp, int V, float grad_scale) {
-  constexpr int kV = kVec<E>;
+                   const std::int32_t* __restrict__ targets, int Vp, int V, float grad_scale,
+                   int nsmem) {
+  constexpr int kV = kVec<E>, kWarpsT = kThr / 32;
   constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
   extern __shared__ uint4 row_s[];
-  __shared__ float red_max[kSmemWarps], red_sum[kSmemWarps];
+  __shared__ float red_max[kWarpsT], red_sum[kWarpsT];
   const long row = blockIdx.x;
   const int t = threadIdx.x;
   const int nvec = (V + kV - 1) / kV, nvec_all = Vp / kV, nfull = V / kV;
@@ -173,18 +181,19 @@ __global__ void __launch_bounds__(kSmemThreads, 2)
   const int tgt = targets[row];
   if (tgt < 0) {
     if constexpr (kGrad)
-      for (int v = t; v < nvec_all; v += kSmemThreads) store16(g + v * kV, make_uint4(0, 0, 0, 0));
+      for (int v = t; v < nvec_all; v += kThr) store16(g + v * kV, make_uint4(0, 0, 0, 0));
     if (t == 0) losses[row] = 0.f;
     return;
   }
-  for (int v = t; v < nvec; v += kSmemThreads) copy16_async(row_s + v, x + v * kV);
+  for (int v = t; v < nsmem; v += kThr) copy16_async(row_s + v, x + v * kV);
   const float xt = (t == 0 && tgt < V) ? to_float(x[tgt]) : CUDART_NAN_F;
   wait_async_copies();
+  auto vec = [&](int v) { return v < nsmem ? row_s[v] : load16(x + v * kV); };
 
   float m = -CUDART_INF_F;
-  for (int v = t; v < nvec; v += kSmemThreads) {
+  for (int v = t; v < nvec; v += kThr) {
     float f[kV];
-    unpack<E>(row_s[v], f);
+    unpack<E>(vec(v), f);
     if (v < nfull) {
 #pragma unroll
       for (int k = 0; k < kV; ++k) m = fmaxf(m, f[k]);
@@ -194,11 +203,11 @@ __global__ void __launch_bounds__(kSmemThreads, 2)
         if (v * kV + k < V) m = fmaxf(m, f[k]);
     }
   }
-  const float ML = block_max<kSmemWarps>(m, red_max) * kLog2e;
+  const float ML = block_max<kWarpsT>(m, red_max) * kLog2e;
   float s = 0.f;
-  for (int v = t; v < nvec; v += kSmemThreads) {
+  for (int v = t; v < nvec; v += kThr) {
     float f[kV];
-    unpack<E>(row_s[v], f);
+    unpack<E>(vec(v), f);
     if (v < nfull) {
 #pragma unroll
       for (int k = 0; k < kV; ++k) s += exp2_sfu(fmaf(f[k], kLog2e, -ML));
@@ -208,14 +217,14 @@ __global__ void __launch_bounds__(kSmemThreads, 2)
         if (v * kV + k < V) s += exp2_sfu(fmaf(f[k], kLog2e, -ML));
     }
   }
-  const float S = block_sum<kSmemWarps>(s, red_sum);
+  const float S = block_sum<kWarpsT>(s, red_sum);
   if (t == 0) losses[row] = kLn2 * (ML + log2f(S)) - xt;
   if constexpr (kGrad) {
     const float scale = grad_scale / S;
     const int vt = tgt / kV;
-    for (int v = t; v < nvec; v += kSmemThreads) {
+    for (int v = t; v < nvec; v += kThr) {
       float f[kV], d[kV];
-      unpack<E>(row_s[v], f);
+      unpack<E>(vec(v), f);
       if (v < nfull && v != vt) {
 #pragma unroll
         for (int k = 0; k < kV; ++k) d[k] = exp2_sfu(fmaf(f[k], kLog2e, -ML)) * scale;
@@ -229,7 +238,7 @@ __global__ void __launch_bounds__(kSmemThreads, 2)
       }
       store16(g + v * kV, pack<E>(d));
     }
-    for (int v = nvec + t; v < nvec_all; v += kSmemThreads)
+    for (int v = nvec + t; v < nvec_all; v += kThr)
       store16(g + v * kV, make_uint4(0, 0, 0, 0));
   }
 }
@@ -256,20 +265,32 @@ void allow_shared_bytes(Kernel kernel, std::size_t bytes, std::size_t& configure
   configured = bytes;
 }
 
-// A shared-memory form for a bf16 row of V columns: true when launched.
+// The shared-memory form for a bf16 row of V columns: true when launched. Rows up to 113 KB
+// run two 512-thread blocks per SM; longer ones one 1024-thread block with up to 226 KB staged.
 template <class E, bool kGrad>
 bool launch_smem(cudaStream_t st, float* losses, const E* in, E* out, const std::int32_t* targets,
                  int N, int Vp, int V, float grad_scale) {
   if constexpr (sizeof(E) != 2) {
     return false;
   } else {
-    const std::size_t bytes = std::size_t((V + kVec<E> - 1) / kVec<E>) * 16;
-    // The opt-in limit of one block (227 KB on Hopper) less the kernel's static reduction arrays.
-    if (!smem_form_requested() || bytes > 227 * 1024 - 1024) return false;
-    static std::size_t configured = 0;
-    allow_shared_bytes(ce_kernel_smem<E, kGrad>, bytes, configured);
-    ce_kernel_smem<E, kGrad><<<unsigned(N), kSmemThreads, bytes, st>>>(losses, in, out, targets,
-                                                                       Vp, V, grad_scale);
+    if (!smem_form_requested()) return false;
+    const int nvec = (V + kVec<E> - 1) / kVec<E>;
+    // The opt-in limit of one block (227 KB on Hopper) less the kernel's static reduction
+    // arrays, and half of it for two blocks on an SM.
+    constexpr std::size_t kOneBlock = 227 * 1024 - 1024, kTwoBlocks = kOneBlock / 2;
+    const std::size_t bytes = std::size_t(nvec) * 16;
+    if (bytes <= kTwoBlocks) {
+      static std::size_t configured = 0;
+      allow_shared_bytes(ce_kernel_smem<E, kGrad, kSmemThreads>, bytes, configured);
+      ce_kernel_smem<E, kGrad, kSmemThreads><<<unsigned(N), kSmemThreads, bytes, st>>>(
+          losses, in, out, targets, Vp, V, grad_scale, nvec);
+    } else {
+      const int nsmem = int(std::min<std::size_t>(bytes, kOneBlock) / 16);
+      static std::size_t configured = 0;
+      allow_shared_bytes(ce_kernel_smem<E, kGrad, kThreads>, std::size_t(nsmem) * 16, configured);
+      ce_kernel_smem<E, kGrad, kThreads><<<unsigned(N), kThreads, std::size_t(nsmem) * 16, st>>>(
+          losses, in, out, targets, Vp, V, grad_scale, nsmem);
+    }
     MESHTRAIN_CUDA_CHECK(cudaGetLastError());
     return true;
   }

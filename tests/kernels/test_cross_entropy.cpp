@@ -276,10 +276,13 @@ void compare_with_portable(const CeCase& c, std::uint32_t seed) {
 
 // GPT-2's vocabulary (V = 50257 = 8 * 6282 + 1, padded to 50304), small vocabularies with and
 // without a partial last vector, one longer than the CUDA kernels keep in registers (70000; as
-// is 50257 in float), V = 1, and Vp not a multiple of 8 (36: float only) or of anything (37).
-const std::vector<CeCase> kCases = {{21, 37, 64},   {9, 200, 256},   {8, 1000, 1024},
-                                    {5, 50257, 50304}, {3, 70000, 70016}, {6, 8, 8},
-                                    {4, 1, 64},     {4, 30, 36},     {4, 37, 37}};
+// is 50257 in float) and in bf16 more than two blocks' shared memory, Llama 3's (128256) and one
+// longer still with a partial last vector (130001), whose bf16 rows overflow the shared memory
+// into global reads, V = 1, and Vp not a multiple of 8 (36: float only) or of anything (37).
+const std::vector<CeCase> kCases = {{21, 37, 64},      {9, 200, 256},       {8, 1000, 1024},
+                                    {5, 50257, 50304}, {3, 70000, 70016},   {3, 128256, 128256},
+                                    {5, 130001, 130048}, {6, 8, 8},         {4, 1, 64},
+                                    {4, 30, 36},       {4, 37, 37}};
 
 }  // namespace
 
