@@ -22,16 +22,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABL
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 sum=$out/summary.txt
 status=0
-has() { [[ ",$what," == *",$1,"* ]]; }
-note() { echo "$*" | tee -a "$sum"; }
-# run NAME SECONDS CMD...: CMD's output to OUT/NAME.log; a line in the summary.
-run() {
-  local name=$1 secs=$2; shift 2
-  local t0=$SECONDS rc=0
-  timeout -k 5 "$secs" "$@" > "$out/$name.log" 2>&1 || rc=$?
-  [ $rc -eq 0 ] || status=1
-  note "== $name: rc $rc ($((SECONDS - t0)) s)"
-}
+# shellcheck source=perf/gpu_lib.sh
+source "$here/gpu_lib.sh"
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$sum"
 python3 -c 'import torch; print("torch", torch.__version__, "cuDNN", torch.backends.cudnn.version())' \
