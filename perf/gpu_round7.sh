@@ -9,10 +9,12 @@
 #        plain loads, which its commit then removed);
 # step:  GPT-2 124M bf16 seq 1024, cuDNN attention, mb 16 and 32, chunked head (auto): the step
 #        with STEP_ROUNDS (default "1 2") alternating rounds
-#        (STEP_VARIANTS="label:bundle:form ..." runs other bundles' binaries in the same rounds);
+#        (STEP_VARIANTS="label:bundle:form[:VAR=v,VAR2=w] ..." runs other bundles' binaries, or
+#        the same with other environment settings, in the same rounds);
 # torch: torch.compile (perf/torch_gpt2_gpu.py) at mb 16 and 32, 30 steps after 5;
 # llama: bench_train_step of llama-150m (mb 8, 16) and llama3.2-1b (mb 4, 8), bf16 seq 2048,
-#        LLAMA_VARIANTS="label:bundle ..." (default this bundle) in STEP_ROUNDS rounds;
+#        LLAMA_VARIANTS="label:bundle[:VAR=v,...] ..." (default this bundle) in STEP_ROUNDS rounds,
+#        LLAMA_CFGS="preset:mb ..." overrides the four;
 # torchllama: perf/gpu_llama_crosscheck.sh's torch part, torch.compile only (the same models);
 # prof:  the per-kernel profile (device fenced around every kernel) of GPT-2 124M mb 32 and
 #        llama3.2-1b mb 8 (PROF_CFGS="preset:mb:seq ...");
@@ -56,9 +58,10 @@ if has step; then
   for mb in 16 32; do
     for round in ${STEP_ROUNDS:-1 2}; do
       for v in ${STEP_VARIANTS:-new:$bundle:default}; do
-        IFS=: read -r label b f <<< "$v"
+        IFS=: read -r label b f extra <<< "$v"
         name=step_mb${mb}_${label}_$round
-        run "$name" 120 env MESHTRAIN_CE_KERNEL="$f" "$b/bin/bench_train_step" \
+        # shellcheck disable=SC2086  # extra: comma-separated VAR=value pairs, one word each
+        run "$name" 120 env MESHTRAIN_CE_KERNEL="$f" ${extra//,/ } "$b/bin/bench_train_step" \
           --preset gpt2-124m --precision bf16 --seq-len 1024 --micro-batch "$mb" --steps 30 \
           --warmup 5 --profile-steps 0 --attn-impl cudnn
         grep -E "^peak|^step_ms|^tokens/s|^mfu|rror" "$out/$name.log" | sed "s/^/  $name /" |
@@ -77,13 +80,14 @@ if has torch; then
 fi
 
 if has llama; then
-  for cfg in llama-150m:8 llama-150m:16 llama3.2-1b:4 llama3.2-1b:8; do
+  for cfg in ${LLAMA_CFGS:-llama-150m:8 llama-150m:16 llama3.2-1b:4 llama3.2-1b:8}; do
     IFS=: read -r preset mb <<< "$cfg"
     for round in ${STEP_ROUNDS:-1 2}; do
       for v in ${LLAMA_VARIANTS:-new:$bundle}; do
-        IFS=: read -r label b <<< "$v"
+        IFS=: read -r label b extra <<< "$v"
         name=bench_${preset}_mb${mb}_${label}_$round
-        run "$name" 150 "$b/bin/bench_train_step" --preset "$preset" --precision bf16 \
+        # shellcheck disable=SC2086  # extra: comma-separated VAR=value pairs, one word each
+        run "$name" 150 env ${extra//,/ } "$b/bin/bench_train_step" --preset "$preset" --precision bf16 \
           --micro-batch "$mb" --seq-len 2048 --steps 10 --warmup 3 --profile-steps 0
         grep -E "^peak|^step_ms|^tokens/s|^mfu|rror" "$out/$name.log" | sed "s/^/  $name /" |
           tee -a "$sum"
