@@ -13,8 +13,6 @@
 #include "common.hpp"  // first: Kokkos defines KOKKOS_ENABLE_CUDA
 
 #if defined(KOKKOS_ENABLE_CUDA)
-#include <map>
-#include <mutex>
 #include <string>
 
 #include "column_sums_cuda.hpp"
@@ -41,21 +39,10 @@ __global__ void __launch_bounds__(32 * kWarps)
   float acc[V];
 #pragma unroll
   for (int i = 0; i < V; ++i) acc[i] = 0.0f;
-  // The kRows / kWarps rows of a lane fully unrolled, so that all its 16-byte loads are in
-  // flight at once (a loop over a runtime bound kept about one at a time: 2.4 TB/s at GPT-2's
-  // shapes). The additions keep the row order, so the sums are the loop's bits.
   if (n0 < N) {
-    const E* p = B + long(k0 + warp) * ldb + n0;
-    uint4 v[kRows / kWarps];
-#pragma unroll
-    for (int r = 0; r < kRows / kWarps; ++r)
-      if (k0 + warp + r * kWarps < k1)
-        v[r] = __ldg(reinterpret_cast<const uint4*>(p + long(r) * kWarps * ldb));
-#pragma unroll
-    for (int r = 0; r < kRows / kWarps; ++r) {
-      if (k0 + warp + r * kWarps >= k1) break;
+    for (int k = k0 + warp; k < k1; k += kWarps) {
       float f[V];
-      unpack<E>(v[r], f);
+      unpack<E>(load16(B + long(k) * ldb + n0), f);
 #pragma unroll
       for (int i = 0; i < V; ++i) acc[i] += f[i];
     }
@@ -98,94 +85,31 @@ __global__ void __launch_bounds__(32 * kWarps)
 }  // namespace
 
 template <class T>
-bool column_sums_cuda_fits(int N, int ldb, const T* B) {
-  if constexpr (!kCudaRowwiseType<T>) {
-    return false;
-  } else {
-    constexpr int V = kVec<storage_t<T>>;
-    return N % V == 0 && ldb % V == 0 && aligned16({B});
-  }
-}
-
-template <class T>
-bool column_sums_add_cuda(const ExecSpace& exec, int K, int N, const T* B, int ldb, T* dbias,
-                          cudaStream_t stream) {
+bool column_sums_add_cuda(const ExecSpace& exec, int K, int N, const T* B, int ldb, T* dbias) {
   if constexpr (!kCudaRowwiseType<T>) {
     return false;
   } else {
     using E = storage_t<T>;
     constexpr int V = kVec<E>;
-    if (!column_sums_cuda_fits<T>(N, ldb, B)) return false;
+    if (N % V != 0 || ldb % V != 0 || !aligned16({B})) return false;
     const ToolRegion region([] { return std::string("meshtrain::column_sums_cuda"); });
     if (K == 0 || N == 0) return true;
-    if (stream == nullptr) stream = exec.cuda_stream();
     const int tiles = (N + 32 * V - 1) / (32 * V), chunks = (K + kRows - 1) / kRows;
     View1<float> part = persistent_buffer(0, std::size_t(chunks) * N);
-    column_chunk_sums<E><<<dim3(tiles, chunks), 32 * kWarps, 0, stream>>>(raw(B), ldb, K, N,
-                                                                          part.data());
+    column_chunk_sums<E><<<dim3(tiles, chunks), 32 * kWarps, 0, exec.cuda_stream()>>>(
+        raw(B), ldb, K, N, part.data());
     MESHTRAIN_CUDA_CHECK(cudaGetLastError());
-    add_chunks<E><<<(N + 31) / 32, 32 * kWarps, 0, stream>>>(part.data(), chunks, N, raw(dbias));
+    add_chunks<E><<<(N + 31) / 32, 32 * kWarps, 0, exec.cuda_stream()>>>(part.data(), chunks, N,
+                                                                        raw(dbias));
     MESHTRAIN_CUDA_CHECK(cudaGetLastError());
     return true;
   }
 }
 
-struct SideStreams {
-  std::mutex mutex;
-  std::map<int, SideStream> by_device;
-  bool hooked = false;
-
-  SideStream& get() {
-    int device = 0;
-    MESHTRAIN_CUDA_CHECK(cudaGetDevice(&device));
-    std::lock_guard<std::mutex> lock(mutex);
-    auto it = by_device.find(device);
-    if (it != by_device.end()) return it->second;
-    SideStream s;
-    int lowest = 0, highest = 0;
-    MESHTRAIN_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lowest, &highest));
-    MESHTRAIN_CUDA_CHECK(
-        cudaStreamCreateWithPriority(&s.stream_, cudaStreamNonBlocking, highest));
-    MESHTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&s.forked_, cudaEventDisableTiming));
-    MESHTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&s.done_, cudaEventDisableTiming));
-    if (!hooked) {
-      hooked = true;
-      Kokkos::push_finalize_hook([this] {
-        std::lock_guard<std::mutex> lk(mutex);
-        for (auto& kv : by_device) {
-          cudaEventDestroy(kv.second.forked_);
-          cudaEventDestroy(kv.second.done_);
-          cudaStreamDestroy(kv.second.stream_);
-        }
-        by_device.clear();
-        hooked = false;
-      });
-    }
-    return by_device.emplace(device, s).first->second;
-  }
-};
-
-SideStream& SideStream::fork(const ExecSpace& exec) {
-  static SideStreams streams;
-  SideStream& s = streams.get();
-  MESHTRAIN_CUDA_CHECK(cudaEventRecord(s.forked_, exec.cuda_stream()));
-  MESHTRAIN_CUDA_CHECK(cudaStreamWaitEvent(s.stream_, s.forked_, 0));
-  return s;
-}
-
-void SideStream::join(const ExecSpace& exec) {
-  MESHTRAIN_CUDA_CHECK(cudaEventRecord(done_, stream_));
-  MESHTRAIN_CUDA_CHECK(cudaStreamWaitEvent(exec.cuda_stream(), done_, 0));
-}
-
-#define MESHTRAIN_INSTANTIATE_COLUMN_SUMS(T)                                            \
-  template bool column_sums_cuda_fits<T>(int, int, const T*);                           \
-  template bool column_sums_add_cuda<T>(const ExecSpace&, int, int, const T*, int, T*, \
-                                        cudaStream_t);
-MESHTRAIN_INSTANTIATE_COLUMN_SUMS(float)
+template bool column_sums_add_cuda<float>(const ExecSpace&, int, int, const float*, int, float*);
 #if MESHTRAIN_HAVE_BF16
-MESHTRAIN_INSTANTIATE_COLUMN_SUMS(bf16)
-MESHTRAIN_INSTANTIATE_COLUMN_SUMS(fp16)
+template bool column_sums_add_cuda<bf16>(const ExecSpace&, int, int, const bf16*, int, bf16*);
+template bool column_sums_add_cuda<fp16>(const ExecSpace&, int, int, const fp16*, int, fp16*);
 #endif
 
 }  // namespace meshtrain::kernels::detail

@@ -276,27 +276,17 @@ bool dbias_fused(const ExecSpace& exec, Trans ta, int M, int N, int K, float alp
 }
 
 // The same as a plain cuBLASLt GEMM and dbias += the column sums of B (column_sums_cuda.cpp, or
-// dbias[1, N] += ones[1, K] B[K, N] through cublasGemmEx). Our sums run on the side stream
-// beside the GEMM: both only read B, and a linear layer's weight-gradient GEMM has few output
-// tiles (GPT-2's [768, 768] is 18 of 128 x 256 on 132 SMs), so the sums mostly take SMs the
-// GEMM leaves idle instead of running after it.
+// dbias[1, N] += ones[1, K] B[K, N] through cublasGemmEx).
 template <class T>
 bool dbias_split(const ExecSpace& exec, Trans ta, int M, int N, int K, float alpha, const T* A,
                  int lda, const T* B, int ldb, float beta, const T* C, int ldc, T* D, T* dbias) {
   const detail::LtCall call = weight_grad_call<T>(ta, M, N, K, alpha, A, lda, B, ldb, beta, C,
                                                   ldc, D, detail::LtEpilogue::none, nullptr);
-  if (!detail::column_sums_cuda_fits<T>(N, ldb, B)) {
-    if (!detail::lt_matmul(exec, call)) return false;
+  if (!detail::lt_matmul(exec, call)) return false;
+  // Our column-sum kernel where its 16-byte loads fit, else cuBLAS's GEMV.
+  if (!detail::column_sums_add_cuda<T>(exec, K, N, B, ldb, dbias))
     gemm<T>(exec, Trans::N, Trans::N, 1, N, K, 1.0f, device_ones<T>(exec, std::size_t(K)), K, B,
             ldb, 1.0f, dbias, N);
-    return true;
-  }
-  // Forked before the GEMM is queued, so the sums wait only for the work that wrote B; queued
-  // after, so that a GEMM cuBLASLt refuses (nothing launched) leaves dbias untouched.
-  detail::SideStream& side = detail::SideStream::fork(exec);
-  if (!detail::lt_matmul(exec, call)) return false;
-  detail::column_sums_add_cuda<T>(exec, K, N, B, ldb, dbias, side.stream());
-  side.join(exec);
   return true;
 }
 

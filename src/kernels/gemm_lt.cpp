@@ -27,7 +27,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -192,21 +191,11 @@ std::size_t type_bytes(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
 
 // The heuristic's first answer is a guess from a model of the GPU; the candidates after it are
 // sometimes faster for our shapes (split-K for the long-K weight gradients). Each plan is made
-// once, so time up to candidates() of them on this call's own operands and keep the fastest.
+// once, so time up to kCandidates of them on this call's own operands and keep the fastest.
 // The outputs the timing runs write (D, and aux for a GELU forward) go to scratch: C, A, B and
 // the bias are only read, so the caller's data is untouched (C == D becomes C != D, which only
 // reads C). One synchronisation per plan, in the first step that uses the shape.
-// MESHTRAIN_GEMM_CANDIDATES (1 to kMaxCandidates) sets how many are asked for and timed.
-constexpr int kMaxCandidates = 64, kDefaultCandidates = 8;
-
-int candidates() {
-  static const int n = [] {
-    const char* e = std::getenv("MESHTRAIN_GEMM_CANDIDATES");
-    const int v = e && *e ? std::atoi(e) : kDefaultCandidates;
-    return v < 1 ? 1 : v > kMaxCandidates ? kMaxCandidates : v;
-  }();
-  return n;
-}
+constexpr int kCandidates = 8;
 
 int fastest(cublasLtHandle_t handle, Plan& p, const LtCall& c, cudaStream_t stream,
             void* workspace, const cublasLtMatmulHeuristicResult_t* results, int found) {
@@ -303,11 +292,11 @@ Plan make_plan(cublasLtHandle_t handle, const LtCall& c, cudaStream_t stream, vo
 
   cublasLtMatmulPreference_t pref = make_preference(c);
 
-  cublasLtMatmulHeuristicResult_t results[kMaxCandidates] = {};
+  cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
   int found = 0;
   // A status other than success means the same as no algorithm: this case is not supported.
   const cublasStatus_t rc = cublasLtMatmulAlgoGetHeuristic(
-      handle, p.op, p.a, p.b, p.c, p.d, pref, candidates(), results, &found);
+      handle, p.op, p.a, p.b, p.c, p.d, pref, kCandidates, results, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (rc != CUBLAS_STATUS_SUCCESS || found == 0) {
     destroy(p);

@@ -167,13 +167,11 @@ void GptT<T>::block_backward(int l, View1<const T> x, BlockActivations<T>& a, Vi
     // host in fp32 the forward epilogue's bits; elsewhere GELU of the pre-activation as stored,
     // where the epilogue took it from the unrounded accumulator).
     if (!a.own_mlp_act) k::gelu_forward<T>(exec_, a.fch_gelu, a.fch, std::size_t(N) * I);
-    // d(pre-GELU) in one GEMM: the GELU derivative is the input-gradient GEMM's epilogue.
-    // c_fc's bias gradient (the column sums of d(pre-GELU)) goes with c_fc's weight gradient,
-    // whose GEMM reads the same d(pre-GELU): on CUDA the sums run beside that GEMM
-    // (gemm_dbias' split form) instead of after the dgelu GEMM, which fills the GPU.
+    // d(pre-GELU) in one GEMM: the GELU derivative is the input-gradient GEMM's epilogue, and
+    // so is c_fc's bias gradient (the column sums of d(pre-GELU)), which c_fc's backward skips.
     k::linear_backward_dgelu<T>(exec_, dfch_, g.mlp_proj_w, g.mlp_proj_b, dfull, a.fch_gelu,
-                                w.mlp_proj_w, a.fch, N, I, C);
-    column_parallel_backward(dx, g.c_fc_w, g.c_fc_b, dfch_, a.ln2, w.c_fc_w, I);
+                                w.mlp_proj_w, a.fch, N, I, C, g.c_fc_b);
+    column_parallel_backward(dx, g.c_fc_w, View1<T>{}, dfch_, a.ln2, w.c_fc_w, I);
   }
   layernorm_backward_tp(dres, g.ln_2_w, g.ln_2_b, dx, a.res2, w.ln_2_w, a.ln2_mean, a.ln2_rstd);
   // Attention: res2 = x + proj(attn(c_attn(ln1(x))))

@@ -396,40 +396,6 @@ TEST_CASE("gemm_dbias: GEMM plus accumulated column sums of B", "[kernels][gemm_
   set_gemm_dbias_form(DbiasForm::timed);
 }
 
-TEST_CASE("gemm_dbias' split form is ordered with the kernels around it on exec's stream",
-          "[kernels][gemm_ex]") {
-  // On CUDA the column sums run on a second stream beside the GEMM: they must see B as the
-  // fill queued just before wrote it, and be done before the fill queued just after
-  // overwrites B and the copy after that reads dbias. Nothing here fences in between; a long B
-  // (2^17 rows) keeps the sums running long enough for a missing wait to show.
-  set_gemm_dbias_form(DbiasForm::split);
-  const int M = 64, N = 64, K = 1 << 17;
-  const ExecSpace exec;
-  View1<float> A("A", std::size_t(K) * M), B("B", std::size_t(K) * N), C("C", std::size_t(M) * N),
-      dbias("dbias", N), seen("seen", N);
-  Kokkos::deep_copy(A, 1.0f / 1024);
-  for (int rep = 1; rep <= 3; ++rep) {
-    INFO("call " << rep);
-    Kokkos::deep_copy(dbias, 0.0f);
-    Kokkos::fence();
-    const float fill = float(rep);
-    Kokkos::deep_copy(exec, B, fill);  // queued on exec's stream, as the kernels below
-    gemm_dbias<float>(exec, Trans::T, M, N, K, 1.0f, A.data(), M, B.data(), N, 0.0f, C.data(), N,
-                      dbias.data());
-    Kokkos::deep_copy(exec, B, -7.0f);
-    Kokkos::deep_copy(exec, seen, dbias);
-    exec.fence();
-    const auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), seen);
-    const auto hc = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), C);
-    for (int j = 0; j < N; ++j) {
-      INFO("column " << j);
-      REQUIRE(h(j) == fill * K);  // a sum of 2^17 equal small integers is exact in fp32
-      REQUIRE(hc(j) == mt_test::Approx(fill * K / 1024).epsilon(1e-5));
-    }
-  }
-  set_gemm_dbias_form(DbiasForm::timed);
-}
-
 // ---- linear layer, against the unfused kernels ----
 
 namespace {
