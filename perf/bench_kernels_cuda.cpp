@@ -7,8 +7,15 @@
 // shape (its ceiling) and, for the GELU layers, the unfused form (bias-epilogue GEMM, then the
 // GELU kernel; GEMM, then the GELU-gradient kernel): per-shape data for the GEMM gap.
 //
+// --shapes LIST times only plain bf16 GEMMs (kernels::gemm, as the model's unfused layers call
+// it), unfenced, one row each: LIST is comma-separated OP:MxNxK[:BETA], OP two letters (op(A)
+// and op(B), N or T, row-major as the profile labels them), BETA 0 (default) or 1 (accumulate,
+// as the weight gradients do). perf/torch_gemm_shapes.py times the same list through
+// torch.matmul: the library-level comparison behind the Llama profile.
+//
 //   bench_kernels_cuda [--rows 16384] [--channels 768] [--vocab 50257] [--padded-vocab 50304]
 //                      [--iters 20] [--warmup 3] [--gemm 0|1] [--only-gemm 0|1]
+//   bench_kernels_cuda --shapes NT:8192x16384x2048,TN:16384x2048x8192:1 [--iters 20]
 //
 // Each figure is the median of --iters calls after --warmup, timed with CUDA events on the
 // execution space's stream. GB/s counts the bytes that must move: every input read once, every
@@ -22,6 +29,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -46,12 +54,17 @@ struct Args {
   int N = 16 * 1024, C = 768, V = 50257, Vp = 50304;
   int iters = 20, warmup = 3;
   int gemm = 0, only_gemm = 0;
+  std::string shapes;  // --shapes: only these plain GEMMs
 };
 
 Args parse(int argc, char** argv) {
   Args a;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
+    if (k == "--shapes") {
+      a.shapes = argv[i + 1];
+      continue;
+    }
     const int v = std::stoi(argv[i + 1]);
     if (k == "--rows") a.N = v;
     else if (k == "--channels") a.C = v;
@@ -230,11 +243,49 @@ void bench_gemms(const Args& a) {
   }
 }
 
+// --shapes: each OP:MxNxK[:BETA] of the list as one plain GEMM, A [M, K] (or [K, M] for T),
+// B [K, N] (or [N, K]), C [M, N], all contiguous row-major.
+void bench_shapes(const Args& a) {
+  using T = Kokkos::Experimental::bhalf_t;
+  ExecSpace exec;
+  std::stringstream list(a.shapes);
+  std::string item;
+  std::printf("plain bf16 GEMMs (kernels::gemm, cuBLASLt), median of %d after %d\n", a.iters,
+              a.warmup);
+  while (std::getline(list, item, ',')) {
+    char ta = 0, tb = 0;
+    int M = 0, N = 0, K = 0, beta = 0;
+    const int got = std::sscanf(item.c_str(), "%c%c:%dx%dx%d:%d", &ta, &tb, &M, &N, &K, &beta);
+    if (got < 5 || (ta != 'N' && ta != 'T') || (tb != 'N' && tb != 'T') || M <= 0 || N <= 0 ||
+        K <= 0) {
+      std::fprintf(stderr, "bench_kernels_cuda: --shapes item '%s' is not OP:MxNxK[:BETA]\n",
+                   item.c_str());
+      std::exit(2);
+    }
+    const Trans opa = ta == 'N' ? Trans::N : Trans::T, opb = tb == 'N' ? Trans::N : Trans::T;
+    const auto A = random_view<T>("bench_s_a", std::size_t(M) * K, 21, -1.f, 1.f);
+    const auto B = random_view<T>("bench_s_b", std::size_t(K) * N, 22, -1.f, 1.f);
+    const auto C = random_view<T>("bench_s_c", std::size_t(M) * N, 23, -1.f, 1.f);
+    const int lda = opa == Trans::N ? K : M, ldb = opb == Trans::N ? N : K;
+    const double ms = median_ms(exec, a.warmup, a.iters, [&] {
+      gemm<T>(exec, opa, opb, M, N, K, 1.0f, A.data(), lda, B.data(), ldb, float(beta),
+              C.data(), N);
+    });
+    const double tf = 2.0 * M * N * K / 1e9;
+    std::printf("meshtrain gemm %c%c %6dx%6dx%6d beta %d %9.4f ms %6.1f TF/s\n", ta, tb, M, N, K,
+                beta, ms, tf / ms);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
   Kokkos::ScopeGuard kokkos(argc, argv);
+  if (!a.shapes.empty()) {
+    bench_shapes(a);
+    return 0;
+  }
   std::printf("layernorm N=%d C=%d, cross-entropy N=%d V=%d Vp=%d: CUDA kernels vs the portable "
               "Kokkos kernels; median of %d after %d warm-up\n",
               a.N, a.C, a.N, a.V, a.Vp, a.iters, a.warmup);
