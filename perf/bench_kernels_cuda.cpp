@@ -257,7 +257,7 @@ void bench_shapes(const Args& a) {
     int M = 0, N = 0, K = 0, beta = 0;
     const int got = std::sscanf(item.c_str(), "%c%c:%dx%dx%d:%d", &ta, &tb, &M, &N, &K, &beta);
     if (got < 5 || (ta != 'N' && ta != 'T') || (tb != 'N' && tb != 'T') || M <= 0 || N <= 0 ||
-        K <= 0) {
+        K <= 0 || (beta != 0 && beta != 1)) {
       std::fprintf(stderr, "bench_kernels_cuda: --shapes item '%s' is not OP:MxNxK[:BETA]\n",
                    item.c_str());
       std::exit(2);
