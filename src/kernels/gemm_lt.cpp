@@ -27,6 +27,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -197,6 +198,17 @@ std::size_t type_bytes(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
 // reads C). One synchronisation per plan, in the first step that uses the shape.
 constexpr int kCandidates = 8;
 
+// MESHTRAIN_GEMM_CANDIDATES (1..8, for perf experiments; read once): how many of them to ask
+// for and time; 1 takes the heuristic's first answer untimed, as PyTorch does.
+int candidates_wanted() {
+  static const int n = [] {
+    const char* e = std::getenv("MESHTRAIN_GEMM_CANDIDATES");
+    const int v = e && *e ? std::atoi(e) : kCandidates;
+    return v < 1 ? 1 : v > kCandidates ? kCandidates : v;
+  }();
+  return n;
+}
+
 int fastest(cublasLtHandle_t handle, Plan& p, const LtCall& c, cudaStream_t stream,
             void* workspace, const cublasLtMatmulHeuristicResult_t* results, int found) {
   if (found <= 1) return 0;
@@ -296,7 +308,7 @@ Plan make_plan(cublasLtHandle_t handle, const LtCall& c, cudaStream_t stream, vo
   int found = 0;
   // A status other than success means the same as no algorithm: this case is not supported.
   const cublasStatus_t rc = cublasLtMatmulAlgoGetHeuristic(
-      handle, p.op, p.a, p.b, p.c, p.d, pref, kCandidates, results, &found);
+      handle, p.op, p.a, p.b, p.c, p.d, pref, candidates_wanted(), results, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (rc != CUBLAS_STATUS_SUCCESS || found == 0) {
     destroy(p);
