@@ -7,7 +7,7 @@
 # clocks: untraced, 30 steps of each side under perf/with_gpu_clocks.sh (the SM clock, power and
 # power-cap share while the GPU is busy), ours for each of TRACE_VARIANTS in CLOCK_ROUNDS
 # (default "1") rounds; CLOCK_ARGS="ARGS;ARGS..." adds runs of ours with other bench_train_step
-# arguments (e.g. "--head-chunk-tokens 8192").
+# arguments (e.g. "--head-chunk-tokens 8192"); CLOCK_TORCH=0 leaves torch.compile out.
 # TRACE_CFGS="preset:mb:seq ..." (default llama3.2-1b:4:2048 gpt2-124m:32:1024); each side runs
 # 8 steps after 3 (GPT-2's torch side 5) and the last 5 complete steps are summarized.
 # TRACE_VARIANTS="label:bundle[:VAR=v,...] ..." traces other builds (or settings) of ours too.
@@ -80,9 +80,11 @@ for cfg in ${TRACE_CFGS:-llama3.2-1b:4:2048 gpt2-124m:32:1024}; do
       *) script=torch_llama_gpu.py; args=(--seq "$seq" --warmup 3) ;;
     esac
     name=clocks_${preset}_mb${mb}_torch
-    run "$name" 300 "$here/with_gpu_clocks.sh" "$name" "$out/$name.smi.csv" python3 \
-      "$here/$script" --preset "$preset" --micro-batch "$mb" --mode compile --steps 30 "${args[@]}"
-    grep -E "^pytorch|^clocks|rror" "$out/$name.log" | sed "s/^/  $name /" | tee -a "$sum"
+    if [ "${CLOCK_TORCH:-1}" = 1 ]; then
+      run "$name" 300 "$here/with_gpu_clocks.sh" "$name" "$out/$name.smi.csv" python3 \
+        "$here/$script" --preset "$preset" --micro-batch "$mb" --mode compile --steps 30 "${args[@]}"
+      grep -E "^pytorch|^clocks|rror" "$out/$name.log" | sed "s/^/  $name /" | tee -a "$sum"
+    fi
   fi
   if has torch; then
     case $preset in
