@@ -44,6 +44,7 @@
 
 #include "common.hpp"
 #include "meshtrain/core/cuda_check.hpp"
+#include "sfu_math.hpp"
 #include "rowwise_cuda_device.hpp"
 
 namespace meshtrain::kernels::detail {
@@ -145,13 +146,8 @@ __device__ __forceinline__ void wait_async_copies() {
   asm volatile("cp.async.wait_all;\n" ::: "memory");
 #endif
 }
-// 2^x on the special-function unit (ex2.approx: ~2 ulp; results below 2^-126 flush to 0, a
-// probability that no gradient notices). expf costs a range reduction on top of the same unit.
-__device__ __forceinline__ float exp2_sfu(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
+// Exponentials by exp2_sfu (sfu_math.hpp): results below 2^-126 flush to 0, a probability that
+// no gradient notices; expf costs a range reduction on top of the same unit.
 
 // The shared-memory form (bf16): the row's real vectors [0, nsmem) copied into dynamic shared
 // memory by copy16_async, each by the thread that owns it (nsmem = nvec for rows that fit; a

@@ -6,12 +6,12 @@
 // consecutive threads on consecutive columns of gate and of up.
 #include "meshtrain/kernels/swiglu.hpp"
 
-#include <cmath>
 #include <type_traits>
 
 #include "common.hpp"
 #include "host_exp.hpp"
 #include "pack8.hpp"
+#include "sfu_math.hpp"
 
 namespace meshtrain::kernels {
 
@@ -20,20 +20,11 @@ void check_shape(const char* fn, int N, int I) {
   MESHTRAIN_CHECK(N >= 0 && I > 0, fn, ": bad shape N=", N, ", I=", I);
 }
 
-// sigmoid(g) for the packed 16-bit paths. On the GPU through the special-function unit:
-// 2^x by ex2.approx and 1/x by rcp.approx (each ~2 ulp of fp32, far below the bf16/fp16
-// rounding of every result), because with expf and an IEEE division the forward ran at ~3.2
-// TB/s, bound by its instructions rather than by memory. exp(-g) = inf (g < ~-88) gives
-// rcp(inf) = 0, the same 0 as before. Elsewhere the exact formula.
+// sigmoid(g) for the packed 16-bit paths, on the GPU's special-function unit (sfu_math.hpp):
+// with expf and an IEEE division the forward ran at ~3.2 TB/s, bound by its instructions rather
+// than by memory. exp(-g) = inf (g < ~-88) gives 1/inf = 0, the same 0 as before.
 KOKKOS_INLINE_FUNCTION float sigmoid_16bit(float g) {
-#if defined(__CUDA_ARCH__)
-  float e, r;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(g * -1.4426950408889634f));
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.0f + e));
-  return r;
-#else
-  return 1.0f / (1.0f + std::exp(-g));
-#endif
+  return detail::rcp_sfu(1.0f + detail::exp2_sfu(g * -1.4426950408889634f));
 }
 }  // namespace
 
