@@ -48,6 +48,10 @@ traced() {  # traced NAME SECS CMD...: CMD under the injection library, then the
 
 for cfg in ${TRACE_CFGS:-llama3.2-1b:4:2048 gpt2-124m:32:1024}; do
   IFS=: read -r preset mb seq <<< "$cfg"
+  case $preset in  # the torch.compile side of this config
+    gpt2*) script=torch_gpt2_gpu.py; args=(--warmup 5) ;;
+    *) script=torch_llama_gpu.py; args=(--seq "$seq" --warmup 3) ;;
+  esac
   if has ours; then
     for v in ${TRACE_VARIANTS:-new:$bundle}; do
       IFS=: read -r label b extra <<< "$v"
@@ -75,10 +79,6 @@ for cfg in ${TRACE_CFGS:-llama3.2-1b:4:2048 gpt2-124m:32:1024}; do
         done
       done
     done
-    case $preset in
-      gpt2*) script=torch_gpt2_gpu.py; args=(--warmup 5) ;;
-      *) script=torch_llama_gpu.py; args=(--seq "$seq" --warmup 3) ;;
-    esac
     name=clocks_${preset}_mb${mb}_torch
     if [ "${CLOCK_TORCH:-1}" = 1 ]; then
       run "$name" 300 "$here/with_gpu_clocks.sh" "$name" "$out/$name.smi.csv" python3 \
@@ -87,10 +87,6 @@ for cfg in ${TRACE_CFGS:-llama3.2-1b:4:2048 gpt2-124m:32:1024}; do
     fi
   fi
   if has torch; then
-    case $preset in
-      gpt2*) script=torch_gpt2_gpu.py; args=(--warmup 5) ;;
-      *) script=torch_llama_gpu.py; args=(--seq "$seq" --warmup 3) ;;
-    esac
     traced "trace_${preset}_mb${mb}_torch" 300 \
       env LD_LIBRARY_PATH="${torch_cupti:+$torch_cupti:}$LD_LIBRARY_PATH" python3 "$here/$script" \
       --preset "$preset" --micro-batch "$mb" --mode compile --steps 8 "${args[@]}"
