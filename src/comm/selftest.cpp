@@ -96,7 +96,10 @@ std::vector<CheckResult> run(Communicator& c, const std::vector<std::size_t>& co
         const int to = (r + 1) % n, from = (r + n - 1) % n;
         auto s = B::filled("p2p_s", cnt, [&](std::size_t i) { return val(r, i); });
         auto v = B::make("p2p_r", cnt);
-        // Post the receive first so the ring cannot deadlock on rendezvous sends.
+        // Post the receive first so the ring cannot deadlock on rendezvous sends; on NCCL each
+        // direction of each neighbour pair needs a stream of its own for that (prepare_p2p:
+        // on one stream the receive would hold back this rank's send).
+        c.prepare_p2p({from, to});
         auto rr = c.irecv(v, from, 7);
         auto sr = c.isend(s, to, 7);
         rr.wait();

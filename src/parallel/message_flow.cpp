@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/parallel/receive_posting.hpp"
 
 namespace meshtrain::parallel {
 
@@ -17,11 +18,21 @@ bool is_recv(const Action& a) { return a.op == Op::recv_act || a.op == Op::recv_
 
 }  // namespace
 
+PostPolicy post_policy_for(bool stream_ordered) {
+  return stream_ordered ? PostPolicy::at_use : PostPolicy::ahead;
+}
+
+const char* post_policy_name(PostPolicy p) { return p == PostPolicy::at_use ? "at_use" : "ahead"; }
+
 MessageFlow::MessageFlow(std::vector<Action> actions, std::vector<int> chunk_slots,
-                         int recv_ahead)
+                         PostPolicy policy, int recv_ahead, int max_pool,
+                         std::vector<std::size_t> post_before)
     : actions_(std::move(actions)),
       chunk_slots_(std::move(chunk_slots)),
-      recv_ahead_(std::max(recv_ahead, 0)) {
+      policy_(policy),
+      recv_ahead_(std::max(recv_ahead, 0)),
+      max_pool_(std::max(max_pool, 0)),
+      post_before_(std::move(post_before)) {
   for (std::size_t i = 0; i < actions_.size(); ++i) {
     const Action& a = actions_[i];
     if (is_recv(a)) recv_at_.push_back(i);
@@ -30,6 +41,14 @@ MessageFlow::MessageFlow(std::vector<Action> actions, std::vector<int> chunk_slo
                     "MessageFlow: ", to_string(a), " in a chunk without activation slots (",
                     chunk_slots_.size(), " chunks)");
   }
+  if (policy_ == PostPolicy::at_use && post_before_.empty()) post_before_ = recv_at_;  // at use
+  MESHTRAIN_CHECK(policy_ != PostPolicy::at_use || post_before_.size() == recv_at_.size(),
+                  "MessageFlow: ", post_before_.size(), " posting positions for ",
+                  recv_at_.size(), " receives");
+  for (std::size_t r = 0; r < post_before_.size(); ++r)
+    MESHTRAIN_CHECK(post_before_[r] <= recv_at_[r] && (r == 0 || post_before_[r - 1] <= post_before_[r]),
+                    "MessageFlow: receive ", r, " posted at action ", post_before_[r],
+                    " (after its use or out of list order)");
   slot_send_.resize(chunk_slots_.size());
   for (std::size_t c = 0; c < chunk_slots_.size(); ++c)
     slot_send_[c].assign(static_cast<std::size_t>(chunk_slots_[c]), kNone);
@@ -47,6 +66,13 @@ void MessageFlow::reap(PipelineExecutor& ex) {
 
 int MessageFlow::take(PipelineExecutor& ex) {
   if (free_.empty()) reap(ex);
+  if (free_.empty() && max_pool_ > 0 && pool_ >= max_pool_ && !grad_sends_.empty()) {
+    // The cap: the oldest gradient send's buffer, once the device has sent it.
+    const Message m = grad_sends_.front();
+    grad_sends_.erase(grad_sends_.begin());
+    ex.wait(m.action);
+    return m.buffer;
+  }
   if (free_.empty()) {
     ex.grow_pool(pool_);
     return pool_++;
@@ -91,9 +117,14 @@ void MessageFlow::run_step(PipelineExecutor& ex) {
   int input = -1;  // pool buffer holding the received input of the next compute
   for (std::size_t i = 0; i < actions_.size(); ++i) {
     const Action& a = actions_[i];
-    // The receive this action may wait for, and recv_ahead after it, are in flight.
-    const std::size_t upto =
+    // ahead: the receive this action may wait for, and recv_ahead after it, are in flight;
+    // at_use: those posted before this action (receive_posting).
+    std::size_t upto =
         std::min(received + 1 + static_cast<std::size_t>(recv_ahead_), recv_at_.size());
+    if (policy_ == PostPolicy::at_use) {
+      upto = next_post;
+      while (upto < recv_at_.size() && post_before_[upto] <= i) ++upto;
+    }
     while (next_post < upto) {
       const Message m{recv_at_[next_post++], take(ex)};
       ex.issue(m);
@@ -121,7 +152,12 @@ void MessageFlow::run_step(PipelineExecutor& ex) {
   for (auto& slots : slot_send_) std::fill(slots.begin(), slots.end(), kNone);
 }
 
-int predicted_message_buffers(const ScheduleSpec& spec, int stage, int recv_ahead) {
+namespace {
+
+// MessageFlow replayed for two steps with gradient sends that complete once the peer has
+// received them, except the latest: the buffers it grows to.
+int replay_pool(const ScheduleSpec& spec, int stage, PostPolicy policy, int recv_ahead,
+                int max_pool) {
   struct Replay final : PipelineExecutor {
     const std::vector<Action>* actions = nullptr;
     std::size_t latest = kNone;  // the latest gradient send
@@ -134,10 +170,27 @@ int predicted_message_buffers(const ScheduleSpec& spec, int stage, int recv_ahea
     void compute(std::size_t, int) override {}
     void wait_all_sends() override { latest = kNone; }
   } replay;
-  MessageFlow flow(build_schedule(spec, stage), chunk_slots_needed(spec, stage), recv_ahead);
+  MessageFlow flow(build_schedule(spec, stage), chunk_slots_needed(spec, stage), policy,
+                   recv_ahead, max_pool,
+                   policy == PostPolicy::at_use ? receive_posting(spec, stage)
+                                                : std::vector<std::size_t>{});
   replay.actions = &flow.actions();
   for (int step = 0; step < 2; ++step) flow.run_step(replay);
   return flow.pool_size();
+}
+
+}  // namespace
+
+int predicted_message_buffers(const ScheduleSpec& spec, int stage, PostPolicy policy,
+                              int recv_ahead) {
+  // at_use: the runner allocates its capped pool whole, up front.
+  if (policy == PostPolicy::at_use) return message_pool_cap(spec, stage);
+  return replay_pool(spec, stage, policy, recv_ahead, 0);
+}
+
+int message_pool_cap(const ScheduleSpec& spec, int stage) {
+  const int grown = replay_pool(spec, stage, PostPolicy::at_use, 0, 0);
+  return grown == 0 ? 0 : std::max(2, grown);
 }
 
 }  // namespace meshtrain::parallel

@@ -4,6 +4,7 @@
 
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/timer.hpp"
+#include "meshtrain/parallel/receive_posting.hpp"
 
 namespace meshtrain::parallel {
 
@@ -29,7 +30,9 @@ PipelineRunner<T>::PipelineRunner(model::GptT<T>& model, comm::Communicator& pp,
       stage_(stage),
       n_slots_(0),
       flow_((validate(spec), build_schedule(spec, stage)), chunk_slots_needed(spec, stage),
-            recv_ahead) {
+            post_policy_for(pp.stream_ordered()), recv_ahead,
+            pp.stream_ordered() ? message_pool_cap(spec, stage) : 0,
+            pp.stream_ordered() ? receive_posting(spec, stage) : std::vector<std::size_t>{}) {
   MESHTRAIN_CHECK(pp.size() == spec.pp && pp.rank() == stage, "PipelineRunner: stage ", stage,
                   " of pp=", spec.pp, " on a communicator of rank ", pp.rank(), " / size ",
                   pp.size());
@@ -52,6 +55,11 @@ PipelineRunner<T>::PipelineRunner(model::GptT<T>& model, comm::Communicator& pp,
   for (const Action& a : flow_.actions())
     if (a.peer >= 0) peers.push_back(a.peer);
   pp.prepare_p2p(peers);
+  // at_use (NCCL): the whole capped pool now, so that no step allocates (an allocation or a
+  // free synchronises the device, which must never wait for a message in flight mid-step).
+  if (flow_.policy() == PostPolicy::at_use)
+    for (int b = 0, cap = message_pool_cap(spec, stage); b < cap; ++b)
+      pool_.push_back(alloc<T>("pipeline_message", model_.activation_elems()));
 }
 
 template <class T>
@@ -70,6 +78,7 @@ int PipelineRunner<T>::tag(const Action& a) const {
 
 template <class T>
 void PipelineRunner<T>::grow_pool(int buffer) {
+  if (buffer < static_cast<int>(pool_.size())) return;  // allocated up front (at_use)
   MESHTRAIN_CHECK(buffer == static_cast<int>(pool_.size()), "PipelineRunner: pool grew to ",
                   buffer, " with ", pool_.size(), " buffers");
   pool_.push_back(alloc<T>("pipeline_message", model_.activation_elems()));

@@ -10,6 +10,7 @@ target_sources(meshtrain_lib PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/model_transfer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/partition.cpp
   ${CMAKE_CURRENT_LIST_DIR}/message_flow.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/receive_posting.cpp
   ${CMAKE_CURRENT_LIST_DIR}/pipeline_runner.cpp
   ${CMAKE_CURRENT_LIST_DIR}/schedule.cpp
   ${CMAKE_CURRENT_LIST_DIR}/zero_partition.cpp

@@ -117,7 +117,9 @@ std::vector<MemoryBreakdown> memory_per_stage(const model::GptConfig& cfg, int s
     m.comm_buffers += static_cast<double>(parallel::zero_staging_bytes(part, l.zero_stage, E));
     if (l.pp > 1)
       m.comm_buffers +=
-          static_cast<double>(parallel::predicted_message_buffers(spec, s) * Nl * C * E);
+          static_cast<double>(parallel::predicted_message_buffers(
+                                  spec, s, parallel::post_policy_for(!t.device_is_host)) *
+                              Nl * C * E);
 
     // ---- workspace: the engine's batch, the kernels' scratch, the optimizer's scalars ----
     m.workspace = static_cast<double>(2 * N * 4);  // one micro-batch of tokens and targets

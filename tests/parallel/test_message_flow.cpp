@@ -12,6 +12,7 @@
 
 #include "harness.hpp"
 #include "meshtrain/parallel/message_flow.hpp"
+#include "meshtrain/parallel/receive_posting.hpp"
 #include "meshtrain/parallel/schedule.hpp"
 
 using namespace meshtrain::parallel;
@@ -53,6 +54,10 @@ struct Stage final : PipelineExecutor {
   void wait(std::size_t a) override {
     const Op op = (*actions)[a].op;
     if (op == Op::recv_act || op == Op::recv_grad) REQUIRE(posted.count(a) == 1);
+    if (op == Op::send_grad && sending.count(a)) {  // a wait completes the send
+      live.erase(sending.at(a));
+      sending.erase(a);
+    }
   }
   void compute(std::size_t a, int input) override {
     const Op op = (*actions)[a].op;
@@ -76,6 +81,7 @@ struct Stage final : PipelineExecutor {
 
 TEST_CASE("MessageFlow: buffers live until consumed, receives in the peer's order",
           "[parallel][policy]") {
+  for (PostPolicy policy : {PostPolicy::ahead, PostPolicy::at_use})
   for (auto kind : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b, ScheduleKind::interleaved})
     for (int pp : {2, 4})
       for (int micro : {4, 8}) {
@@ -85,11 +91,16 @@ TEST_CASE("MessageFlow: buffers live until consumed, receives in the peer's orde
         spec.n_micro = micro;
         spec.chunks = kind == ScheduleKind::interleaved ? 2 : 1;
         for (int s = 0; s < pp; ++s) {
-          INFO(schedule_name(kind) << " pp " << pp << " micro " << micro << " stage " << s);
+          INFO(post_policy_name(policy) << " " << schedule_name(kind) << " pp " << pp
+                                        << " micro " << micro << " stage " << s);
           const auto actions = build_schedule(spec, s);
           const auto slots = chunk_slots_needed(spec, s);
+          // at_use: the runner's capped pool (a buffer beyond it waits for a gradient send).
+          const int cap = policy == PostPolicy::at_use ? message_pool_cap(spec, s) : 0;
+          const auto posting = policy == PostPolicy::at_use ? receive_posting(spec, s)
+                                                            : std::vector<std::size_t>{};
           for (std::uint64_t seed = 0; seed < 5; ++seed) {
-            MessageFlow flow(actions, slots, 2);
+            MessageFlow flow(actions, slots, policy, 2, cap, posting);
             Stage st;
             st.actions = &flow.actions();
             st.rng.seed(seed);
@@ -107,12 +118,12 @@ TEST_CASE("MessageFlow: buffers live until consumed, receives in the peer's orde
           }
           // The prediction assumes every send but the latest has completed when a buffer is
           // needed: a run whose sends complete at once needs no more than predicted.
-          MessageFlow flow(actions, slots, 2);
+          MessageFlow flow(actions, slots, policy, 2, cap, posting);
           Stage eager;
           eager.actions = &flow.actions();
           eager.eager = true;
           for (int step = 0; step < 2; ++step) flow.run_step(eager);
-          REQUIRE(flow.pool_size() <= predicted_message_buffers(spec, s));
+          REQUIRE(flow.pool_size() <= predicted_message_buffers(spec, s, policy));
           REQUIRE(flow.pool_size() >= (s == 0 && pp > 1 ? 1 : 0));
         }
       }

@@ -8,18 +8,24 @@
 //    the compute stream), and a message moves only while both its send and its receive are at
 //    the head of their streams (NCCL may hold a send until its receive is posted). Either one
 //    stream per stage for every message (one NCCL communicator), or one per direction of each
-//    pair of stages (Communicator::prepare_p2p).
+//    pair of stages (Communicator::prepare_p2p). And, what the H200 showed: the host may
+//    synchronise the whole device inside any compute (Kokkos frees memory with a device-wide
+//    fence), after which it issues nothing until every message issued before is done.
 // Messages between a pair of stages match in issue order (NCCL has no tags); every match is
 // checked to be the same message (message_key) on both ends. Every schedule must complete on
-// MPI and on NCCL with a stream per direction; on one NCCL stream, receives posted ahead must
-// hang a 2-stage pipeline in its first step, as the first NCCL runs on an H200 did (both stages
-// waiting in a receive): the negative control that shows the simulator sees the hang.
+// MPI with receives posted ahead, and on NCCL with a stream per direction and receives posted
+// at use, even with a device synchronisation in every compute. The negative controls are what
+// the first NCCL runs on an H200 did: receives posted ahead hang a 2-stage pipeline in its
+// first step (both stages waiting in a receive) on one NCCL stream, and, once each direction had
+// a stream of its own, still when a compute synchronises the device.
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "harness.hpp"
 #include "meshtrain/parallel/message_flow.hpp"
+#include "meshtrain/parallel/receive_posting.hpp"
 #include "meshtrain/parallel/schedule.hpp"
 
 using namespace meshtrain::parallel;
@@ -30,7 +36,7 @@ namespace {
 struct Program final : PipelineExecutor {
   struct Item {
     enum Kind { issue, compute, wait } kind;
-    int msg;  // issue and wait: index into msgs
+    int msg;  // issue and wait: index into msgs; compute: messages issued before it
   };
   struct Msg {
     bool send;
@@ -58,17 +64,25 @@ struct Program final : PipelineExecutor {
   }
   void wait(std::size_t a) override { host.push_back({Item::wait, msg_of.at({step, a})}); }
   bool test(std::size_t) override { return false; }  // no send is seen done early
-  void compute(std::size_t, int) override { host.push_back({Item::compute, -1}); }
+  void compute(std::size_t, int) override {
+    host.push_back({Item::compute, static_cast<int>(msgs.size())});
+  }
   void wait_all_sends() override {
     for (int k : unwaited_sends) host.push_back({Item::wait, k});
     unwaited_sends.clear();
   }
 };
 
-std::vector<Program> record(const ScheduleSpec& spec, int recv_ahead = 2) {
+// at_use_only: receives posted exactly at their use (no receive_posting).
+std::vector<Program> record(const ScheduleSpec& spec, PostPolicy policy, int recv_ahead = 2,
+                            bool at_use_only = false) {
   std::vector<Program> progs(static_cast<std::size_t>(spec.pp));
   for (int s = 0; s < spec.pp; ++s) {
-    MessageFlow flow(build_schedule(spec, s), chunk_slots_needed(spec, s), recv_ahead);
+    MessageFlow flow(build_schedule(spec, s), chunk_slots_needed(spec, s), policy, recv_ahead,
+                     policy == PostPolicy::at_use ? message_pool_cap(spec, s) : 0,
+                     policy == PostPolicy::at_use && !at_use_only
+                         ? receive_posting(spec, s)
+                         : std::vector<std::size_t>{});
     Program& p = progs[static_cast<std::size_t>(s)];
     p.actions = &flow.actions();
     p.spec = spec;
@@ -137,7 +151,9 @@ bool run_mpi(const std::vector<Program>& progs) {
 
 // NCCL: true when every stream of every stage finishes; otherwise `stuck` says where each
 // stage's compute stream stopped.
-bool run_nccl(const std::vector<Program>& progs, bool stream_per_direction,
+// sync_in_compute: each compute waits (on the host) until every message issued before it is
+// done, as a device-wide synchronisation inside it would.
+bool run_nccl(const std::vector<Program>& progs, bool stream_per_direction, bool sync_in_compute,
               std::string* stuck = nullptr) {
   const Partner partner = match(progs);
   const std::size_t S = progs.size();
@@ -180,6 +196,9 @@ bool run_nccl(const std::vector<Program>& progs, bool stream_per_direction,
       for (; cpos[s] < st[s].compute.size(); ++cpos[s], moved = true) {
         const Program::Item& it = st[s].compute[cpos[s]];
         if (it.kind == Program::Item::wait && !done[s][static_cast<std::size_t>(it.msg)]) break;
+        if (it.kind == Program::Item::compute && sync_in_compute &&
+            !std::all_of(done[s].begin(), done[s].begin() + it.msg, [](bool d) { return d; }))
+          break;
       }
     for (std::size_t s = 0; s < S; ++s)  // messages whose two ends are at their heads
       for (auto& [stream, v] : st[s].streams) {
@@ -241,24 +260,26 @@ std::string name(const ScheduleSpec& s) {
 
 }  // namespace
 
-TEST_CASE("MessageFlow: every schedule completes on MPI and on NCCL with a stream per direction",
+TEST_CASE("MessageFlow: every schedule completes on MPI (receives ahead) and on NCCL (at use)",
           "[parallel][policy]") {
-  for (const ScheduleSpec& spec : specs())
-    for (int ahead : {0, 2}) {
-      INFO(name(spec) << ", receives posted " << ahead << " ahead");
-      const auto progs = record(spec, ahead);
-      REQUIRE(run_mpi(progs));
+  for (const ScheduleSpec& spec : specs()) {
+    INFO(name(spec));
+    for (int ahead : {0, 2}) REQUIRE(run_mpi(record(spec, PostPolicy::ahead, ahead)));
+    const auto progs = record(spec, PostPolicy::at_use);
+    REQUIRE(run_mpi(progs));
+    for (bool sync : {false, true}) {
       std::string stuck;
-      const bool done = run_nccl(progs, true, &stuck);
-      INFO(stuck);
+      const bool done = run_nccl(progs, true, sync, &stuck);
+      INFO("device synchronisation in computes: " << sync << "\n" << stuck);
       REQUIRE(done);
     }
+  }
 }
 
-TEST_CASE("MessageFlow: on one NCCL stream, receives posted ahead hang (negative control)",
-          "[parallel][policy]") {
+TEST_CASE("MessageFlow: receives posted ahead hang NCCL (negative controls)", "[parallel][policy]") {
   // What meshtrain 95f472d did on an H200: pp 2 with 1F1B or GPipe and 1, 2 or 4 micro-batches
-  // hung in the first step, both stages outstanding on a receive.
+  // hung in the first step, both stages outstanding on a receive; and with a stream per
+  // direction, posted ahead, still (a device synchronisation waits for an early receive).
   for (auto kind : {ScheduleKind::gpipe, ScheduleKind::one_f_one_b})
     for (int micro : {1, 2, 4}) {
       ScheduleSpec spec;
@@ -266,12 +287,40 @@ TEST_CASE("MessageFlow: on one NCCL stream, receives posted ahead hang (negative
       spec.pp = 2;
       spec.n_micro = micro;
       INFO(name(spec));
+      const auto progs = record(spec, PostPolicy::ahead);
       std::string stuck;
-      REQUIRE_FALSE(run_nccl(record(spec), false, &stuck));
+      REQUIRE_FALSE(run_nccl(progs, false, false, &stuck));
       INFO(stuck);
       // Both stages stopped with a receive at the head of their one stream.
       REQUIRE(stuck.find("stage 0") != std::string::npos);
       REQUIRE(stuck.find("stage 1") != std::string::npos);
       REQUIRE(stuck.find("stream head: receive") != std::string::npos);
+      REQUIRE_FALSE(run_nccl(progs, true, true));
     }
 }
+
+TEST_CASE("MessageFlow: interleaved gradients cross, so some receives are posted before use",
+          "[parallel][policy]") {
+  // pp 2, 2 chunks, 4 micro-batches: each stage sends a gradient the other receives only after
+  // its own next compute; posted exactly at use, a device synchronisation in that compute
+  // waits for its send on both stages.
+  ScheduleSpec spec;
+  spec.kind = ScheduleKind::interleaved;
+  spec.pp = 2;
+  spec.n_micro = 4;
+  spec.chunks = 2;
+  REQUIRE_FALSE(run_nccl(record(spec, PostPolicy::at_use, 2, true), true, true));
+  REQUIRE(run_nccl(record(spec, PostPolicy::at_use), true, true));
+  bool earlier = false;
+  for (int s = 0; s < spec.pp; ++s) {
+    const auto actions = build_schedule(spec, s);
+    std::vector<std::size_t> recv_at;
+    for (std::size_t i = 0; i < actions.size(); ++i)
+      if (actions[i].op == Op::recv_act || actions[i].op == Op::recv_grad) recv_at.push_back(i);
+    const auto post = receive_posting(spec, s);
+    REQUIRE(post.size() == recv_at.size());
+    for (std::size_t r = 0; r < post.size(); ++r) earlier = earlier || post[r] < recv_at[r];
+  }
+  REQUIRE(earlier);
+}
+

@@ -115,6 +115,12 @@ class Communicator {
   // rank); calls must come in the same order on every rank (the pipeline runners of one
   // pipeline, made together). A no-op where the backend already behaves so (MPI).
   virtual void prepare_p2p(const std::vector<int>& peers) { (void)peers; }
+  // Whether operations wait on the device rather than in the host (NCCL): a receive posted
+  // early is a kernel that waits for its peer, and any device-wide synchronisation the host
+  // makes meanwhile (a cudaFree, Kokkos freeing a View) waits for it too — so a rank must not
+  // hold a receive whose peer's send depends on this rank's later progress. Pipelines post
+  // receives only where they are consumed there (PostPolicy::at_use).
+  virtual bool stream_ordered() const { return false; }
 
   // ---- View front ends: check extents and memory space, then call the raw operation ----
   template <class VS, class VR>

@@ -56,6 +56,7 @@ class NcclCommunicator final : public Communicator {
   Request irecv_raw(void* buf, std::size_t count, DType t, int peer, int tag) override;
   void barrier() override;
   void prepare_p2p(const std::vector<int>& peers) override;
+  bool stream_ordered() const override { return true; }
 
  private:
   void order_after_compute();

@@ -5,8 +5,19 @@
 // PipelineExecutor), the planner replays it to predict the message pool
 // (plan::replay_pipeline_buffers), and tests/parallel/test_message_flow_streams replays every
 // stage of a pipeline against simulated MPI and NCCL networks, so all follow one set of rules:
-//  - receives are posted in list order (the peer's send order: NCCL has no tags), `recv_ahead`
-//    ahead of the one the next action may wait for;
+//  - receives are posted in list order (the peer's send order: NCCL has no tags), by the
+//    backend's PostPolicy:
+//      ahead:  (MPI) `recv_ahead` ahead of the one the next action may wait for, so they
+//              overlap the computes before;
+//      at_use: (NCCL, stream-ordered) at the receive itself, right before the compute that
+//              consumes it, after the sends that precede it (earlier only where
+//              receive_posting's replay of every stage needs it). On NCCL a receive is a kernel
+//              waiting for its peer, and any device-wide synchronisation of the host (freeing
+//              memory does one) waits for it: posted ahead, it holds this rank before the
+//              sends its peer is waiting for, and both stages of a pipeline stop (the first
+//              NCCL runs on an H200). The message pool is then capped (max_pool): a buffer
+//              beyond it is one whose gradient send the device waits for, never an allocation
+//              in the middle of a step;
 //  - a compute waits for the activation sent from the (chunk, slot) it is about to overwrite
 //    or recompute (the model's output view of the slot is what was sent);
 //  - a received buffer goes back to the pool after the compute that consumes it (the model
@@ -15,15 +26,19 @@
 //    its next backward); the buffer returns once the send has completed;
 //  - a request for a buffer takes the most recently freed one, else reaps completed gradient
 //    sends, else grows the pool.
-// Receives posted ahead need a network on which a receive waiting for its message holds back
-// nothing else: MPI's, and NCCL's once each direction of each neighbour pair has a
-// communicator (a stream) of its own (Communicator::prepare_p2p).
+// On NCCL each direction of each neighbour pair has a communicator (a stream) of its own
+// (Communicator::prepare_p2p), so a receive never queues behind this rank's own sends.
 #include <cstddef>
 #include <vector>
 
 #include "meshtrain/parallel/schedule.hpp"
 
 namespace meshtrain::parallel {
+
+enum class PostPolicy { ahead, at_use };
+// at_use for stream-ordered communicators (Communicator::stream_ordered), else ahead.
+PostPolicy post_policy_for(bool stream_ordered);
+const char* post_policy_name(PostPolicy p);
 
 // A message: the action that sends or receives it and its pool buffer (-1 for an activation,
 // sent straight from the model's output of the compute just before).
@@ -51,12 +66,17 @@ class MessageFlow {
  public:
   // chunk_slots: the model's activation slots per chunk (chunk_slots_needed); a compute of
   // micro-batch m in chunk c uses slot m % chunk_slots[c].
-  MessageFlow(std::vector<Action> actions, std::vector<int> chunk_slots, int recv_ahead = 2);
+  // max_pool (at_use): the most message buffers (0: as many as needed); post_before (at_use):
+  // per receive, the action before which it is posted (receive_posting; empty: at its use).
+  MessageFlow(std::vector<Action> actions, std::vector<int> chunk_slots,
+              PostPolicy policy = PostPolicy::ahead, int recv_ahead = 2, int max_pool = 0,
+              std::vector<std::size_t> post_before = {});
   // One step: every action in order, with the buffers chosen here.
   void run_step(PipelineExecutor& ex);
   int pool_size() const { return pool_; }
   const std::vector<Action>& actions() const { return actions_; }
   std::size_t receives() const { return recv_at_.size(); }
+  PostPolicy policy() const { return policy_; }
 
  private:
   int take(PipelineExecutor& ex);
@@ -66,17 +86,24 @@ class MessageFlow {
 
   std::vector<Action> actions_;
   std::vector<int> chunk_slots_;
+  PostPolicy policy_;
   std::vector<std::size_t> recv_at_;  // indices of the receive actions, in list order
   int recv_ahead_;
+  int max_pool_;
+  std::vector<std::size_t> post_before_;  // at_use
   int pool_ = 0;
   std::vector<int> free_;
   std::vector<Message> grad_sends_;   // gradient sends in flight, in issue order
   std::vector<std::vector<std::size_t>> slot_send_;  // per (chunk, slot): its latest act send
 };
 
-// Message buffers the runner of `stage` allocates over a step (the pool peaks in the first):
-// MessageFlow replayed with gradient sends that complete once the peer has received them,
-// except the latest, which the peer is still consuming when this rank asks for its next buffer.
-int predicted_message_buffers(const ScheduleSpec& spec, int stage, int recv_ahead = 2);
+// Message buffers the runner of `stage` allocates: ahead, over a step (the pool peaks in the
+// first): MessageFlow replayed with gradient sends that complete once the peer has received
+// them, except the latest, which the peer is still consuming when this rank asks for its next
+// buffer; at_use, its capped pool, allocated up front.
+int predicted_message_buffers(const ScheduleSpec& spec, int stage,
+                              PostPolicy policy = PostPolicy::ahead, int recv_ahead = 2);
+// The pool of an at_use runner: the prediction, at least 2 (a receive and a gradient send).
+int message_pool_cap(const ScheduleSpec& spec, int stage);
 
 }  // namespace meshtrain::parallel
