@@ -65,8 +65,12 @@ Tensors gathered(parallel::Engine<T>& e) {
   Tensors out;
   e.with_whole_model([&](const auto& whole) {
     auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, whole.params());
-    for (const auto& p : whole.registry().params())
-      out[p.name].assign(h.data() + p.offset, h.data() + p.offset + p.numel);
+    // Element by element: a 16-bit model's values convert to float explicitly.
+    for (const auto& p : whole.registry().params()) {
+      auto& v = out[p.name];
+      v.resize(p.numel);
+      for (std::size_t i = 0; i < p.numel; ++i) v[i] = static_cast<float>(h(p.offset + i));
+    }
   });
   return out;
 }

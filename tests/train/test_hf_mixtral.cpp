@@ -52,6 +52,10 @@ model::GptConfig tiny_mixtral() {
   c.moe.layer_freq = 1;
   c.moe.ffn = kI;
   c.moe.aux_loss_coeff = 0.02;
+  // The layouts below keep train.micro_batch = 1 and vary grad_accum with dp: the statistics
+  // of each rank's micro-batch are the ones every layout shares (test_moe_layouts runs the
+  // global scope at a fixed grad_accum).
+  c.moe.aux_loss_scope = "local";
   c.norm_eps = 1e-5;
   c.rope = kernels::RopeConfig{};
   c.rope.theta = 1e6;
