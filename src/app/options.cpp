@@ -10,7 +10,11 @@ po::options_description mesh_options() {
   po::options_description d("Process mesh [mesh]");
   d.add_options()
       ("mesh.dp", po::value<int>()->default_value(0),
-       "data-parallel size; 0 = world / (pp * tp)")
+       "data-parallel size; 0 = world / (cp * pp * tp)")
+      ("mesh.cp", po::value<int>()->default_value(1),
+       "context-parallel size: each sequence split over cp ranks (2 cp chunks, rank r holding "
+       "chunks r and 2cp-1-r, balanced for causal attention); train.seq_len must be divisible "
+       "by 2 cp")
       ("mesh.pp", po::value<int>()->default_value(1), "pipeline-parallel size (stages)")
       ("mesh.tp", po::value<int>()->default_value(1), "tensor-parallel size (keep within a node)")
       ("mesh.ep", po::value<int>()->default_value(1),
@@ -18,7 +22,8 @@ po::options_description mesh_options() {
        "expert gradients reduce over the expert-data-parallel group of dp / ep ranks; "
        "mesh.ep x mesh.tp x mesh.pp must divide the world")
       ("mesh.order", po::value<std::string>()->default_value("tp-dp-pp"),
-       "rank order of the axes, fastest-varying first");
+       "rank order of the axes, fastest-varying first (tp, dp, pp and optionally cp; cp not "
+       "named comes right after tp)");
   return d;
 }
 
@@ -27,6 +32,9 @@ po::options_description parallel_options() {
   d.add_options()
       ("tp.sequence_parallel", po::value<bool>()->default_value(false)->implicit_value(true),
        "shard LayerNorm/residual activations along the sequence over the tp group")
+      ("cp.comm", po::value<std::string>()->default_value("ring"),
+       "how attention crosses mesh.cp: ring (keys and values passed round while each block is "
+       "computed) or all_gather (gather them all first: fewer, larger messages, for small cp)")
       ("pp.schedule", po::value<std::string>()->default_value("1f1b"),
        "pipeline schedule: gpipe, 1f1b or interleaved (micro-batches per step = "
        "train.grad_accum)")
@@ -79,20 +87,24 @@ mesh::Shape mesh_shape(const po::variables_map& vm, int world_size) {
   s.tp = vm["mesh.tp"].as<int>();
   s.dp = vm["mesh.dp"].as<int>();
   s.ep = vm.count("mesh.ep") ? vm["mesh.ep"].as<int>() : 1;
+  s.cp = vm.count("mesh.cp") ? vm["mesh.cp"].as<int>() : 1;
   // Each size is checked before any product of them divides the world.
   if (s.ep <= 0) throw ConfigError(cat("mesh.ep=", s.ep, " must be a positive integer"));
+  if (s.cp <= 0) throw ConfigError(cat("mesh.cp=", s.cp, " must be a positive integer"));
   if (s.pp <= 0) throw ConfigError(cat("mesh.pp=", s.pp, " must be a positive integer"));
   if (s.tp <= 0) throw ConfigError(cat("mesh.tp=", s.tp, " must be a positive integer"));
-  if (world_size % (static_cast<long>(s.ep) * s.tp * s.pp) != 0)
-    throw ConfigError(cat("mesh.ep x mesh.tp x mesh.pp = ", s.ep, " x ", s.tp, " x ", s.pp,
+  if (world_size % (static_cast<long>(s.ep) * s.tp * s.pp * s.cp) != 0)
+    throw ConfigError(cat("mesh.ep x mesh.tp x mesh.pp", s.cp > 1 ? " x mesh.cp" : "", " = ",
+                          s.ep, " x ", s.tp, " x ", s.pp, s.cp > 1 ? cat(" x ", s.cp) : "",
                           " does not divide the ", world_size, " ranks of the job (experts are "
                           "split over ep ranks carved out of dp)"));
   if (s.dp < 0) throw ConfigError(cat("mesh.dp=", s.dp, " must be positive (or 0 to derive it)"));
   if (s.dp == 0) {
-    if (world_size % (s.pp * s.tp) != 0)
-      throw ConfigError(cat("mesh.pp x mesh.tp = ", s.pp * s.tp, " does not divide the ",
-                            world_size, " ranks of the job, so mesh.dp cannot be derived"));
-    s.dp = world_size / (s.pp * s.tp);
+    if (world_size % (s.pp * s.tp * s.cp) != 0)
+      throw ConfigError(cat("mesh.pp x mesh.tp", s.cp > 1 ? " x mesh.cp" : "", " = ",
+                            s.pp * s.tp * s.cp, " does not divide the ", world_size,
+                            " ranks of the job, so mesh.dp cannot be derived"));
+    s.dp = world_size / (s.pp * s.tp * s.cp);
   }
   mesh::validate(s, world_size);
   return s;

@@ -79,6 +79,8 @@ LayoutRun run_typed(MPI_Comm world, const model::GptConfig& cfg, int seq_len,
   parallel::EngineOptions eo;
   eo.parallel.shape = mesh::Shape{l.dp, l.pp, l.tp};
   eo.parallel.shape.ep = l.ep;
+  eo.parallel.shape.cp = l.cp;
+  eo.parallel.cp_comm = l.cp_all_gather ? model::CpComm::all_gather : model::CpComm::ring;
   eo.parallel.backend = comm::default_backend();
   eo.parallel.sequence_parallel = l.sequence_parallel;
   eo.parallel.schedule = l.schedule;

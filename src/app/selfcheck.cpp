@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <vector>
 
 #include "meshtrain/app/options.hpp"
 #include "meshtrain/app/selfcheck.hpp"
@@ -93,10 +94,14 @@ int cmd_selfcheck(Runtime& rt, const std::vector<std::string>& args) {
     const char* name;
     const mesh::MpiComm* comm;
   };
-  const Group groups[] = {{"world", &m.world()}, {"tp", &m.tp()},
-                          {"dp", &m.dp()},       {"pp", &m.pp()},
-                          {"model_parallel", &m.model_parallel()},
-                          {"embedding", &m.embedding()}};
+  std::vector<Group> groups = {{"world", &m.world()}, {"tp", &m.tp()},
+                                {"dp", &m.dp()},       {"pp", &m.pp()},
+                                {"model_parallel", &m.model_parallel()},
+                                {"embedding", &m.embedding()}};
+  if (shape.cp > 1) {  // context parallelism: the cp ring and the replicas it adds to dp
+    groups.push_back({"cp", &m.cp()});
+    groups.push_back({"dp+cp", &m.replicas()});
+  }
 
   int local_failures = 0;
   std::map<std::string, int> checks_per_group;

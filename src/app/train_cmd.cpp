@@ -354,6 +354,7 @@ parallel::ParallelConfig parallel_config(const po::variables_map& vm, const mesh
   const std::string b = vm["comm.backend"].as<std::string>();
   if (b != "auto") c.backend = comm::parse_backend(b);
   c.sequence_parallel = vm["tp.sequence_parallel"].as<bool>();
+  c.cp_comm = model::parse_cp_comm(vm["cp.comm"].as<std::string>());
   c.schedule = parallel::parse_schedule_kind(vm["pp.schedule"].as<std::string>());
   c.virtual_chunks = vm["pp.virtual_chunks"].as<int>();
   c.layers = vm["pp.layers"].as<std::string>();

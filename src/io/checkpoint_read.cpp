@@ -99,6 +99,8 @@ CheckpointAttributes read_root(hid_t file, const std::string& where) {
   a.layout.tp = static_cast<int>(read_attr_i64(file, "layout.tp", where));
   a.layout.zero = static_cast<int>(read_attr_i64(file, "layout.zero", where));
   a.layout.order = read_attr_string(file, "layout.order", where);
+  if (has_attr(file, "layout.cp"))
+    a.layout.cp = static_cast<int>(read_attr_i64(file, "layout.cp", where));
   a.software_version = read_attr_string(file, "software_version", where);
   a.created = read_attr_string(file, "created", where);
   // Free-form attributes: every root attribute named extra.<key>.

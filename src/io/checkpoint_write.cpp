@@ -22,7 +22,8 @@ namespace meshtrain::io {
 namespace fs = std::filesystem;
 
 std::string describe(const SavedLayout& l) {
-  return cat("dp ", l.dp, " x pp ", l.pp, " x tp ", l.tp, ", ZeRO ", l.zero);
+  return cat("dp ", l.dp, l.cp > 1 ? cat(" x cp ", l.cp) : std::string(), " x pp ", l.pp,
+             " x tp ", l.tp, ", ZeRO ", l.zero);
 }
 
 std::string checkpoint_file_name(std::int64_t step) {
@@ -79,6 +80,7 @@ AttrList root_attributes(const CheckpointAttributes& a, std::int64_t step) {
   l.emplace_back("layout.tp", std::int64_t{a.layout.tp});
   l.emplace_back("layout.zero", std::int64_t{a.layout.zero});
   l.emplace_back("layout.order", a.layout.order);
+  l.emplace_back("layout.cp", std::int64_t{a.layout.cp});
   l.emplace_back("software_version", cat("meshtrain ", kVersion, " (", kBuildInfo, ")"));
   l.emplace_back("created", iso8601_utc_now());
   for (const auto& [k, v] : a.extra) l.emplace_back("extra." + k, v);

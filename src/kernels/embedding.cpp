@@ -22,12 +22,18 @@ void check_embedding(const char* fn, int B, int Tlen, int C, int vocab_start, in
   MESHTRAIN_CHECK(vocab_start >= 0 && vocab_local >= 0, fn, ": bad vocab slice start=",
                   vocab_start, ", local=", vocab_local);
 }
+// Positions of the Tlen rows: one each. Their bounds are the caller's (the model checks them
+// against the position table once; checking here would read device memory on every call).
+void check_positions(const char* fn, View1<const std::int32_t> positions, int Tlen) {
+  detail::check_extent(positions, std::size_t(Tlen), fn, "positions");
+}
+
 }  // namespace
 
 template <class T>
 void embedding_forward(const ExecSpace& exec, View1<T> out, View1<const std::int32_t> tokens,
                        View1<const T> wte, View1<const T> wpe, int B, int Tlen, int C,
-                       int vocab_start, int vocab_local) {
+                       int vocab_start, int vocab_local, View1<const std::int32_t> positions) {
   using Acc = detail::acc_t<T>;
   using detail::acc;
   using detail::Index;
@@ -38,7 +44,9 @@ void embedding_forward(const ExecSpace& exec, View1<T> out, View1<const std::int
   detail::check_extent(tokens, BT, fn, "tokens");
   detail::check_extent(wte, std::size_t(vocab_local) * C, fn, "wte");
   const bool has_wpe = detail::present(wpe);
-  if (has_wpe) detail::check_extent(wpe, std::size_t(Tlen) * C, fn, "wpe");
+  const bool has_pos = detail::present(positions);
+  if (has_pos) check_positions(fn, positions, Tlen);
+  else if (has_wpe) detail::check_extent(wpe, std::size_t(Tlen) * C, fn, "wpe");
   Kokkos::parallel_for(
       "meshtrain::embedding_forward", detail::Range(exec, 0, Index(BT) * C),
       KOKKOS_LAMBDA(Index idx) {
@@ -46,7 +54,7 @@ void embedding_forward(const ExecSpace& exec, View1<T> out, View1<const std::int
         const Index t = bt % Tlen;
         const Index v = Index(tokens(bt)) - vocab_start;
         Acc x = (v >= 0 && v < vocab_local) ? acc(wte(v * C + c)) : Acc(0);
-        if (has_wpe) x += acc(wpe(t * C + c));
+        if (has_wpe) x += acc(wpe((has_pos ? Index(positions(t)) : t) * C + c));
         out(idx) = static_cast<T>(x);
       });
 }
@@ -54,7 +62,7 @@ void embedding_forward(const ExecSpace& exec, View1<T> out, View1<const std::int
 template <class T>
 void embedding_backward(const ExecSpace& exec, View1<T> dwte, View1<T> dwpe, View1<const T> dout,
                         View1<const std::int32_t> tokens, int B, int Tlen, int C,
-                        int vocab_start, int vocab_local) {
+                        int vocab_start, int vocab_local, View1<const std::int32_t> positions) {
   using Acc = detail::acc_t<T>;
   using detail::acc;
   using detail::Index;
@@ -140,22 +148,28 @@ void embedding_backward(const ExecSpace& exec, View1<T> dwte, View1<T> dwpe, Vie
         }
       });
   if (detail::present(dwpe)) {
-    detail::check_extent(dwpe, std::size_t(Tlen) * C, fn, "dwpe");
+    const bool has_pos = detail::present(positions);
+    if (has_pos) check_positions(fn, positions, Tlen);
+    else detail::check_extent(dwpe, std::size_t(Tlen) * C, fn, "dwpe");
     Kokkos::parallel_for(
         "meshtrain::embedding_backward_dwpe", detail::Range(exec, 0, Index(Tlen) * C),
         KOKKOS_LAMBDA(Index tc) {
           Acc s = 0;
           for (Index b = 0; b < B; ++b) s += acc(dout(b * Tlen * C + tc));
-          dwpe(tc) = static_cast<T>(acc(dwpe(tc)) + s);
+          // Distinct positions: every row of dwpe is written by one t at most.
+          const Index row = has_pos ? Index(positions(tc / C)) * C + tc % C : tc;
+          dwpe(row) = static_cast<T>(acc(dwpe(row)) + s);
         });
   }
 }
 
 #define MESHTRAIN_INSTANTIATE_EMBEDDING(T)                                                     \
   template void embedding_forward<T>(const ExecSpace&, View1<T>, View1<const std::int32_t>,    \
-                                     View1<const T>, View1<const T>, int, int, int, int, int); \
+                                     View1<const T>, View1<const T>, int, int, int, int, int,  \
+                                     View1<const std::int32_t>);                               \
   template void embedding_backward<T>(const ExecSpace&, View1<T>, View1<T>, View1<const T>,    \
-                                      View1<const std::int32_t>, int, int, int, int, int);
+                                      View1<const std::int32_t>, int, int, int, int, int,      \
+                                      View1<const std::int32_t>);
 MESHTRAIN_INSTANTIATE_EMBEDDING(float)
 MESHTRAIN_INSTANTIATE_EMBEDDING(double)
 #if MESHTRAIN_HAVE_BF16

@@ -66,13 +66,26 @@ std::vector<float> rope_inv_freq(int head_size, const RopeConfig& c) {
 
 RopeTable rope_table(const ExecSpace& exec, int T, int head_size, const RopeConfig& c) {
   MESHTRAIN_CONFIG_CHECK(T > 0, "rotary embedding: sequence length ", T, " must be positive");
+  std::vector<int> positions(static_cast<std::size_t>(T));
+  for (int t = 0; t < T; ++t) positions[static_cast<std::size_t>(t)] = t;
+  return rope_table(exec, positions, head_size, c);
+}
+
+RopeTable rope_table(const ExecSpace& exec, const std::vector<int>& positions, int head_size,
+                     const RopeConfig& c) {
+  const int T = static_cast<int>(positions.size());
+  MESHTRAIN_CONFIG_CHECK(T > 0, "rotary embedding: sequence length ", T, " must be positive");
   const std::vector<float> inv = rope_inv_freq(head_size, c);
   const int half = head_size / 2;
   View1<float> inv_d = alloc<float>("rope_inv_freq", half);
+  View1<int> pos_d = alloc<int>("rope_positions", positions.size());
   {
     auto h = Kokkos::create_mirror_view(inv_d);
     for (int i = 0; i < half; ++i) h(i) = inv[i];
     Kokkos::deep_copy(inv_d, h);
+    auto p = Kokkos::create_mirror_view(pos_d);
+    for (std::size_t t = 0; t < positions.size(); ++t) p(t) = positions[t];
+    Kokkos::deep_copy(pos_d, p);
   }
   RopeTable t{T, head_size, c, alloc<float>("rope_cos", std::size_t(T) * half),
               alloc<float>("rope_sin", std::size_t(T) * half)};
@@ -80,13 +93,13 @@ RopeTable rope_table(const ExecSpace& exec, int T, int head_size, const RopeConf
   Kokkos::parallel_for(
       "meshtrain::rotary_table", detail::Range(exec, 0, detail::Index(T) * half),
       KOKKOS_LAMBDA(detail::Index k) {
-        const int pos = int(k / half), i = int(k % half);
+        const int pos = pos_d(int(k / half)), i = int(k % half);
         const float angle = static_cast<float>(pos) * inv_d(i);  // fp32, as HF's matmul
         // Evaluated in double and rounded once: the correctly rounded fp32 cos/sin.
         cs(k) = static_cast<float>(kc::cos(static_cast<double>(angle)));
         sn(k) = static_cast<float>(kc::sin(static_cast<double>(angle)));
       });
-  kc::fence(exec, "meshtrain::rotary_table: inverse frequencies released");
+  kc::fence(exec, "meshtrain::rotary_table: inverse frequencies and positions released");
   return t;
 }
 

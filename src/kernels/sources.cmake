@@ -2,6 +2,7 @@
 target_sources(meshtrain_lib PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/adamw.cpp
   ${CMAKE_CURRENT_LIST_DIR}/attention.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/attention_block.cpp
   ${CMAKE_CURRENT_LIST_DIR}/attention_host.cpp
   ${CMAKE_CURRENT_LIST_DIR}/attention_options.cpp
   ${CMAKE_CURRENT_LIST_DIR}/common.cpp

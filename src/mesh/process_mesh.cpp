@@ -17,28 +17,35 @@ ProcessMesh::ProcessMesh(MPI_Comm parent, const Shape& shape, const Order& order
   rank_ = world_.rank();
   coord_ = coord_of(rank_, shape_, order_);
 
-  // One split per axis: colour = the group's identity, key = the coordinate along the axis, so
-  // the sub-communicator rank equals the axis coordinate.
-  for (Axis a : {Axis::tp, Axis::dp, Axis::pp}) {
-    MpiComm c = MpiComm::split(world_.get(), group_index(rank_, a, shape_, order_), coord_.at(a));
-    (a == Axis::tp ? tp_ : a == Axis::dp ? dp_ : pp_) = std::move(c);
+  // The groups, one split each: colour = the group's identity, key = the linear index of the
+  // named coordinates, so a sub-communicator's rank is, for one axis, the axis coordinate. The
+  // first name of each list names the communicator (the flight recorder and the watchdog's
+  // messages, comm/flight_recorder.hpp); lists spanning the same ranks share it.
+  const std::pair<std::vector<std::string>, const char*> groups[] = {
+      {{"tp"}, "tp"},          {{"cp"}, "cp"},
+      {{"dp"}, "dp"},          {{"pp"}, "pp"},
+      {{"tp", "pp"}, "model_parallel"},
+      {{"ep"}, "ep"},          {{"edp"}, "expert_dp"},
+      {{"dp", "cp"}, "dp+cp"}, {{"edp", "cp"}, "expert_dp+cp"}};
+  for (const auto& [names, name] : groups) {
+    const std::string key = canonical_group(names, shape_);
+    if (groups_.count(key)) continue;
+    const Group g = group_of(rank_, names, shape_, order_);
+    MpiComm c = MpiComm::split(world_.get(), g.color, g.key);
+    MESHTRAIN_MPI_CHECK(MPI_Comm_set_name(c.get(), name));
+    groups_.emplace(key, std::move(c));
   }
-  // Model-parallel group: everyone with my dp coordinate; key orders by (pp, tp).
-  mp_ = MpiComm::split(world_.get(), coord_.dp, coord_.pp * shape_.tp + coord_.tp);
   // Embedding group: first and last stage; middle stages get MPI_COMM_NULL.
   const bool in_embedding = coord_.pp == 0 || coord_.pp == shape_.pp - 1;
-  const int emb_color = in_embedding ? coord_.dp * shape_.tp + coord_.tp : MPI_UNDEFINED;
+  int emb_color = MPI_UNDEFINED;
+  if (in_embedding) {
+    Coord first = coord_;
+    first.pp = 0;
+    emb_color = rank_of(first, shape_, order_);
+  }
   embedding_ = MpiComm::split(world_.get(), emb_color, coord_.pp);
-  // Expert parallelism inside dp: ep groups of consecutive dp ranks, expert-dp across them.
-  ep_ = MpiComm::split(dp_.get(), coord_.dp / shape_.ep, coord_.dp % shape_.ep);
-  edp_ = MpiComm::split(dp_.get(), coord_.dp % shape_.ep, coord_.dp / shape_.ep);
-
-  // Names for the flight recorder and the watchdog's messages (comm/flight_recorder.hpp).
-  const std::pair<const MpiComm*, const char*> names[] = {
-      {&world_, "world"}, {&tp_, "tp"}, {&dp_, "dp"}, {&pp_, "pp"}, {&mp_, "model_parallel"},
-      {&embedding_, "embedding"}, {&ep_, "ep"}, {&edp_, "expert_dp"}};
-  for (const auto& [c, name] : names)
-    if (c->get() != MPI_COMM_NULL) MESHTRAIN_MPI_CHECK(MPI_Comm_set_name(c->get(), name));
+  MESHTRAIN_MPI_CHECK(MPI_Comm_set_name(world_.get(), "world"));
+  if (!embedding_.is_null()) MESHTRAIN_MPI_CHECK(MPI_Comm_set_name(embedding_.get(), "embedding"));
 
   MPI_Comm node;
   MESHTRAIN_MPI_CHECK(
@@ -46,6 +53,16 @@ ProcessMesh::ProcessMesh(MPI_Comm parent, const Shape& shape, const Order& order
   node_ = MpiComm(node);
   local_rank_ = node_.rank();
   local_size_ = node_.size();
+}
+
+const MpiComm& ProcessMesh::group(const std::vector<std::string>& names) const {
+  const auto it = groups_.find(canonical_group(names, shape_));
+  if (it == groups_.end()) {
+    std::string list;
+    for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+    throw Error(cat("ProcessMesh: no group of the axes {", list, "} was built"));
+  }
+  return it->second;
 }
 
 std::string ProcessMesh::coord_string() const {
@@ -56,7 +73,9 @@ std::string ProcessMesh::describe() const {
   return cat("mesh: world ", size(), " = dp ", shape_.dp,
              shape_.ep > 1 ? cat(" (ep ", shape_.ep, " x expert-dp ", shape_.dp / shape_.ep, ")")
                            : std::string(),
-             " x pp ", shape_.pp, " x tp ", shape_.tp, ", order ", order_.str(), ", ", local_size_, " rank(s) on this node");
+             shape_.cp > 1 ? cat(" x cp ", shape_.cp) : std::string(), " x pp ", shape_.pp,
+             " x tp ", shape_.tp, ", order ", order_.str(), ", ", local_size_,
+             " rank(s) on this node");
 }
 
 NodeRank node_local_rank(MPI_Comm comm) {

@@ -2,6 +2,8 @@
 // dispatch of forward and backward. The layers themselves are in gpt_layers.cpp.
 #include "meshtrain/model/gpt.hpp"
 
+#include <algorithm>
+
 #include <cmath>
 
 #include "meshtrain/comm/factory.hpp"
@@ -156,7 +158,25 @@ GptT<T>::GptT(const GptConfig& cfg, int micro_batch, int seq_len, const ModelLay
     moe_y_ = alloc<T>("moe.y", N * C);
     if (cfg_.moe.shared_ffn > 0) moe_dx_ = alloc<T>("moe.shared_dx", N * C);
   }
-  if (cfg_.positions == Positions::rotary) rope_ = kernels::rope_table(exec_, T_, HS_, cfg_.rope);
+  if (layout_.cp && layout_.cp->size() > 1) {
+    // Context parallelism: this rank's T_ rows sit at layout_.positions of each sequence.
+    const auto& pos = layout_.positions;
+    MESHTRAIN_CHECK(pos.size() == static_cast<std::size_t>(T_), "model: ", pos.size(),
+                    " positions for ", T_, " rows per sequence");
+    int hi = 0;
+    for (int p : pos) hi = std::max(hi, p);
+    MESHTRAIN_CONFIG_CHECK(hi < cfg_.block_size, "train.seq_len=", hi + 1,
+                           " must be at most model.block_size=", cfg_.block_size);
+    positions_ = alloc<std::int32_t>("model.positions", pos.size());
+    auto h = Kokkos::create_mirror_view(positions_);
+    for (std::size_t t = 0; t < pos.size(); ++t) h(t) = pos[t];
+    Kokkos::deep_copy(positions_, h);
+    ring_ = std::make_unique<RingAttention<T>>(*layout_.cp, layout_.cp_comm, B_, T_, NHl_, NKVl_,
+                                               HS_, exec_);
+  }
+  if (cfg_.positions == Positions::rotary)
+    rope_ = ring_ ? kernels::rope_table(exec_, layout_.positions, HS_, cfg_.rope)
+                  : kernels::rope_table(exec_, T_, HS_, cfg_.rope);
   if (layout_.recompute) shared_acts_ = std::make_unique<BlockActivations<T>>(shape_of(-1));
   const int n_chunks = static_cast<int>(layout_.chunks.size());
   for (int c = 0; c < n_chunks; ++c) {

@@ -63,7 +63,8 @@ int head_chunk_rows(int requested, int rows, int vocab_local, std::size_t elem_b
 }
 
 ModelFootprint model_footprint(const GptConfig& cfg, int micro_batch, int seq_len,
-                               const ModelLayout& layout, int tp_size, std::size_t E) {
+                               const ModelLayout& layout, int tp_size, std::size_t E,
+                               int cp_size) {
   const std::size_t P = static_cast<std::size_t>(tp_size), B = micro_batch, T = seq_len;
   const std::size_t C = cfg.n_embd, N = B * T;
   const bool sp = layout.sequence_parallel && P > 1;
@@ -128,6 +129,11 @@ ModelFootprint model_footprint(const GptConfig& cfg, int micro_batch, int seq_le
   if (P > 1) f.scratch += static_cast<double>((N * C + Nl * C) * E);
   if (sp) f.scratch += static_cast<double>((Nl * C + N * C + Nl * C + (norm_mean ? 2 : 1) * C) * E);
   f.scratch += 8;  // the loss sum: a rank-0 View, which Kokkos allocates in 8 bytes
+  if (cp_size > 1) {  // the rows' positions and the ring's buffers
+    f.scratch += static_cast<double>(T * 4);
+    f.scratch += static_cast<double>(ring_attention_bytes(layout.cp_comm, cp_size, B, T, NHl, KVl,
+                                                          HS, E));
+  }
   if (cfg.moe.enabled()) {  // the MoE output and the backward's transient rows (one block)
     const std::size_t Ie = cfg.expert_width(), We = swiglu ? 2 * Ie : Ie;
     const std::size_t M = N * cfg.moe.top_k;

@@ -133,7 +133,10 @@ void GptT<T>::block_forward(int l, View1<const T> x, BlockActivations<T>& a, Vie
                           w.ln_1_b, Nl, C);
   if (sp) { TpTimer t(tp_comm_seconds_); layout_.tp->all_gather(ln_local_, a.ln1); }
   k::linear_forward<T>(exec_, a.qkv, a.ln1, w.c_attn_w, w.c_attn_b, N, C, 3 * C / P);
-  k::attention_forward<T>(exec_, a.atty, a.lse, a.qkv, B_, T_, NHl_, HS);
+  if (ring_)
+    ring_->forward(a.atty, a.lse, a.qkv);
+  else
+    k::attention_forward<T>(exec_, a.atty, a.lse, a.qkv, B_, T_, NHl_, HS);
   row_parallel_forward(a.res2, a.atty, w.attn_proj_w, w.attn_proj_b, C / P, x);
   k::layernorm_forward<T>(exec_, sp ? ln_local_ : a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln_2_w,
                           w.ln_2_b, Nl, C);
@@ -178,7 +181,10 @@ void GptT<T>::block_backward(int l, View1<const T> x, BlockActivations<T>& a, Vi
   dfull = gather_rows(dres, dres_full_);
   k::linear_backward<T>(exec_, datty_, g.attn_proj_w, g.attn_proj_b, dfull, a.atty,
                         w.attn_proj_w, N, C / P, C);
-  k::attention_backward<T>(exec_, dqkv_, datty_, a.qkv, a.atty, a.lse, B_, T_, NHl_, HS);
+  if (ring_)
+    ring_->backward(dqkv_, datty_, a.qkv, a.atty, a.lse);
+  else
+    k::attention_backward<T>(exec_, dqkv_, datty_, a.qkv, a.atty, a.lse, B_, T_, NHl_, HS);
   column_parallel_backward(dx, g.c_attn_w, g.c_attn_b, dqkv_, a.ln1, w.c_attn_w, 3 * C / P);
   layernorm_backward_tp(dres, g.ln_1_w, g.ln_1_b, dx, x, w.ln_1_w, a.ln1_mean, a.ln1_rstd);
 }
@@ -188,12 +194,12 @@ void GptT<T>::embedding_forward(SlotActivations<T>& s) {
   const int C = cfg_.n_embd;
   hook_before_forward(reg_.embedding_unit());
   if (!tp_active()) {
-    k::embedding_forward<T>(exec_, s.input, s.tokens, wte_, wpe_, B_, T_, C, 0, Vl_);
+    k::embedding_forward<T>(exec_, s.input, s.tokens, wte_, wpe_, B_, T_, C, 0, Vl_, positions_);
     return;
   }
   // Vocabulary-parallel: tokens outside this rank's rows contribute 0; wpe added once.
   k::embedding_forward<T>(exec_, partial_, s.tokens, wte_, tp_rank_ == 0 ? wpe_ : View1<T>{}, B_,
-                          T_, C, v0_, Vl_);
+                          T_, C, v0_, Vl_, positions_);
   TpTimer t(tp_comm_seconds_);
   if (layout_.sequence_parallel) layout_.tp->reduce_scatter(partial_, s.input);
   else layout_.tp->all_reduce(partial_, s.input);
@@ -204,7 +210,8 @@ void GptT<T>::embedding_backward(SlotActivations<T>& s, View1<const T> dres) {
   const int u = reg_.embedding_unit();
   hook_before_backward(u);
   View1<const T> dfull = gather_rows(dres, dres_full_);
-  k::embedding_backward<T>(exec_, dwte_, dwpe_, dfull, s.tokens, B_, T_, cfg_.n_embd, v0_, Vl_);
+  k::embedding_backward<T>(exec_, dwte_, dwpe_, dfull, s.tokens, B_, T_, cfg_.n_embd, v0_, Vl_,
+                          positions_);
   hook_after_backward(u);
 }
 

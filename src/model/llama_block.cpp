@@ -156,7 +156,10 @@ void GptT<T>::llama_block_forward(int l, View1<const T> x, BlockActivations<T>& 
                   ld, out, ld, ep);
   }
   k::rotary_forward<T>(exec_, qkv, rope_, B_, T_, NHl_, NKVl_);
-  k::attention_forward<T>(exec_, a.atty, a.lse, a.qkv, B_, T_, NHl_, HS, NKVl_);
+  if (ring_)
+    ring_->forward(a.atty, a.lse, a.qkv);
+  else
+    k::attention_forward<T>(exec_, a.atty, a.lse, a.qkv, B_, T_, NHl_, HS, NKVl_);
   row_parallel_forward_nt(a.res2, a.atty, w.attn_proj_w, QW, x);
   norm_forward(sp ? ln_local_ : a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln_2_w, {});
   if (sp) { TpTimer t(tp_comm_seconds_); layout_.tp->all_gather(ln_local_, a.ln2); }
@@ -229,7 +232,10 @@ void GptT<T>::llama_block_backward(int l, View1<const T> x, BlockActivations<T>&
   k::gemm<T>(exec_, Trans::T, Trans::N, C, QW, N, 1.0f, dfull.data(), C, a.atty.data(), QW, 1.0f,
              g.attn_proj_w.data(), QW);
   // dK and dV of each kv head are summed over its query heads by the kernel.
-  k::attention_backward<T>(exec_, dqkv_, datty_, a.qkv, a.atty, a.lse, B_, T_, NHl_, HS, NKVl_);
+  if (ring_)
+    ring_->backward(dqkv_, datty_, a.qkv, a.atty, a.lse);
+  else
+    k::attention_backward<T>(exec_, dqkv_, datty_, a.qkv, a.atty, a.lse, B_, T_, NHl_, HS, NKVl_);
   View1<T> dqkv = dqkv_;
   k::rotary_backward<T>(exec_, dqkv, rope_, B_, T_, NHl_, NKVl_);
   // Replicated kv heads: this rank's rows of the k/v weight gradients land in a zeroed scratch

@@ -8,4 +8,5 @@ target_sources(meshtrain_lib PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/moe_block.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gpt_footprint.cpp
   ${CMAKE_CURRENT_LIST_DIR}/hook_order.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/ring_attention.cpp
 )

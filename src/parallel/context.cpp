@@ -8,7 +8,7 @@ namespace meshtrain::parallel {
 
 ParallelContext::ParallelContext(MPI_Comm world, const ParallelConfig& cfg,
                                  const model::GptConfig& model, int seq_len, int n_micro)
-    : cfg_(cfg) {
+    : cfg_(cfg), seq_len_(seq_len) {
   MESHTRAIN_CONFIG_CHECK(cfg.dp.zero_stage >= 0 && cfg.dp.zero_stage <= 3, "zero.stage=",
                          cfg.dp.zero_stage, " must be 0, 1, 2 or 3");
   MESHTRAIN_CONFIG_CHECK(cfg.virtual_chunks >= 1, "pp.virtual_chunks=", cfg.virtual_chunks,
@@ -16,6 +16,10 @@ ParallelContext::ParallelContext(MPI_Comm world, const ParallelConfig& cfg,
   MESHTRAIN_CONFIG_CHECK(cfg.virtual_chunks == 1 || cfg.schedule == ScheduleKind::interleaved,
                          "pp.virtual_chunks=", cfg.virtual_chunks,
                          " needs pp.schedule=interleaved");
+  // Context parallelism cuts each sequence into 2 cp chunks (rank r holds r and 2cp-1-r).
+  MESHTRAIN_CONFIG_CHECK(cfg.shape.cp <= 1 || seq_len % (2 * cfg.shape.cp) == 0, "train.seq_len=",
+                         seq_len, " must be divisible by 2 x mesh.cp = ", 2 * cfg.shape.cp,
+                         " (each cp rank holds two of 2 x mesh.cp equal chunks of a sequence)");
   mesh_ = std::make_unique<mesh::ProcessMesh>(world, cfg.shape, cfg.order);
   spec_.kind = cfg.shape.pp == 1 ? ScheduleKind::one_f_one_b : cfg.schedule;
   spec_.pp = cfg.shape.pp;
@@ -25,25 +29,36 @@ ParallelContext::ParallelContext(MPI_Comm world, const ParallelConfig& cfg,
   pieces_ = partition(spec_, model, seq_len, cfg.layers);
   const comm::Backend b = cfg.backend;
   world_ = comm::make_group_communicator(b, mesh_->world().get());
-  tp_ = comm::make_group_communicator(b, mesh_->tp().get());
-  dp_ = comm::make_group_communicator(b, mesh_->dp().get());
-  pp_ = comm::make_group_communicator(b, mesh_->pp().get());
-  mp_ = comm::make_group_communicator(b, mesh_->model_parallel().get());
+  // In the same order on every rank (NCCL communicators are made collectively); groups the
+  // mesh made one communicator for get one here too.
+  const std::vector<std::string> names[] = {{"tp"}, {"cp"}, {"dp"}, {"pp"}, {"tp", "pp"},
+                                            {"ep"}, {"edp"}, {"dp", "cp"}, {"edp", "cp"}};
+  for (const auto& n : names) {
+    const MPI_Comm c = mesh_->group(n).get();
+    if (!groups_.count(c)) groups_.emplace(c, comm::make_group_communicator(b, c));
+  }
   if (cfg.shape.pp > 1 && mesh_->embedding().get() != MPI_COMM_NULL)
     emb_ = comm::make_group_communicator(b, mesh_->embedding().get());
-  ep_ = comm::make_group_communicator(b, mesh_->ep().get());
-  if (cfg.shape.ep > 1) edp_ = comm::make_group_communicator(b, mesh_->expert_dp().get());
+}
+
+comm::Communicator& ParallelContext::group(const std::vector<std::string>& names) const {
+  return *groups_.at(mesh_->group(names).get());
 }
 
 ParallelContext::~ParallelContext() = default;
 
 model::ModelLayout ParallelContext::layout(bool recompute) const {
   model::ModelLayout base;
-  base.tp = cfg_.shape.tp > 1 ? tp_.get() : nullptr;
+  base.tp = cfg_.shape.tp > 1 ? &tp() : nullptr;
   base.sequence_parallel = cfg_.sequence_parallel && cfg_.shape.tp > 1;
   base.recompute = recompute;
-  base.ep = ep_.get();
-  base.batch_group = dp_.get();
+  base.ep = &ep();
+  base.batch_group = &replicas();
+  if (cfg_.shape.cp > 1) {
+    base.cp = &cp();
+    base.cp_comm = cfg_.cp_comm;
+    base.positions = model::cp_positions(seq_len_, cfg_.shape.cp, cp_rank());
+  }
   base.allocate_params = cfg_.dp.zero_stage < 3;
   base.allocate_grads = cfg_.dp.zero_stage < 2;
   model::ModelLayout l = pipeline_layout(spec_, pieces_, stage(), base);
@@ -58,6 +73,9 @@ std::string ParallelContext::describe() const {
   std::string s = cat("dp ", cfg_.shape.dp,
                       cfg_.shape.ep > 1 ? cat(" (ep ", cfg_.shape.ep, " x expert-dp ",
                                               cfg_.shape.dp / cfg_.shape.ep, ")")
+                                        : std::string(),
+                      cfg_.shape.cp > 1 ? cat(" x cp ", cfg_.shape.cp, " (",
+                                              model::cp_comm_name(cfg_.cp_comm), ")")
                                         : std::string(),
                       " (ZeRO-", cfg_.dp.zero_stage,
                       cfg_.dp.offload ? ", optimizer offloaded to the CPU" : "", ") x pp ",

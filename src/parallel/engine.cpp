@@ -43,11 +43,13 @@ Engine<T>::Engine(MPI_Comm world, const model::GptConfig& cfg, const EngineOptio
   model::ModelLayout layout = ctx_->layout(opt_.recompute);
   layout.recompute_mlp_act = opt_.recompute_mlp_act;
   layout.head_chunk_rows = opt_.head_chunk_tokens;
-  model_ = std::make_unique<model::GptT<T>>(cfg_, opt_.micro_batch, opt_.seq_len, layout, exec);
+  // (with context parallelism the model holds seq_len / cp rows of each sequence)
+  model_ = std::make_unique<model::GptT<T>>(cfg_, opt_.micro_batch, local_seq_len(), layout, exec);
   // 3. data parallelism and ZeRO as the model's hooks
-  // (MoE experts reduce and shard over the expert-data-parallel group instead of dp)
-  sync_ = std::make_unique<GradSync<T>>(model_buffers(*model_), ctx_->dp(), opt_.parallel.dp, exec,
-                                        ctx_->ep_size() > 1 ? &ctx_->expert_dp() : nullptr,
+  // over the ranks holding the same parameters, dp x cp (MoE experts over those holding the
+  // same experts, expert-dp x cp)
+  sync_ = std::make_unique<GradSync<T>>(model_buffers(*model_), ctx_->replicas(), opt_.parallel.dp,
+                                        exec, ctx_->ep_size() > 1 ? &ctx_->expert_replicas() : nullptr,
                                         &ctx_->ep());
   model_->set_hooks(sync_.get());
   // The runner drives the hooks without a call between micro-batches: ZeRO 0/1 reduce a bucket
@@ -63,10 +65,18 @@ Engine<T>::Engine(MPI_Comm world, const model::GptConfig& cfg, const EngineOptio
   runner_ = std::make_unique<PipelineRunner<T>>(*model_, ctx_->pp(), ctx_->schedule(),
                                                 ctx_->stage());
   const std::size_t n = static_cast<std::size_t>(opt_.micro_batch) * opt_.seq_len;
-  inputs_ = alloc<std::int32_t>("batch.inputs", n);
-  targets_ = alloc<std::int32_t>("batch.targets", n);
-  h_inputs_ = Kokkos::create_mirror_view(inputs_);
-  h_targets_ = Kokkos::create_mirror_view(targets_);
+  const std::size_t local = static_cast<std::size_t>(opt_.micro_batch) * local_seq_len();
+  inputs_ = alloc<std::int32_t>("batch.inputs", local);
+  targets_ = alloc<std::int32_t>("batch.targets", local);
+  if (local == n) {  // the device buffers' mirrors (the buffers themselves in a host build)
+    h_inputs_ = Kokkos::create_mirror_view(inputs_);
+    h_targets_ = Kokkos::create_mirror_view(targets_);
+  } else {  // context parallelism: whole sequences on the host, this rank's rows uploaded
+    h_inputs_ = HostView1<std::int32_t>("batch.host_inputs", n);
+    h_targets_ = HostView1<std::int32_t>("batch.host_targets", n);
+    h_local_inputs_ = HostView1<std::int32_t>("batch.host_local_inputs", local);
+    h_local_targets_ = HostView1<std::int32_t>("batch.host_local_targets", local);
+  }
 }
 
 template <class T>
@@ -113,8 +123,21 @@ void Engine<T>::fill_batch(const BatchSource& batch, int first) {
   batch(first, opt_.micro_batch, h_inputs_.data(), h_targets_.data());
   // The host fills the next batch while the device may still run the previous micro-batch;
   // deep_copy into the device buffer orders itself after it, and the model copies what it keeps.
-  Kokkos::deep_copy(model_->exec(), inputs_, h_inputs_);
-  Kokkos::deep_copy(model_->exec(), targets_, h_targets_);
+  if (h_local_inputs_.extent(0) == 0) {
+    Kokkos::deep_copy(model_->exec(), inputs_, h_inputs_);
+    Kokkos::deep_copy(model_->exec(), targets_, h_targets_);
+    return;
+  }
+  // Context parallelism: the rows at this rank's positions (its two chunks) of each sequence.
+  const std::vector<int>& pos = model_->layout().positions;
+  const std::size_t len = static_cast<std::size_t>(opt_.seq_len), Tl = pos.size();
+  for (std::size_t b = 0; b < static_cast<std::size_t>(opt_.micro_batch); ++b)
+    for (std::size_t t = 0; t < Tl; ++t) {
+      h_local_inputs_(b * Tl + t) = h_inputs_(b * len + static_cast<std::size_t>(pos[t]));
+      h_local_targets_(b * Tl + t) = h_targets_(b * len + static_cast<std::size_t>(pos[t]));
+    }
+  Kokkos::deep_copy(model_->exec(), inputs_, h_local_inputs_);
+  Kokkos::deep_copy(model_->exec(), targets_, h_local_targets_);
 }
 
 template <class T>
@@ -200,7 +223,8 @@ float Engine<T>::evaluate(const BatchSource& batch, int batches) {
   }
   float sum = 0;
   Kokkos::deep_copy(sum, model_->loss_sum());
-  // Every dp rank evaluated the same batches: take dp rank 0's.
+  // Every dp rank evaluated the same batches: take dp rank 0's (each of its cp ranks holds a
+  // share of the tokens).
   double total = ctx_->last_stage() && ctx_->tp_rank() == 0 && ctx_->dp_rank() == 0 ? sum : 0.0;
   world_all_reduce(&total, 1, MPI_DOUBLE, MPI_SUM);
   const std::size_t per_batch = static_cast<std::size_t>(opt_.micro_batch) * opt_.seq_len;

@@ -124,8 +124,8 @@ std::string Engine<T>::save_checkpoint(const std::string& dir, std::int64_t step
   else params = {whole(n), host_float<T>(exec, model_->params())};
   const HostState m = shard(optim::StateKind::exp_avg), v = shard(optim::StateKind::exp_avg_sq);
   // The disjoint part of the flat buffer this rank writes.
-  // ZeRO-0: dense parameters split over dp; MoE experts (each ep rank's own, replicated over
-  // expert-dp) split over expert-dp. ZeRO >= 1: the shard pieces, which already are both.
+  // ZeRO-0: dense parameters split over their replicas (dp x cp); MoE experts (each ep rank's
+  // own, replicated over expert-dp x cp) split over those. ZeRO >= 1: the shard pieces, which already are both.
   std::vector<ShardPiece> ranges, expert_ranges;
   auto split = [&](std::size_t d, std::size_t D) {
     return std::vector<ShardPiece>{ShardPiece{n * d / D, 0, n * (d + 1) / D - n * d / D}};
@@ -134,11 +134,11 @@ std::string Engine<T>::save_checkpoint(const std::string& dir, std::int64_t step
   if (zero >= 1) {
     ranges = opt.pieces();
   } else {
-    ranges = split(static_cast<std::size_t>(ctx_->dp_rank()),
-                   static_cast<std::size_t>(ctx_->dp_size()));
+    ranges = split(static_cast<std::size_t>(ctx_->replicas().rank()),
+                   static_cast<std::size_t>(ctx_->replicas().size()));
     if (ep_split)
-      expert_ranges = split(static_cast<std::size_t>(ctx_->expert_dp().rank()),
-                            static_cast<std::size_t>(ctx_->expert_dp().size()));
+      expert_ranges = split(static_cast<std::size_t>(ctx_->expert_replicas().rank()),
+                            static_cast<std::size_t>(ctx_->expert_replicas().size()));
   }
   std::vector<io::SaveGroup> groups{{io::kModelPrefix, {}, {}},
                                     {io::kExpAvgPrefix, {}, {}},
@@ -153,7 +153,7 @@ std::string Engine<T>::save_checkpoint(const std::string& dir, std::int64_t step
   const auto& c = ctx_->config();
   a.model = cfg_;
   save_expert_bias(a);
-  a.layout = {c.shape.dp, c.shape.pp, c.shape.tp, zero, c.order.str()};
+  a.layout = {c.shape.dp, c.shape.pp, c.shape.tp, zero, c.order.str(), c.shape.cp};
   io::CheckpointWriter writer(ctx_->mesh().world().get(), dir, steps_done);
   writer.write(a, groups, transfer);
   if (fault::hooks().crash_at_checkpoint == steps_done && world_rank() == 0) {

@@ -141,9 +141,9 @@ io::HfExportStats Engine<T>::export_hf(const std::string& dir, const io::HfExpor
   // 16-bit run's fp32 master is in its checkpoints), from the ZeRO-3 shard or the full buffer.
   const bool shard = zero == 3;
   View1<const T> src = shard ? View1<const T>(sync_->shard_params()) : View1<const T>(model_->params());
-  // ZeRO-0 under mesh.ep (the checkpoint's rule): dense parameters split over dp, each ep
-  // rank's experts (the same on its expert-dp peers, others on the other ep ranks) over
-  // expert-dp. ZeRO >= 1: the shard pieces, which already are both.
+  // ZeRO-0 under mesh.ep (the checkpoint's rule): dense parameters split over their replicas
+  // (dp x cp), each ep rank's experts (the same on its expert-dp x cp peers, others on the
+  // other ep ranks) over those. ZeRO >= 1: the shard pieces, which already are both.
   std::vector<optim::ShardPiece> ranges, expert_ranges;
   auto split = [&](std::size_t d, std::size_t D) {
     const std::size_t n = reg.size();
@@ -154,11 +154,11 @@ io::HfExportStats Engine<T>::export_hf(const std::string& dir, const io::HfExpor
   if (zero >= 1) {
     ranges = opt_pieces;
   } else {
-    ranges = split(static_cast<std::size_t>(ctx_->dp_rank()),
-                   static_cast<std::size_t>(ctx_->dp_size()));
+    ranges = split(static_cast<std::size_t>(ctx_->replicas().rank()),
+                   static_cast<std::size_t>(ctx_->replicas().size()));
     if (ep_split)
-      expert_ranges = split(static_cast<std::size_t>(ctx_->expert_dp().rank()),
-                            static_cast<std::size_t>(ctx_->expert_dp().size()));
+      expert_ranges = split(static_cast<std::size_t>(ctx_->expert_replicas().rank()),
+                            static_cast<std::size_t>(ctx_->expert_replicas().size()));
   }
   std::map<std::string, std::vector<Source>> mine;
   auto add = [&](const std::vector<optim::ShardPiece>& rs, int only) {  // 1 dense, 2 experts

@@ -19,8 +19,8 @@ void accumulate(const ExecSpace& exec, View1<T> dst, View1<T> src) {
 
 template <class T>
 GradReducer<T>::GradReducer(const DpPlan& plan, ModelBuffers<T> model, ZeroShards<T>& shards,
-                            comm::Communicator& dp, ExecSpace exec)
-    : plan_(plan), model_(std::move(model)), shards_(shards), dp_(dp), exec_(exec) {
+                            comm::Communicator& replicas, ExecSpace exec)
+    : plan_(plan), model_(std::move(model)), shards_(shards), replicas_(replicas), exec_(exec) {
   const std::size_t n = model_.registry->size();
   if (plan_.zero_stage <= 1)
     MESHTRAIN_CHECK(model_.grads.span() >= n, "GradReducer: ZeRO-", plan_.zero_stage,

@@ -5,23 +5,23 @@
 namespace meshtrain::parallel {
 
 template <class T>
-GradSync<T>::GradSync(ModelBuffers<T> model, comm::Communicator& dp, const DpOptions& opt,
-                      ExecSpace exec, comm::Communicator* expert_dp, comm::Communicator* ep)
-    : model_(std::move(model)), dp_(dp), edp_(expert_dp), ep_(ep), opt_(opt) {
+GradSync<T>::GradSync(ModelBuffers<T> model, comm::Communicator& replicas, const DpOptions& opt,
+                      ExecSpace exec, comm::Communicator* expert_replicas, comm::Communicator* ep)
+    : model_(std::move(model)), replicas_(replicas), expert_replicas_(expert_replicas), ep_(ep), opt_(opt) {
   MESHTRAIN_CHECK(model_.registry, "GradSync: no parameter registry");
-  const int edp = edp_ ? edp_->size() : dp_.size();
-  MESHTRAIN_CHECK(dp_.size() % edp == 0, "GradSync: expert-dp size ", edp,
-                  " does not divide dp=", dp_.size());
-  const int ep_size = dp_.size() / edp;
+  const int edp = expert_replicas_ ? expert_replicas_->size() : replicas_.size();
+  MESHTRAIN_CHECK(replicas_.size() % edp == 0, "GradSync: expert-dp size ", edp,
+                  " does not divide dp=", replicas_.size());
+  const int ep_size = replicas_.size() / edp;
   MESHTRAIN_CHECK(ep_size == 1 || (ep_ && ep_->size() == ep_size), "GradSync: mesh.ep=",
                   ep_size, " needs its expert-parallel communicator");
-  DpLayout layout = make_dp_layout(*model_.registry, sizeof(T), opt_, dp_.size(), ep_size);
+  DpLayout layout = make_dp_layout(*model_.registry, sizeof(T), opt_, replicas_.size(), ep_size);
   plan_ = std::move(layout.plan);
   shards_ = std::make_unique<ZeroShards<T>>(*model_.registry, std::move(layout.partition),
-                                            opt_.zero_stage, model_.params, dp_, exec, edp_);
-  reducer_ = std::make_unique<GradReducer<T>>(plan_, model_, *shards_, dp_, exec);
+                                            opt_.zero_stage, model_.params, replicas_, exec, expert_replicas_);
+  reducer_ = std::make_unique<GradReducer<T>>(plan_, model_, *shards_, replicas_, exec);
   if (opt_.zero_stage == 3)
-    gatherer_ = std::make_unique<ParamGatherer<T>>(plan_, model_, *shards_, dp_);
+    gatherer_ = std::make_unique<ParamGatherer<T>>(plan_, model_, *shards_, replicas_);
   policy_ = std::make_unique<DpPolicy>(plan_, *reducer_, gatherer_.get());
 }
 

@@ -6,8 +6,8 @@ namespace meshtrain::parallel {
 
 template <class T>
 ParamGatherer<T>::ParamGatherer(const DpPlan& plan, ModelBuffers<T> model, ZeroShards<T>& shards,
-                                comm::Communicator& dp)
-    : plan_(plan), model_(std::move(model)), shards_(shards), dp_(dp) {
+                                comm::Communicator& replicas)
+    : plan_(plan), model_(std::move(model)), shards_(shards), replicas_(replicas) {
   MESHTRAIN_CHECK(static_cast<bool>(model_.bind_unit),
                   "ParamGatherer: ZeRO-3 binds per-unit storage and needs the model's bind_unit");
   ops_.resize(static_cast<std::size_t>(plan_.n_units()));

@@ -54,7 +54,7 @@ MemoryReport model_state_memory(const GradSync<T>& sync, const ZeroOptimizer<T>&
   r.host_staging = ob.host_staging;
   const int stage = sync.zero_stage();
   const bool offload = sync.options().offload;
-  r.formula = zero_formula(r.psi, stage, sync.dp().size(), sizeof(T), offload);
+  r.formula = zero_formula(r.psi, stage, sync.replicas().size(), sizeof(T), offload);
   r.formula_text = zero_formula_text(stage, sizeof(T), offload);
   return r;
 }

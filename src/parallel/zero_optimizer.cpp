@@ -53,7 +53,7 @@ bool ZeroOptimizer<T>::step(std::int64_t step, float loss_scale, bool check_fini
     sync_.ep()->all_reduce(expert_sumsq_);
     add_scalar(exec_, sumsq, expert_sumsq_);
   }
-  if (sync_.sharded() && sync_.dp().size() > 1) sync_.dp().all_reduce(sumsq);
+  if (sync_.sharded() && sync_.replicas().size() > 1) sync_.replicas().all_reduce(sumsq);
   if (mp_ && mp_->size() > 1) mp_->all_reduce(sumsq);
   comm_seconds_ = t.seconds();
   const bool applied =

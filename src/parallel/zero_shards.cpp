@@ -9,16 +9,16 @@ namespace meshtrain::parallel {
 
 template <class T>
 ZeroShards<T>::ZeroShards(const model::ParameterRegistry& reg, ZeroPartition part, int zero_stage,
-                          View1<T> params, comm::Communicator& dp, ExecSpace exec,
-                          comm::Communicator* expert_dp)
+                          View1<T> params, comm::Communicator& replicas, ExecSpace exec,
+                          comm::Communicator* expert_replicas)
     : reg_(reg),
       part_(std::move(part)),
       whole_(reg.size(), 1),
       stage_(zero_stage),
       params_(params),
-      dp_(dp),
+      replicas_(replicas),
       exec_(exec),
-      edp_(expert_dp ? expert_dp : &dp) {
+      expert_replicas_(expert_replicas ? expert_replicas : &replicas) {
   for (const auto& g : part_.groups())
     MESHTRAIN_CHECK(g.ranks == comm_of(static_cast<int>(&g - part_.groups().data())).size(),
                     "ZeroShards: a group split over ", g.ranks, " ranks, its communicator has ",
@@ -33,7 +33,7 @@ ZeroShards<T>::ZeroShards(const model::ParameterRegistry& reg, ZeroPartition par
 
 template <class T>
 int ZeroShards<T>::optimizer_rank() const {
-  return sharded() ? dp_.rank() : 0;
+  return sharded() ? replicas_.rank() : 0;
 }
 
 std::vector<optim::ShardPiece> shard_pieces(const ZeroPartition& p, int rank) {
@@ -93,7 +93,7 @@ template <class T>
 std::vector<optim::ShardRange> ZeroShards<T>::optimizer_ranges() const {
   // Unsharded (ZeRO-0) under expert parallelism: each rank's experts are its own, replicated
   // only over expert-dp; the optimizer sums their squares over the ep group apart.
-  const bool ep_split = edp_ != &dp_ && edp_->size() < dp_.size();
+  const bool ep_split = expert_replicas_ != &replicas_ && expert_replicas_->size() < replicas_.size();
   return shard_ranges(reg_, optimizer_partition(), optimizer_rank(), sharded() || !ep_split);
 }
 
@@ -117,7 +117,7 @@ optim::Index ZeroShards<T>::optimizer_params_index() const {
 template <class T>
 void ZeroShards<T>::gather_groups(View1<const T> src, optim::Index where, View1<T> dst,
                                   CommStats& stats) {
-  const int me = dp_.rank();
+  const int me = replicas_.rank();
   std::size_t max_piece = 0, max_recv = 0;
   for (const auto& g : part_.groups()) {
     max_piece = std::max(max_piece, g.piece);
@@ -152,7 +152,7 @@ void ZeroShards<T>::gather_groups(View1<const T> src, optim::Index where, View1<
 template <class T>
 void ZeroShards<T>::gather_updated_params(CommStats& stats) {
   // With one rank the update already is the whole buffer.
-  if ((stage_ == 1 || stage_ == 2) && dp_.size() > 1)
+  if ((stage_ == 1 || stage_ == 2) && replicas_.size() > 1)
     gather_groups(params_, optim::Index::flat, params_, stats);
 }
 
@@ -162,7 +162,7 @@ void ZeroShards<T>::scatter_params(View1<const T> full) {
     if (full.data() != params_.data()) Kokkos::deep_copy(exec_, params_, full);
     return;
   }
-  const int me = dp_.rank();
+  const int me = replicas_.rank();
   for (int g = 0; g < static_cast<int>(part_.groups().size()); ++g) {
     const FlatRange pc = part_.piece(g, me);
     if (pc.size())

@@ -38,6 +38,7 @@ double all_gather(const LinkClass& l, int n, double full_bytes) {  // also reduc
 
 struct Shapes {
   double B, T, N, Nl, C, P, Vl, E;
+  double Tg = 0;  // the whole sequence (T: this rank's rows of it, T = Tg / cp)
   bool sp;
   double QW = 0, KW = 0, FW = 0, I = 0;  // local widths (above)
   bool bias = true;                       // linears with biases
@@ -74,7 +75,9 @@ std::pair<Part, Part> block(const Shapes& s, const Calibration& c, const LinkCla
     dw[i] = gemm(c, ic, oc, N);
     b.gemm += gemm(c, N, ic, oc) + dw[i];
   }
-  const double att = 2.0 * s.B * s.QW * s.T * s.T;  // causal: half of 4 B H T^2 HS
+  // Causal: half of 4 B H T^2 HS; under cp a rank's T rows see half of the Tg keys on average
+  // (the balanced chunks), a cp-th of the whole.
+  const double att = 2.0 * s.B * s.QW * s.T * s.Tg;
   f.attn = att / (c.attention_fwd_tflops * 1e12);
   b.attn = 2.5 * att / (c.attention_bwd_tflops * 1e12);
   if (c.device == "gpu") {
@@ -145,7 +148,8 @@ Part embedding(const Shapes& s, const Calibration& c, const LinkClass& tpl) {
 }
 
 bool crosses_nodes(const Layout& l, mesh::Axis axis, int G) {
-  const mesh::Shape shape{l.dp, l.pp, l.tp};
+  mesh::Shape shape{l.dp, l.pp, l.tp};
+  shape.cp = l.cp;
   const mesh::Order order;  // tp-dp-pp: the default of mesh.order
   for (int r : {0, static_cast<int>(l.world()) - 1}) {
     const auto g = mesh::group_along(r, axis, shape, order);
@@ -179,6 +183,7 @@ Placement placement(const Layout& l, int G) {
   p.tp_inter = crosses_nodes(l, mesh::Axis::tp, G);
   p.dp_inter = crosses_nodes(l, mesh::Axis::dp, G);
   p.pp_inter = crosses_nodes(l, mesh::Axis::pp, G);
+  p.cp_inter = crosses_nodes(l, mesh::Axis::cp, G);
   return p;
 }
 
@@ -189,9 +194,11 @@ StepCost step_cost(const model::GptConfig& cfg, int seq_len, const Layout& l,
   const LinkClass &tpl = pl.tp_inter ? cal.inter : cal.intra,
                   &dpl = pl.dp_inter ? cal.inter : cal.intra,
                   &ppl = pl.pp_inter ? cal.inter : cal.intra;
+  const LinkClass& cpl = pl.cp_inter ? cal.inter : cal.intra;
   Shapes s;
   s.B = l.micro_batch;
-  s.T = seq_len;
+  s.Tg = seq_len;
+  s.T = double(seq_len) / l.cp;
   s.N = s.B * s.T;
   s.P = l.tp;
   s.sp = l.sequence_parallel && l.tp > 1;
@@ -215,9 +222,29 @@ StepCost step_cost(const model::GptConfig& cfg, int seq_len, const Layout& l,
     s.bias = cfg.bias;
   }
   s.E = static_cast<double>(compute_bytes(l.precision));
-  const int m = l.n_micro, v = l.virtual_chunks, dp = l.dp;
+  const int m = l.n_micro, v = l.virtual_chunks, dp = l.dp * l.cp;  // dp: the replicas
   const auto [bf, bb] = block(s, cal, tpl);
   const Part hd = head(s, cal, tpl), em = embedding(s, cal, tpl);
+  // Context parallelism, per block and micro-batch: the ring passes cp - 1 blocks of keys and
+  // values (the kv heads only) forward, and backward again with their fp32 gradients plus the
+  // gradients' last hop home; each hop overlaps the attention block computed meanwhile, so what
+  // outlasts it is exposed. all_gather gathers them (and reduce-scatters the gradients) at once,
+  // before the attention: all exposed.
+  double cp_f = 0, cp_b = 0, cp_total = 0;
+  if (l.cp > 1) {
+    const double kv = s.B * s.T * 2 * s.KW * s.E, dkv = s.B * s.T * 2 * s.KW * 4;
+    if (l.cp_all_gather) {
+      cp_f = all_gather(cpl, l.cp, kv * l.cp);
+      cp_b = all_gather(cpl, l.cp, kv * l.cp) + all_gather(cpl, l.cp, dkv * l.cp);
+      cp_total = cp_f + cp_b;
+    } else {
+      const double hop_f = coll(cpl, 1.0, kv), hop_b = coll(cpl, 1.0, kv + dkv);
+      const double step_f = bf.attn / l.cp, step_b = bb.attn / l.cp;  // one block's compute
+      cp_f = (l.cp - 1) * std::max(0.0, hop_f - step_f);
+      cp_b = (l.cp - 1) * std::max(0.0, hop_b - step_b) + coll(cpl, 1.0, dkv);
+      cp_total = (l.cp - 1) * (hop_f + hop_b) + coll(cpl, 1.0, dkv);
+    }
+  }
 
   const auto& pieces = detail::cached_pieces(cfg, seq_len, l);
   StepCost out;
@@ -235,7 +262,8 @@ StepCost step_cost(const model::GptConfig& cfg, int seq_len, const Layout& l,
       bwd.mem += em.mem;
     }
     if (has_head) fwd += hd;  // the head's backward runs inside its forward
-    const double mb = fwd.compute() + bwd.compute() + fwd.tp + bwd.tp;
+    const double mb = fwd.compute() + bwd.compute() + fwd.tp + bwd.tp +
+                      nblocks * (cp_f + cp_b) * (l.recompute ? 1.5 : 1.0);
 
     // ---- data parallelism and ZeRO ----
     const model::ParameterRegistry& reg = detail::cached_registry(cfg, seq_len, l, st);
@@ -348,7 +376,7 @@ StepCost step_cost(const model::GptConfig& cfg, int seq_len, const Layout& l,
     const double overhead = cal.step_overhead_ms * 1e-3 + kernels * cal.kernel_overhead_us * 1e-6;
     // What this stage's ranks keep a core busy with (computing, copying messages): the work
     // that ranks sharing a node's cores divide among themselves.
-    node_work += (m * mb + opt + overhead + dp_total) * l.dp * l.tp;
+    node_work += (m * mb + opt + overhead + dp_total) * l.dp * l.cp * l.tp;
     if (mb > worst_mb) {
       worst_mb = mb;
       out.compute_s = m * (fwd.compute() + bwd.compute());
@@ -356,6 +384,8 @@ StepCost step_cost(const model::GptConfig& cfg, int seq_len, const Layout& l,
       out.attention_s = m * (fwd.attn + bwd.attn);
       out.membound_s = m * (fwd.mem + bwd.mem);
       out.tp_comm_s = m * (fwd.tp + bwd.tp);
+      out.cp_comm_s = m * nblocks * (cp_f + cp_b) * (l.recompute ? 1.5 : 1.0);
+      out.cp_comm_total_s = m * nblocks * cp_total * (l.recompute ? 1.5 : 1.0);
       out.optimizer_s = opt;
       out.overhead_s = overhead;
     }
@@ -383,9 +413,11 @@ StepCost step_cost(const model::GptConfig& cfg, int seq_len, const Layout& l,
   out.dp_comm_total_s *= sm;
   out.zero3_gather_s *= sm;
   out.moe_a2a_s *= sm;
+  out.cp_comm_s *= sm;
+  out.cp_comm_total_s *= sm;
   const double critical = out.compute_s + out.tp_comm_s + out.pp_bubble_s + out.pp_comm_s +
                           out.dp_comm_s + out.zero3_gather_s + out.optimizer_s + out.overhead_s +
-                          out.moe_a2a_s;
+                          out.moe_a2a_s + out.cp_comm_s;
   // Ranks of one node slow each other down (shared memory bandwidth; on a CPU with fewer cores
   // than ranks, time-sharing) by the calibration's measured factor at the number of ranks busy
   // on average: the node's busy work over the step. Waiting ranks do not count: oversubscribed
@@ -409,6 +441,7 @@ StepCost step_cost(const model::GptConfig& cfg, int seq_len, const Layout& l,
       {out.dp_comm_s, "dp communication"},
       {out.zero3_gather_s, "ZeRO-3 gathers"},
       {out.moe_a2a_s, "MoE all-to-all"},
+      {out.cp_comm_s, "context-parallel ring"},
       {out.optimizer_s, l.offload ? "optimizer (offloaded)" : "optimizer"},
       {out.overhead_s, "launch overhead"},
       {out.step_s - critical, "cores shared by ranks"}};

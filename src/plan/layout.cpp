@@ -30,7 +30,9 @@ parallel::ScheduleSpec Layout::schedule_spec() const {
 }
 
 std::string Layout::name() const {
-  std::string s = cat("dp ", dp, ep > 1 ? cat(" (ep ", ep, ")") : std::string(), " x pp ", pp);
+  std::string s = cat("dp ", dp, ep > 1 ? cat(" (ep ", ep, ")") : std::string(),
+                      cp > 1 ? cat(" x cp ", cp, cp_all_gather ? " (all_gather)" : "") : std::string(),
+                      " x pp ", pp);
   if (pp > 1) {
     s += cat(" (", parallel::schedule_name(schedule));
     if (virtual_chunks > 1) s += cat(", v ", virtual_chunks);
@@ -44,8 +46,9 @@ std::string Layout::name() const {
 }
 
 std::string Layout::short_name() const {
-  std::string s = cat(dp, "x", pp, "x", tp, ep > 1 ? cat(" ep", ep) : std::string(), " z", zero_stage, offload ? "+off" : "", " mb",
-                      micro_batch, "x", n_micro);
+  std::string s = cat(dp, "x", pp, "x", tp, ep > 1 ? cat(" ep", ep) : std::string(),
+                      cp > 1 ? cat(" cp", cp, cp_all_gather ? "ag" : "") : std::string(), " z",
+                      zero_stage, offload ? "+off" : "", " mb", micro_batch, "x", n_micro);
   if (pp > 1) {
     s += schedule == parallel::ScheduleKind::gpipe         ? " gpipe"
          : schedule == parallel::ScheduleKind::interleaved ? cat(" int", virtual_chunks)

@@ -39,9 +39,12 @@ std::string layout_error(const model::GptConfig& cfg, int seq_len, const Layout&
                            " must be positive");
     MESHTRAIN_CONFIG_CHECK(seq_len >= 1 && seq_len <= cfg.block_size, "train.seq_len=", seq_len,
                            " must be in [1, model.block_size=", cfg.block_size, "]");
+    MESHTRAIN_CONFIG_CHECK(l.cp >= 1 && (l.cp == 1 || seq_len % (2 * l.cp) == 0),
+                           "train.seq_len=", seq_len, " must be divisible by 2 x mesh.cp = ",
+                           2 * l.cp);
     MESHTRAIN_CONFIG_CHECK(
         !(l.sequence_parallel && l.tp > 1) ||
-            (static_cast<long>(l.micro_batch) * seq_len) % l.tp == 0,
+            (static_cast<long>(l.micro_batch) * (seq_len / l.cp)) % l.tp == 0,
         "tp.sequence_parallel: micro_batch x seq_len must be divisible by mesh.tp=", l.tp);
     parallel::validate(l.schedule_spec(), cfg.n_layer);
     // The registry checks tp against heads, widths and the padded vocabulary.
@@ -59,7 +62,9 @@ std::vector<MemoryBreakdown> memory_per_stage(const model::GptConfig& cfg, int s
   const auto spec = l.schedule_spec();
   const auto& pieces = detail::cached_pieces(cfg, seq_len, l);
   const std::size_t E = compute_bytes(l.precision);
-  const std::size_t P = l.tp, N = static_cast<std::size_t>(l.micro_batch) * seq_len;
+  // A rank holds seq_len / cp rows of each sequence (context parallelism).
+  const int Tl = seq_len / l.cp;
+  const std::size_t P = l.tp, N = static_cast<std::size_t>(l.micro_batch) * Tl;
   const std::size_t C = cfg.n_embd;
   const bool sp = l.sequence_parallel && P > 1;
   const std::size_t Nl = sp ? N / P : N;
@@ -87,7 +92,8 @@ std::vector<MemoryBreakdown> memory_per_stage(const model::GptConfig& cfg, int s
     parallel::DpOptions dopt;
     dopt.zero_stage = l.zero_stage;
     dopt.bucket_bytes = l.bucket_bytes;
-    const parallel::DpLayout dpl = parallel::make_dp_layout(reg, E, dopt, l.dp, l.ep);
+    // Gradients reduce, and ZeRO shards, over the replicas: dp x cp ranks.
+    const parallel::DpLayout dpl = parallel::make_dp_layout(reg, E, dopt, l.dp * l.cp, l.ep);
     const parallel::ZeroPartition& part = dpl.partition;
     // The model allocates what ZeRO does not shard (model::ModelLayout's allocate_*).
     const parallel::ShardBytes shards = parallel::zero_shard_bytes(part, l.zero_stage, E);
@@ -105,8 +111,9 @@ std::vector<MemoryBreakdown> memory_per_stage(const model::GptConfig& cfg, int s
     m.host_other += static_cast<double>(of.host_staging);
 
     // ---- the model's activations, head and scratch ----
-    const model::ModelFootprint mf = model::model_footprint(cfg, l.micro_batch, seq_len, ml,
-                                                            l.tp, E);
+    ml.cp_comm = l.cp_all_gather ? model::CpComm::all_gather : model::CpComm::ring;
+    const model::ModelFootprint mf = model::model_footprint(cfg, l.micro_batch, Tl, ml, l.tp, E,
+                                                            l.cp);
     m.activations = mf.activations;
     m.head = mf.head;
     m.scratch = mf.scratch;
@@ -123,10 +130,14 @@ std::vector<MemoryBreakdown> memory_per_stage(const model::GptConfig& cfg, int s
 
     // ---- workspace: the engine's batch, the kernels' scratch, the optimizer's scalars ----
     m.workspace = static_cast<double>(2 * N * 4);  // one micro-batch of tokens and targets
-    if (!t.device_is_host) m.host_other += static_cast<double>(2 * N * 4);  // host mirrors
+    if (l.cp > 1)  // whole sequences on the host and this rank's rows (host memory)
+      (t.device_is_host ? m.workspace : m.host_other) +=
+          static_cast<double>(2 * N * 4 * l.cp + 2 * N * 4);
+    else if (!t.device_is_host)
+      m.host_other += static_cast<double>(2 * N * 4);  // host mirrors
     kernels::ScratchShape ks;
     ks.rows = N;
-    ks.seq_len = static_cast<std::size_t>(seq_len);
+    ks.seq_len = static_cast<std::size_t>(Tl);
     ks.channels = C;
     ks.widest_out = std::max(C, 4 * C / P);
     ks.embeds = s == 0;

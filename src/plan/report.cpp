@@ -31,6 +31,7 @@ Json candidate_object(const Candidate& c, const SearchResult& r) {
   o["dp"] = l.dp;
   o["pp"] = l.pp;
   o["tp"] = l.tp;
+  o["cp"] = l.cp;
   o["zero_stage"] = l.zero_stage;
   o["offload"] = l.offload;
   o["micro_batch"] = l.micro_batch;
@@ -53,7 +54,8 @@ Json candidate_object(const Candidate& c, const SearchResult& r) {
   o["parts_s"] = {{"compute", c.cost.compute_s},    {"tp", c.cost.tp_comm_s},
                   {"bubble", c.cost.pp_bubble_s},   {"p2p", c.cost.pp_comm_s},
                   {"dp", c.cost.dp_comm_s},         {"zero3", c.cost.zero3_gather_s},
-                  {"optimizer", c.cost.optimizer_s}, {"overhead", c.cost.overhead_s}};
+                  {"optimizer", c.cost.optimizer_s}, {"overhead", c.cost.overhead_s},
+                  {"cp", c.cost.cp_comm_s}};
   return o;
 }
 
@@ -158,7 +160,9 @@ std::string to_json(const SearchResult& r, const model::GptConfig& cfg, int seq_
 std::string layout_ini(const Layout& l, int seq_len, const std::string& model_section) {
   std::ostringstream o;
   o << "# written by `meshtrain plan` for " << l.name() << "\n" << model_section << "[mesh]\ndp = "
-    << l.dp << "\npp = " << l.pp << "\ntp = " << l.tp << "\nep = " << l.ep << "\n[pp]\nschedule = "
+    << l.dp << "\npp = " << l.pp << "\ntp = " << l.tp << "\nep = " << l.ep
+    << (l.cp > 1 ? "\ncp = " + std::to_string(l.cp) : std::string())
+    << (l.cp > 1 && l.cp_all_gather ? "\n[cp]\ncomm = all_gather" : "") << "\n[pp]\nschedule = "
     << parallel::schedule_name(l.schedule) << "\nvirtual_chunks = " << l.virtual_chunks
     << "\n[tp]\nsequence_parallel = " << (l.sequence_parallel ? "true" : "false")
     << "\n[zero]\nstage = " << l.zero_stage << "\noffload_optimizer = "

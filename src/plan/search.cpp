@@ -11,6 +11,9 @@ namespace meshtrain::plan {
 
 namespace {
 
+// Sequences from this length on are also tried with context parallelism (mesh.cp > 1).
+constexpr int kContextParallelFrom = 4096;
+
 std::vector<int> divisors(long n) {
   std::vector<int> d;
   for (long i = 1; i <= n; ++i)
@@ -74,7 +77,8 @@ Scenario classify(const model::GptConfig& cfg, int seq_len, const SearchOptions&
 
 std::string family(const Layout& l) {
   std::vector<std::string> parts;
-  if (l.dp > 1 && (l.pp > 1 || l.tp > 1)) parts.push_back("DP");
+  if (l.dp > 1 && (l.pp > 1 || l.tp > 1 || l.cp > 1)) parts.push_back("DP");
+  if (l.cp > 1) parts.push_back("CP");
   if (l.pp > 1) parts.push_back("PP");
   if (l.tp > 1) parts.push_back("TP");
   if (l.zero_stage > 0) parts.push_back(cat("ZeRO-", l.zero_stage));
@@ -117,6 +121,7 @@ std::string rule_agreement(const SearchResult& r, const Candidate& c) {
         {b.pp_comm_s - a.pp_comm_s, "pipeline messages"},
         {b.dp_comm_s - a.dp_comm_s, "exposed dp communication"},
         {b.zero3_gather_s - a.zero3_gather_s, "ZeRO-3 gathers"},
+        {b.cp_comm_s - a.cp_comm_s, "context-parallel ring"},
         {b.optimizer_s - a.optimizer_s, "optimizer"},
         {b.overhead_s - a.overhead_s, "launch overhead"}};
     const auto* worst = &d[0];
@@ -163,11 +168,16 @@ SearchResult search(const model::GptConfig& cfg, int seq_len, const SearchOption
     r.ranked.push_back(c);
     return &r.ranked.back();
   };
+  // Context parallelism splits sequences: worth its ring traffic only for long ones, whose
+  // attention (quadratic in the length) hides it and whose activations need the memory.
+  const bool long_sequences = seq_len >= kContextParallelFrom;
   for (int tp : divisors(W)) {
     if (opt.tp_within_node && (tp > G || G % tp != 0)) continue;
     for (int pp : divisors(W / tp)) {
       if (pp > cfg.n_layer) continue;
-      const int dp = W / (tp * pp);
+      for (int cp : divisors(W / (tp * pp))) {
+      if (cp > 1 && (!long_sequences || seq_len % (2 * cp) != 0)) continue;
+      const int dp = W / (tp * pp * cp);
       if (GB % dp != 0) continue;
       // MoE: every ep dividing dp and the experts (1 for a dense model).
       std::vector<int> eps{1};
@@ -198,6 +208,7 @@ SearchResult search(const model::GptConfig& cfg, int seq_len, const SearchOption
               l.pp = pp;
               l.tp = tp;
               l.ep = ep;
+              l.cp = cp;
               l.zero_stage = zero;
               l.micro_batch = mb;
               l.n_micro = n_micro;
@@ -223,6 +234,7 @@ SearchResult search(const model::GptConfig& cfg, int seq_len, const SearchOption
               consider(off);
             }
           }
+      }
       }
     }
   }

@@ -17,3 +17,6 @@ target_compile_definitions(test_qkv_bias PRIVATE MESHTRAIN_SOURCE_DIR="${PROJECT
 meshtrain_add_test(NAME test_moe_model SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_moe_model.cpp)
 meshtrain_add_test(NAME test_recompute_mlp_act
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_recompute_mlp_act.cpp)
+meshtrain_add_test(NAME test_ring_attention
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ring_attention.cpp RANKS 1 2 3 4)
+target_include_directories(test_ring_attention PRIVATE ${PROJECT_SOURCE_DIR}/tests/kernels)

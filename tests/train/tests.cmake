@@ -16,3 +16,5 @@ meshtrain_add_test(NAME test_moe_resume SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_m
   RANKS 2 8 TIMEOUT 600)  # 2: the bf16 case's small layouts (CUDA build)
 meshtrain_add_test(NAME test_hf_mixtral SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_hf_mixtral.cpp
   RANKS 1 2 4)
+meshtrain_add_test(NAME test_cp_layouts SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cp_layouts.cpp
+  RANKS 2 4 8 TIMEOUT 600)

@@ -93,8 +93,9 @@ enum class Transfer {
 struct SavedLayout {
   int dp = 1, pp = 1, tp = 1, zero = 0;
   std::string order = "tp-dp-pp";
+  int cp = 1;  // files written before context parallelism have no layout.cp: 1
 };
-// "dp 2 x pp 2 x tp 2, ZeRO 1"
+// "dp 2 x pp 2 x tp 2, ZeRO 1" (" x cp 2" after dp when cp > 1)
 std::string describe(const SavedLayout& l);
 
 // Root attributes of a checkpoint. Save takes them from rank 0 (every rank must pass the same

@@ -42,6 +42,10 @@ struct RopeTable {
   }
 };
 RopeTable rope_table(const ExecSpace& exec, int T, int head_size, const RopeConfig& c);
+// Row t rotates by position positions[t] (context parallelism: a rank's rows are chunks of the
+// sequence, not its first T positions); T = positions.size().
+RopeTable rope_table(const ExecSpace& exec, const std::vector<int>& positions, int head_size,
+                     const RopeConfig& c);
 
 // In place on qkv [B*T, (NH + 2*NKV)*HS], HS = table.head_size, T <= table.T.
 template <class T>

@@ -28,6 +28,7 @@
 #include "meshtrain/kernels/rotary.hpp"
 #include "meshtrain/model/config.hpp"
 #include "meshtrain/model/registry.hpp"
+#include "meshtrain/model/ring_attention.hpp"
 
 namespace meshtrain::model {
 
@@ -81,6 +82,12 @@ struct ModelLayout {
   // sequences (the data-parallel group; the MoE router's balancing group under
   // moe.aux_loss_scope=global). Null: this rank alone.
   comm::Communicator* batch_group = nullptr;
+  // Context parallelism: the cp group (null or size 1: none) and how attention crosses it. The
+  // model's seq_len is then this rank's rows of each sequence, which sit at `positions`
+  // (cp_positions: chunks r and 2cp-1-r); position embeddings and rotary angles use them.
+  comm::Communicator* cp = nullptr;
+  CpComm cp_comm = CpComm::ring;
+  std::vector<int> positions;
   int pp_stage = 0;                  // recorded in the registry
   // false: the caller binds storage per unit (bind_unit) before use, e.g. ZeRO-3 gathering a
   // unit's parameters just in time, ZeRO-2 keeping gradients only for buckets in flight.
@@ -275,6 +282,8 @@ class GptT {
   View1<T> wte_, wpe_, lnf_w_, lnf_b_, dwte_, dwpe_, dlnf_w_, dlnf_b_;
   View1<T> lm_head_, dlm_head_;  // untied head
   kernels::RopeTable rope_;      // rotary positions: cos/sin of [T, HS/2]
+  View1<std::int32_t> positions_;  // context parallelism: the rows' positions (empty: 0..T-1)
+  std::unique_ptr<RingAttention<T>> ring_;  // context parallelism's attention (null: cp = 1)
   std::vector<std::unique_ptr<ChunkActivations<T>>> chunks_;
   std::unique_ptr<BlockActivations<T>> shared_acts_;  // recompute: one set for every block
   View1<T> shared_mlp_act_;  // recompute_mlp_act: every block's fch_gelu [N, HW]
@@ -304,8 +313,11 @@ class GptT {
 struct ModelFootprint {
   double activations = 0, head = 0, scratch = 0;
 };
+// With context parallelism (`cp_size` > 1) seq_len is the rank's rows per sequence and the
+// ring's buffers (RingAttention::buffer_bytes, by layout.cp_comm) count as scratch.
 ModelFootprint model_footprint(const GptConfig& cfg, int micro_batch, int seq_len,
-                               const ModelLayout& layout, int tp_size, std::size_t elem_bytes);
+                               const ModelLayout& layout, int tp_size, std::size_t elem_bytes,
+                               int cp_size = 1);
 
 // Rows per LM-head chunk for `rows` rows of `vocab_local` logits of `elem_bytes` each:
 // `requested` (clamped to [1, rows]) when positive; else (auto) the whole micro-batch when its

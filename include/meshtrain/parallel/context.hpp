@@ -1,8 +1,10 @@
 #pragma once
-// Everything a rank needs to train under a (dp, pp, tp) layout: the process mesh, one
-// communicator per group (tensor, data, pipeline, model-parallel for the gradient norm, the
-// embedding group for the tied wte), the pipeline schedule and partition, the ZeRO options, and
-// the model layout this rank holds. Built once per run, collectively over the world.
+// Everything a rank needs to train under a (dp, cp, pp, tp) layout: the process mesh, one
+// communicator per group of axes it builds (rank_math.hpp; groups spanning the same ranks share
+// one), the embedding group for the tied wte, the pipeline schedule and partition, the ZeRO
+// options, and the model layout this rank holds. Built once per run, collectively over the
+// world.
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,6 +29,7 @@ struct ParallelConfig {
   int virtual_chunks = 1;
   std::string layers;  // explicit split (pp.layers), empty: balanced
   DpOptions dp;
+  model::CpComm cp_comm = model::CpComm::ring;  // cp.comm: how attention crosses mesh.cp
 };
 
 class ParallelContext {
@@ -44,20 +47,30 @@ class ParallelContext {
   int dp_rank() const { return mesh_->coord().dp; }
   int dp_size() const { return mesh_->shape().dp; }
   int stage() const { return mesh_->coord().pp; }
+  int cp_rank() const { return mesh_->coord().cp; }
+  int cp_size() const { return mesh_->shape().cp; }
   int tp_rank() const { return mesh_->coord().tp; }
   bool first_stage() const { return mesh_->is_first_stage(); }
   bool last_stage() const { return mesh_->is_last_stage(); }
 
   comm::Communicator& world() const { return *world_; }
-  comm::Communicator& tp() const { return *tp_; }
-  comm::Communicator& dp() const { return *dp_; }
-  comm::Communicator& pp() const { return *pp_; }
-  comm::Communicator& model_parallel() const { return *mp_; }
+  // The communicator of the group spanned by the named axes (ProcessMesh::group).
+  comm::Communicator& group(const std::vector<std::string>& names) const;
+  comm::Communicator& tp() const { return group({"tp"}); }
+  comm::Communicator& cp() const { return group({"cp"}); }
+  comm::Communicator& dp() const { return group({"dp"}); }
+  comm::Communicator& pp() const { return group({"pp"}); }
+  comm::Communicator& model_parallel() const { return group({"tp", "pp"}); }
   comm::Communicator* embedding() const { return emb_.get(); }  // null when pp = 1 or a middle stage
+  // The ranks holding the same dense parameters (dp x cp): they reduce their gradients, share
+  // ZeRO's shards and split the checkpoint's writes. With cp = 1, the dp group.
+  comm::Communicator& replicas() const { return group({"dp", "cp"}); }
   // Expert parallelism (mesh.ep, carved out of dp): the group whose ranks hold all experts
-  // between them, and the expert-data-parallel group (the same experts; dp itself when ep = 1).
-  comm::Communicator& ep() const { return *ep_; }
-  comm::Communicator& expert_dp() const { return edp_ ? *edp_ : *dp_; }
+  // between them, the expert-data-parallel group (the same experts; dp itself when ep = 1), and
+  // the ranks holding the same experts (edp x cp).
+  comm::Communicator& ep() const { return group({"ep"}); }
+  comm::Communicator& expert_dp() const { return group({"edp"}); }
+  comm::Communicator& expert_replicas() const { return group({"edp", "cp"}); }
   int ep_size() const { return mesh_->shape().ep; }
   int ep_rank() const { return mesh_->ep_rank(); }
 
@@ -68,10 +81,12 @@ class ParallelContext {
 
  private:
   ParallelConfig cfg_;
+  int seq_len_ = 0;
   std::unique_ptr<mesh::ProcessMesh> mesh_;
   ScheduleSpec spec_;
   std::vector<LayerRange> pieces_;
-  std::unique_ptr<comm::Communicator> world_, tp_, dp_, pp_, mp_, emb_, ep_, edp_;
+  std::unique_ptr<comm::Communicator> world_, emb_;
+  std::map<MPI_Comm, std::unique_ptr<comm::Communicator>> groups_;  // by the mesh's communicator
 };
 
 // Which combinations of ZeRO and pipelining are allowed, and why (the configuration check):

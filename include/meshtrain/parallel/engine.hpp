@@ -159,6 +159,8 @@ class Engine {
   const model::GptConfig& config() const { return cfg_; }
   int micro_batch() const { return opt_.micro_batch; }
   int seq_len() const { return opt_.seq_len; }
+  // Rows of each sequence this rank holds: seq_len / cp.
+  int local_seq_len() const { return opt_.seq_len / opt_.parallel.shape.cp; }
   int n_micro() const { return opt_.n_micro; }
   int world_size() const;
   int world_rank() const;
@@ -198,7 +200,8 @@ class Engine {
   std::unique_ptr<ZeroOptimizer<T>> zopt_;
   std::unique_ptr<PipelineRunner<T>> runner_;
   View1<std::int32_t> inputs_, targets_;  // one micro-batch, filled when the model reads it
-  HostView1<std::int32_t> h_inputs_, h_targets_;
+  HostView1<std::int32_t> h_inputs_, h_targets_;  // whole sequences, as the data gives them
+  HostView1<std::int32_t> h_local_inputs_, h_local_targets_;  // cp > 1: this rank's rows
   mutable std::unique_ptr<comm::FlightRecorder> host_recorder_;  // world_all_reduce's
 };
 

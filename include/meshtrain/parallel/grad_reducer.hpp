@@ -25,7 +25,7 @@ template <class T>
 class GradReducer final : public GradEffects {
  public:
   GradReducer(const DpPlan& plan, ModelBuffers<T> model, ZeroShards<T>& shards,
-              comm::Communicator& dp, ExecSpace exec);
+              comm::Communicator& replicas, ExecSpace exec);
   ~GradReducer() override;
   GradReducer(const GradReducer&) = delete;
   GradReducer& operator=(const GradReducer&) = delete;
@@ -54,7 +54,7 @@ class GradReducer final : public GradEffects {
   const DpPlan& plan_;
   ModelBuffers<T> model_;
   ZeroShards<T>& shards_;
-  comm::Communicator& dp_;
+  comm::Communicator& replicas_;
   ExecSpace exec_;
   TiedEmbeddingSum<T>* tied_ = nullptr;
   Timer clock_;

@@ -1,7 +1,7 @@
 #pragma once
 // Data parallelism and ZeRO as the model's layer hooks: a thin adapter that owns the parts and
 // feeds the hooks to the policy.
-//   ZeroShards        the partition over dp, the shard buffers, what the optimizer works on;
+//   ZeroShards        the partition over the replicas, the shard buffers, what the optimizer works on;
 //   DpPolicy          when buckets are reduced and units gathered or released (pure);
 //   GradReducer       the bucket reductions (all-reduce at ZeRO 0/1, reduce-scatter at 2/3);
 //   ParamGatherer     the ZeRO-3 unit gathers;
@@ -39,13 +39,14 @@ ModelBuffers<T> model_buffers(model::GptT<T>& m) {
 template <class T>
 class GradSync : public model::LayerHooks {
  public:
-  // Collective over `dp`. The model's buffers must match the stage: grads allocated for ZeRO 0/1,
-  // params allocated for ZeRO 0-2. MoE experts (units of ParamGroup::expert_dp) reduce and shard
-  // over `expert_dp` (null: dp, i.e. mesh.ep = 1), the dp ranks holding the same experts;
-  // `ep` (dp.size() / expert_dp.size()) is then the expert-parallel group they sum over for
-  // the gradient norm at ZeRO-0.
-  GradSync(ModelBuffers<T> model, comm::Communicator& dp, const DpOptions& opt,
-           ExecSpace exec = ExecSpace{}, comm::Communicator* expert_dp = nullptr,
+  // Collective over `replicas`, the ranks holding the same parameters (dp x cp). The model's
+  // buffers must match the stage: grads allocated for ZeRO 0/1, params allocated for ZeRO 0-2.
+  // MoE experts (units of ParamGroup::expert_dp) reduce and shard over `expert_replicas` (null:
+  // replicas, i.e. mesh.ep = 1), the ranks holding the same experts; `ep` (replicas.size() /
+  // expert_replicas.size()) is then the expert-parallel group they sum over for the gradient
+  // norm at ZeRO-0.
+  GradSync(ModelBuffers<T> model, comm::Communicator& replicas, const DpOptions& opt,
+           ExecSpace exec = ExecSpace{}, comm::Communicator* expert_replicas = nullptr,
            comm::Communicator* ep = nullptr);
   ~GradSync() override;
   GradSync(const GradSync&) = delete;
@@ -90,8 +91,8 @@ class GradSync : public model::LayerHooks {
   int zero_stage() const { return opt_.zero_stage; }
   const DpOptions& options() const { return opt_; }
   bool sharded() const { return shards_->sharded(); }
-  comm::Communicator& dp() const { return dp_; }
-  comm::Communicator& expert_dp() const { return edp_ ? *edp_ : dp_; }
+  comm::Communicator& replicas() const { return replicas_; }
+  comm::Communicator& expert_replicas() const { return expert_replicas_ ? *expert_replicas_ : replicas_; }
   comm::Communicator* ep() const { return ep_; }  // null or size 1: no expert parallelism
   const model::ParameterRegistry& registry() const { return *model_.registry; }
   const ZeroShards<T>& shards() const { return *shards_; }
@@ -123,8 +124,8 @@ class GradSync : public model::LayerHooks {
   CommStats& gatherer_stats() { return gather_stats_; }
 
   ModelBuffers<T> model_;
-  comm::Communicator& dp_;
-  comm::Communicator* edp_ = nullptr;
+  comm::Communicator& replicas_;
+  comm::Communicator* expert_replicas_ = nullptr;
   comm::Communicator* ep_ = nullptr;
   DpOptions opt_;
   DpPlan plan_;  // the effects read it; the policy keeps its own copy

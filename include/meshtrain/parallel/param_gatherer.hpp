@@ -19,7 +19,7 @@ template <class T>
 class ParamGatherer final : public GatherEffects {
  public:
   ParamGatherer(const DpPlan& plan, ModelBuffers<T> model, ZeroShards<T>& shards,
-                comm::Communicator& dp);
+                comm::Communicator& replicas);
   ~ParamGatherer() override;
   ParamGatherer(const ParamGatherer&) = delete;
   ParamGatherer& operator=(const ParamGatherer&) = delete;
@@ -44,7 +44,7 @@ class ParamGatherer final : public GatherEffects {
   const DpPlan& plan_;
   ModelBuffers<T> model_;
   ZeroShards<T>& shards_;
-  comm::Communicator& dp_;
+  comm::Communicator& replicas_;
   Timer clock_;
   std::vector<Op> ops_;            // one per unit
   std::vector<View1<T>> pool_;     // by BufferPlan id

@@ -42,13 +42,13 @@ class ZeroShards {
   // the stage needs (zero.shard_grads at 2/3, zero.shard_params at 3).
   // `expert_dp` (null: dp) is the communicator of groups with stride > 1 (MoE experts).
   ZeroShards(const model::ParameterRegistry& reg, ZeroPartition part, int zero_stage,
-             View1<T> params, comm::Communicator& dp, ExecSpace exec,
-             comm::Communicator* expert_dp = nullptr);
+             View1<T> params, comm::Communicator& replicas, ExecSpace exec,
+             comm::Communicator* expert_replicas = nullptr);
 
   // The communicator that splits group g (dp, or expert-dp for expert groups) and this rank's
   // index in it.
   comm::Communicator& comm_of(int g) const {
-    return part_.groups()[static_cast<std::size_t>(g)].stride > 1 ? *edp_ : dp_;
+    return part_.groups()[static_cast<std::size_t>(g)].stride > 1 ? *expert_replicas_ : replicas_;
   }
 
   int zero_stage() const { return stage_; }
@@ -88,9 +88,9 @@ class ZeroShards {
   ZeroPartition part_, whole_;
   int stage_;
   View1<T> params_;
-  comm::Communicator& dp_;
+  comm::Communicator& replicas_;
   ExecSpace exec_;
-  comm::Communicator* edp_;
+  comm::Communicator* expert_replicas_;
   View1<T> shard_params_, shard_grads_;
   View1<T> stage_send_, stage_recv_;
 };

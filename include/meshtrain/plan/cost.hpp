@@ -53,6 +53,9 @@ struct StepCost {
   double dp_comm_total_s = 0;  // all of it, hidden or not
   double zero3_gather_s = 0; // exposed ZeRO-3 parameter gathers
   double moe_a2a_s = 0;      // MoE token all-to-alls over ep (blocking: all exposed)
+  double cp_comm_s = 0;      // exposed context-parallel traffic (the ring's keys and values
+                             // beyond the block computation they overlap; all_gather: all)
+  double cp_comm_total_s = 0;  // all of it
   double optimizer_s = 0;    // norm, clipping, AdamW (+ offload copies)
   double overhead_s = 0;     // per-step fixed costs, kernel launches
   double contention = 1;     // > 1: ranks of a node slow each other down
@@ -64,9 +67,10 @@ struct StepCost {
 StepCost step_cost(const model::GptConfig& cfg, int seq_len, const Layout& l,
                    const Cluster& cluster, const Calibration& cal);
 
-// Whether the groups of an axis cross nodes under the default order (tp-dp-pp, tp fastest).
+// Whether the groups of an axis cross nodes under the default order (tp-dp-pp, tp fastest;
+// cp right after tp).
 struct Placement {
-  bool tp_inter = false, dp_inter = false, pp_inter = false;
+  bool tp_inter = false, dp_inter = false, pp_inter = false, cp_inter = false;
 };
 Placement placement(const Layout& l, int gpus_per_node);
 

@@ -18,6 +18,8 @@ inline std::size_t compute_bytes(Precision p) { return p == Precision::fp32 ? 4 
 struct Layout {
   int dp = 1, pp = 1, tp = 1;
   int ep = 1;                        // mesh.ep (MoE experts split over ep ranks of dp)
+  int cp = 1;                        // mesh.cp (each sequence split over cp ranks)
+  bool cp_all_gather = false;        // cp.comm = all_gather (else ring)
   int zero_stage = 0;                // zero.stage
   bool offload = false;              // zero.offload_optimizer = cpu
   int micro_batch = 1;               // train.micro_batch (sequences)
@@ -30,7 +32,7 @@ struct Layout {
   Precision precision = Precision::fp32;
   std::size_t bucket_bytes = 25u << 20;  // dp.bucket_mb
 
-  long world() const { return static_cast<long>(dp) * pp * tp; }
+  long world() const { return static_cast<long>(dp) * cp * pp * tp; }
   long global_batch() const { return static_cast<long>(micro_batch) * n_micro * dp; }
   // The schedule the context builds (pp = 1: the trivial one).
   parallel::ScheduleSpec schedule_spec() const;
