@@ -7,6 +7,8 @@ target_sources(meshtrain_lib PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/bpe_tokenizer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/hf_tokenizer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/pcre2_regex.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/json_lines.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/text_input.cpp
   ${CMAKE_CURRENT_LIST_DIR}/safetensors.cpp
   ${CMAKE_CURRENT_LIST_DIR}/safetensors_sharded.cpp
   ${CMAKE_CURRENT_LIST_DIR}/hf_checkpoint.cpp
