@@ -2,6 +2,7 @@
 target_sources(meshtrain_lib PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/token_shard.cpp
   ${CMAKE_CURRENT_LIST_DIR}/dataset.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/blend.cpp
   ${CMAKE_CURRENT_LIST_DIR}/tokenizer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/bpe_model.cpp
   ${CMAKE_CURRENT_LIST_DIR}/bpe_tokenizer.cpp

@@ -163,6 +163,16 @@ TEST_CASE("the books of the shipped corpus are its documents", "[io][prep]") {
     total += docs[i].size();
   }
   REQUIRE(total == text.size());
+  // Byte ranges that tile the text (ranks of a parallel prep) give the same documents.
+  for (std::size_t piece : {std::size_t{1000}, std::size_t{77777}, text.size() / 3, text.size()}) {
+    std::vector<std::string_view> got;
+    for (std::size_t b = 0; b < text.size(); b += piece)
+      for (auto d : io::split_documents_in_range(text, b, std::min(b + piece, text.size()),
+                                                 "^(?:[12] )?[A-Z][a-z]+ 1$", "test"))
+        got.push_back(d);
+    INFO("pieces of " << piece << " bytes");
+    REQUIRE(got == docs);
+  }
   REQUIRE(io::split_documents("", "", "test").size() == 1);
   REQUIRE(io::split_documents("a\nb\n", "^b", "test") ==
           std::vector<std::string_view>{"a\n", "b\n"});

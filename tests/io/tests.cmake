@@ -2,6 +2,7 @@
 set(MESHTRAIN_IO_TEST_DATA ${CMAKE_CURRENT_LIST_DIR}/data)
 meshtrain_add_test(NAME test_io_token_shard SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_token_shard.cpp)
 meshtrain_add_test(NAME test_io_dataset SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_dataset.cpp)
+meshtrain_add_test(NAME test_io_blend SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_blend.cpp)
 meshtrain_add_test(NAME test_io_tokenizer SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tokenizer.cpp)
 meshtrain_add_test(NAME test_io_hf_tokenizer SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_hf_tokenizer.cpp)
 meshtrain_add_test(NAME test_io_safetensors SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_safetensors.cpp)
