@@ -3,6 +3,8 @@
 // MPI singleton. The steps are in src/app/prep_*.cpp (prep_internal.hpp lists them).
 #include "meshtrain/app/prep.hpp"
 
+#include <glob.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -26,7 +28,8 @@ po::options_description prep_options() {
   po::options_description p("Data preparation [prep]");
   p.add_options()
       ("prep.input", po::value<std::vector<std::string>>(),
-       "file(s) to tokenise, in order; repeat the option or give a comma list. UTF-8 text, or "
+       "file(s) to tokenise, in order; repeat the option, give a comma list or a quoted glob "
+       "(its files in sorted order). UTF-8 text, or "
        "JSON lines (.jsonl, .ndjson, .json: one document per line); either may be compressed "
        "(.gz, .zst)")
       ("prep.text_field", po::value<std::string>()->default_value("text"),
@@ -79,8 +82,23 @@ PrepConfig prep_config(const po::variables_map& vm) {
     for (const auto& v : vm["prep.input"].as<std::vector<std::string>>()) {
       std::stringstream ss(v);
       std::string item;
-      while (std::getline(ss, item, ','))
-        if (!item.empty()) c.inputs.push_back(item);
+      while (std::getline(ss, item, ',')) {
+        if (item.empty()) continue;
+        if (item.find_first_of("*?[") == std::string::npos) {
+          c.inputs.push_back(item);
+          continue;
+        }
+        // A glob: hundreds of corpus files, in sorted order (the output's order).
+        glob_t g{};
+        const int rc = ::glob(item.c_str(), 0, nullptr, &g);
+        std::vector<std::string> found;
+        for (std::size_t i = 0; rc == 0 && i < g.gl_pathc; ++i) found.emplace_back(g.gl_pathv[i]);
+        ::globfree(&g);
+        if (found.empty())
+          throw ConfigError(cat("prep.input: no file matches '", item, "'"));
+        std::sort(found.begin(), found.end());
+        c.inputs.insert(c.inputs.end(), found.begin(), found.end());
+      }
     }
   }
   if (c.inputs.empty())
@@ -181,7 +199,17 @@ PrepSummary run_prep(const PrepConfig& c, MPI_Comm comm) {
   std::unique_ptr<io::Tokenizer> tok;
   std::vector<prep::InputFile> files;
   int before = -1, after = -1;
+  // The plan is computed by every rank from the inputs: they must name the same files
+  // everywhere (a glob on a node with another view of the file system might not).
+  std::string listed;
+  for (const auto& f : c.inputs) listed += f + '\n';
+  std::string root_list = listed;
+  broadcast_string(comm, root_list);
   agree(comm, "", [&] {
+    if (listed != root_list)
+      throw ConfigError(cat("prep.input: this rank finds other input files (", c.inputs.size(),
+                            ") than rank 0; the inputs must be on a file system every rank sees "
+                            "alike"));
     tok = c.tokenizer == "hf"
               ? std::make_unique<io::HfTokenizer>(c.tokenizer_json, c.bos_token, c.eos_token)
               : io::make_tokenizer(c.tokenizer, c.vocab_json, c.merges_txt);

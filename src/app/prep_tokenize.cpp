@@ -1,4 +1,5 @@
 // `meshtrain prep`: one unit of work, read, split into documents and tokenised.
+#include <algorithm>
 #include <cstring>
 
 #include "meshtrain/core/error.hpp"
@@ -66,7 +67,10 @@ void Encoder::document(std::string_view text, UnitOutput& out) const {
   ++out.documents;
   const std::size_t start = out.tokens.size();
   if (before_ >= 0) out.tokens.push_back(static_cast<std::uint16_t>(before_));
-  for (std::int32_t t : tok_.encode(text)) out.tokens.push_back(static_cast<std::uint16_t>(t));
+  const std::vector<std::int32_t> ids = tok_.encode(text);
+  out.tokens.resize(out.tokens.size() + ids.size());
+  std::transform(ids.begin(), ids.end(), out.tokens.end() - static_cast<std::ptrdiff_t>(ids.size()),
+                 [](std::int32_t t) { return static_cast<std::uint16_t>(t); });
   if (after_ >= 0) out.tokens.push_back(static_cast<std::uint16_t>(after_));
   if (out.tokens.size() > start) out.doc_starts.push_back(start);
 }

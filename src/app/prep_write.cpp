@@ -6,6 +6,7 @@
 #include <glob.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -132,14 +133,19 @@ std::vector<std::uint64_t> gather_doc_starts(MPI_Comm comm, const std::vector<st
   std::vector<int> counts(static_cast<std::size_t>(size)), displs(counts.size());
   MESHTRAIN_MPI_CHECK(MPI_Gather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm));
   std::vector<std::uint64_t> all;
+  long long total = 0;
   if (rank == 0) {
-    long long total = 0;
     for (std::size_t r = 0; r < counts.size(); ++r) {
-      displs[r] = static_cast<int>(total);
+      displs[r] = static_cast<int>(std::min<long long>(total, INT_MAX));
       total += counts[r];
     }
-    all.resize(static_cast<std::size_t>(total));
   }
+  // MPI counts are int: one run indexes at most 2^31 - 1 documents (split larger corpora).
+  MESHTRAIN_MPI_CHECK(MPI_Bcast(&total, 1, MPI_LONG_LONG, 0, comm));
+  if (total > INT_MAX)
+    throw Agreed<ConfigError>(cat("prep.doc_index: ", total, " documents are more than one run "
+                                  "can index (2^31 - 1); prepare the corpus in parts"));
+  if (rank == 0) all.resize(static_cast<std::size_t>(total));
   MESHTRAIN_MPI_CHECK(MPI_Gatherv(starts.data(), n, MPI_UINT64_T, all.data(), counts.data(),
                                   displs.data(), MPI_UINT64_T, 0, comm));
   std::sort(all.begin(), all.end());

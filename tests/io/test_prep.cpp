@@ -195,6 +195,15 @@ TEST_CASE("prep options and inputs are checked", "[io][prep]") {
               "needs prep.vocab_json and prep.merges_txt"));
   const auto c = parse({"--prep.input", "a,b", "--prep.input", "c", "--prep.output", "x"});
   REQUIRE(c.inputs == std::vector<std::string>{"a", "b", "c"});
+  // Globs expand to their files in sorted order; one that matches nothing is an error.
+  const std::string dir = io_test::temp_name("prep_glob", "");
+  std::filesystem::create_directories(dir);
+  for (const char* f : {"b.jsonl", "a.jsonl", "c.txt"}) io_test::write_file(dir + "/" + f, "x");
+  REQUIRE(parse({"--prep.input", dir + "/*.jsonl," + dir + "/c.txt", "--prep.output", "x"}).inputs ==
+          std::vector<std::string>{dir + "/a.jsonl", dir + "/b.jsonl", dir + "/c.txt"});
+  REQUIRE(has(config_error([&] { parse({"--prep.input", dir + "/*.zst", "--prep.output", "x"}); }),
+              "prep.input: no file matches '" + dir + "/*.zst'"));
+  std::filesystem::remove_all(dir);
   const auto missing = parse({"--prep.input", "no_such_input.txt", "--prep.output", "x"});
   REQUIRE(has(config_error([&] { app::run_prep(missing); }),
               "prep.input: cannot open 'no_such_input.txt'"));
