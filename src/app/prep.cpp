@@ -4,6 +4,7 @@
 #include "meshtrain/app/prep.hpp"
 
 #include <glob.h>
+#include <time.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -140,6 +141,13 @@ PrepConfig prep_config(const po::variables_map& vm) {
 
 namespace {
 
+// CPU time of this process: what a rank spent on its units, whatever else shares the cores.
+double cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
 using prep::Unit;
 using prep::UnitOutput;
 using prep::UnitSummary;
@@ -249,11 +257,13 @@ PrepSummary run_prep(const PrepConfig& c, MPI_Comm comm) {
   std::vector<UnitOutput> outputs(mine.size());
 
   // Each rank tokenises its units, in file order; a failure on any rank is every rank's.
+  double cpu[2] = {0, 0};  // this rank's CPU seconds for its units (max and sum over ranks below)
   {
     prep::Progress progress(comm, s.input_bytes, c.progress_every);
     const prep::Encoder enc(*tok, before, after);
     agree(comm, "", [&] {
       std::exception_ptr error;
+      const double cpu0 = cpu_seconds();
       try {
         for (std::size_t i = 0; i < mine.size(); ++i) {
           prep::tokenize_unit(c, files[units[mine[i]].file], units[mine[i]], enc, outputs[i],
@@ -263,11 +273,16 @@ PrepSummary run_prep(const PrepConfig& c, MPI_Comm comm) {
       } catch (...) {
         error = std::current_exception();
       }
+      cpu[0] = cpu[1] = cpu_seconds() - cpu0;
       progress.finish();
       if (error) std::rethrow_exception(error);
     });
   }
   s.tokenize_seconds = clock.seconds();
+  MESHTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &cpu[0], 1, MPI_DOUBLE, MPI_MAX, comm));
+  MESHTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &cpu[1], 1, MPI_DOUBLE, MPI_SUM, comm));
+  s.tokenize_cpu_max = cpu[0];
+  s.tokenize_cpu_sum = cpu[1];
   const std::vector<UnitSummary> summary = all_gather(comm, units, outputs);
   for (const auto& u : summary) {
     s.documents += u.documents;
@@ -331,7 +346,8 @@ int cmd_prep(Runtime& rt, const std::vector<std::string>& args) {
                 s.tokenize_seconds, " s (", static_cast<double>(s.input_bytes) / t / 1e6,
                 " MB/s of input, ", static_cast<double>(s.text_bytes) / t / 1e6,
                 " MB/s of text, ", static_cast<double>(s.train_tokens + s.val_tokens) / t / 1e6,
-                "M tokens/s); ", s.seconds, " s in all");
+                "M tokens/s); ", s.seconds, " s in all; CPU ", s.tokenize_cpu_max,
+                " s on the busiest rank, ", s.tokenize_cpu_sum, " s over all ranks");
   return kExitOk;
 }
 

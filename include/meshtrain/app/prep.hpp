@@ -54,6 +54,9 @@ struct PrepSummary {
   std::vector<std::string> first_skipped;  // "file:line: reason" of the first few
   int ranks = 1, units = 0;
   double seconds = 0, tokenize_seconds = 0;
+  // CPU seconds the ranks spent on their units: the busiest rank's and all ranks' together
+  // (sum / max is the speed-up the ranks would reach on cores of their own).
+  double tokenize_cpu_max = 0, tokenize_cpu_sum = 0;
 };
 
 // Reads and validates the [prep] options; ConfigError naming the option.
