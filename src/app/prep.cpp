@@ -319,7 +319,7 @@ int cmd_prep(Runtime& rt, const std::vector<std::string>& args) {
     return out;
   };
   logging::info("prep: ", c.inputs.size(), " input file(s), ", s.input_bytes, " bytes (",
-                s.text_bytes, " bytes of text), ", s.documents, " document(s); tokenizer ",
+                s.text_bytes, " uncompressed), ", s.documents, " document(s); tokenizer ",
                 s.tokenizer, " (vocab ", s.vocab_size, ")");
   logging::info("prep: train ", s.train_tokens, " tokens in ", s.train_files.size(),
                 " shard(s): ", list(s.train_files));
@@ -345,7 +345,7 @@ int cmd_prep(Runtime& rt, const std::vector<std::string>& args) {
   logging::info("prep: ", s.units, " unit(s) on ", s.ranks, " rank(s): tokenised in ",
                 s.tokenize_seconds, " s (", static_cast<double>(s.input_bytes) / t / 1e6,
                 " MB/s of input, ", static_cast<double>(s.text_bytes) / t / 1e6,
-                " MB/s of text, ", static_cast<double>(s.train_tokens + s.val_tokens) / t / 1e6,
+                " MB/s uncompressed, ", static_cast<double>(s.train_tokens + s.val_tokens) / t / 1e6,
                 "M tokens/s); ", s.seconds, " s in all; CPU ", s.tokenize_cpu_max,
                 " s on the busiest rank, ", s.tokenize_cpu_sum, " s over all ranks");
   return kExitOk;

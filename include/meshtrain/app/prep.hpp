@@ -43,7 +43,8 @@ struct PrepConfig {
 struct PrepSummary {
   std::string tokenizer;
   int vocab_size = 0;
-  // input_bytes: the files as stored; text_bytes: after decompression.
+  // input_bytes: the files as stored; text_bytes: after decompression (the JSON lines, or the
+  // text of the documents).
   std::uint64_t input_bytes = 0, text_bytes = 0, documents = 0, train_tokens = 0, val_tokens = 0;
   std::vector<std::string> train_files, val_files;
   std::vector<std::string> doc_index_files;  // prep.doc_index: one per shard, in shard order
