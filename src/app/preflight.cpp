@@ -1,5 +1,6 @@
 #include "meshtrain/app/preflight.hpp"
 
+#include <glob.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -83,6 +84,57 @@ TrainData load_data(MPI_Comm world, const std::string& train_glob, const std::st
     }
   });
   return d;
+}
+
+namespace {
+
+bool matches_any(const std::string& pattern) {
+  glob_t g{};
+  const bool any = ::glob(pattern.c_str(), 0, nullptr, &g) == 0 && g.gl_pathc > 0;
+  ::globfree(&g);
+  return any;
+}
+
+}  // namespace
+
+TrainData load_blend(MPI_Comm world, const std::vector<io::BlendSourceSpec>& blend, bool with_val,
+                     int seq_len, int vocab_size) {
+  TrainData d;
+  d.blend = blend;
+  std::vector<std::string> no_val;
+  agree(world, "", [&] {
+    for (const auto& s : blend) {
+      try {
+        d.blend_train.push_back(std::make_unique<io::TokenDataset>(s.train, seq_len));
+      } catch (const ConfigError& e) {
+        throw ConfigError(cat("data.blend: source '", s.name, "': ", e.what()));
+      }
+      d.blend_train.back()->check_vocab(vocab_size);
+      d.blend_val.emplace_back();
+      if (!with_val) continue;
+      if (s.val.empty() || !matches_any(s.val)) {
+        no_val.push_back(cat(s.name, s.val.empty() ? "" : cat(" (no ", s.val, ")")));
+        continue;
+      }
+      d.blend_val.back() = std::make_unique<io::TokenDataset>(s.val, seq_len);
+      d.blend_val.back()->check_vocab(vocab_size);
+    }
+  });
+  if (!no_val.empty()) {
+    std::string list;
+    for (const auto& n : no_val) list += cat(list.empty() ? "" : ", ", n);
+    logging::warn("data.blend: no validation shards for ", list,
+                  ": no validation loss for ", no_val.size() == 1 ? "it" : "them");
+  }
+  return d;
+}
+
+io::BlendedDataset TrainData::dataset() const {
+  if (blend.empty()) return io::BlendedDataset({{"train", 1.0, train.get(), val.get()}}, false);
+  std::vector<io::DataSource> sources;
+  for (std::size_t i = 0; i < blend.size(); ++i)
+    sources.push_back({blend[i].name, blend[i].weight, blend_train[i].get(), blend_val[i].get()});
+  return io::BlendedDataset(std::move(sources), true);
 }
 
 comm::WatchdogConfig watchdog_config(const po::variables_map& vm, const std::string& out_dir,

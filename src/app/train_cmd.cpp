@@ -77,6 +77,13 @@ po::options_description train_options() {
        "training shards (file or glob), llm.c format")
       ("data.val", po::value<std::string>()->default_value("inputs/data/kjv_val_*.bin"),
        "validation shards; empty: no evaluation")
+      ("data.blend", po::value<std::string>()->default_value(""),
+       "train on weighted sources instead of data.train: \"0.7 data/web 0.2 data/code 0.1 "
+       "data/books\" (weights normalised). A source is a shard prefix P (P_train_*.bin, "
+       "validated on P_val_*.bin; P may hold glob characters) or a shard glob ending in .bin. "
+       "Each global batch draws from the sources by a function of seed and step; tokens per "
+       "source go to the metrics and checkpoints, validation losses per source to the eval "
+       "lines. data.val \"\" skips evaluation")
       ("data.tokenizer", po::value<std::string>()->default_value("byte"),
        "byte or gpt2 (decodes samples; gpt2 needs data.vocab_json and data.merges_txt)")
       ("data.vocab_json", po::value<std::string>()->default_value(""), "GPT-2 BPE vocab.json")
@@ -307,8 +314,8 @@ OutputOptions read_output_options(const po::variables_map& vm, std::uint64_t see
 // Returns false when a stop signal ended training early (a checkpoint was saved; no export).
 template <class T>
 bool train_and_sample(const po::variables_map& vm, const model::GptConfig& mc,
-                      const train::TrainConfig& tc, const io::TokenDataset& train_data,
-                      const io::TokenDataset* val_data, const std::string& out_dir,
+                      const train::TrainConfig& tc, const io::BlendedDataset& data,
+                      const std::string& out_dir,
                       const std::string& tok_kind, MPI_Comm world,
                       const parallel::EngineOptions& eo) {
   // Checked before training, not after it.
@@ -319,7 +326,7 @@ bool train_and_sample(const po::variables_map& vm, const model::GptConfig& mc,
   if (!advice.empty()) logging::warn(advice);
   if (o.init_from.empty()) engine.init_parameters(tc.seed);
   else engine.import_hf(o.init_from);
-  train::TrainerT<T> trainer(engine, tc, train_data, val_data);
+  train::TrainerT<T> trainer(engine, tc, data);
   if (!o.resume.empty()) trainer.restore(o.resume);
   trainer.run();
   if (trainer.stopped()) return false;
@@ -469,10 +476,23 @@ int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
   const std::string tok_kind = p.vm["data.tokenizer"].as<std::string>();
   // Before step 1, agreed over the ranks: every rank's data and every place it writes.
   preflight_outputs(rt.world(), {out_dir, tc.metrics_file, tc.ckpt.dir});
-  const TrainData data = load_data(rt.world(), p.vm["data.train"].as<std::string>(),
-                                   p.vm["data.val"].as<std::string>(), tc.seq_len, mc.vocab_size);
-  const io::TokenDataset& train_data = *data.train;
-  const io::TokenDataset* val_data = data.val.get();
+  const std::string blend = p.vm["data.blend"].as<std::string>();
+  TrainData loaded;
+  if (blend.empty()) {
+    loaded = load_data(rt.world(), p.vm["data.train"].as<std::string>(),
+                       p.vm["data.val"].as<std::string>(), tc.seq_len, mc.vocab_size);
+  } else {
+    // Each source brings its own validation shards: data.train and data.val name other data.
+    MESHTRAIN_CONFIG_CHECK(p.vm["data.train"].defaulted(), "data.train and data.blend are both "
+                           "given: data.blend names the training data (drop data.train)");
+    const std::string val = p.vm["data.val"].as<std::string>();
+    MESHTRAIN_CONFIG_CHECK(p.vm["data.val"].defaulted() || val.empty(), "data.val='", val,
+                           "' cannot be combined with data.blend: each source is validated on "
+                           "its own val shards (set data.val to \"\" to skip evaluation)");
+    loaded = load_blend(rt.world(), io::parse_blend(blend, "data.blend"),
+                        p.vm["data.val"].defaulted(), tc.seq_len, mc.vocab_size);
+  }
+  const io::BlendedDataset data = loaded.dataset();
   // Watches every communicator from here on (comm.timeout).
   const comm::Watchdog watchdog(watchdog_config(p.vm, out_dir, rt.rank()));
 
@@ -487,14 +507,14 @@ int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
   eo.attention = attn;
   bool finished = true;
   if (precision == "fp32")
-    finished = train_and_sample<float>(p.vm, mc, tc, train_data, val_data, out_dir, tok_kind,
+    finished = train_and_sample<float>(p.vm, mc, tc, data, out_dir, tok_kind,
                                        rt.world(), eo);
 #if MESHTRAIN_HAVE_BF16
   else if (precision == "bf16")
-    finished = train_and_sample<bf16>(p.vm, mc, tc, train_data, val_data, out_dir, tok_kind,
+    finished = train_and_sample<bf16>(p.vm, mc, tc, data, out_dir, tok_kind,
                                       rt.world(), eo);
   else
-    finished = train_and_sample<fp16>(p.vm, mc, tc, train_data, val_data, out_dir, tok_kind,
+    finished = train_and_sample<fp16>(p.vm, mc, tc, data, out_dir, tok_kind,
                                       rt.world(), eo);
 #endif
   if (!finished) {

@@ -106,6 +106,11 @@ void TokenDataset::copy_window(std::uint64_t w, std::int32_t* inputs,
   }
 }
 
+void TokenDataset::fill_sequence(std::uint64_t seed, std::uint64_t index, std::int32_t* inputs,
+                                 std::int32_t* targets) const {
+  copy_window(window_of(seed, index), inputs, targets);
+}
+
 void TokenDataset::fill(std::uint64_t seed, std::int64_t step, int global_batch, int first,
                         int count, std::int32_t* inputs, std::int32_t* targets) const {
   MESHTRAIN_CHECK(step >= 0 && global_batch > 0 && first >= 0 && count >= 0 &&

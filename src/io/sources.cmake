@@ -2,11 +2,14 @@
 target_sources(meshtrain_lib PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/token_shard.cpp
   ${CMAKE_CURRENT_LIST_DIR}/dataset.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/blend.cpp
   ${CMAKE_CURRENT_LIST_DIR}/tokenizer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/bpe_model.cpp
   ${CMAKE_CURRENT_LIST_DIR}/bpe_tokenizer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/hf_tokenizer.cpp
   ${CMAKE_CURRENT_LIST_DIR}/pcre2_regex.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/json_lines.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/text_input.cpp
   ${CMAKE_CURRENT_LIST_DIR}/safetensors.cpp
   ${CMAKE_CURRENT_LIST_DIR}/safetensors_sharded.cpp
   ${CMAKE_CURRENT_LIST_DIR}/hf_checkpoint.cpp

@@ -144,4 +144,119 @@ void write_shard(const std::string& path, const std::vector<std::uint16_t>& toke
   }
 }
 
+namespace {
+
+// Writes `bytes` at `offset` of an open file, looping over short writes.
+bool pwrite_all(int fd, const void* data, std::size_t bytes, std::size_t offset) {
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t w = ::pwrite(fd, p, bytes, static_cast<off_t>(offset));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    p += w;
+    bytes -= static_cast<std::size_t>(w);
+    offset += static_cast<std::size_t>(w);
+  }
+  return true;
+}
+
+}  // namespace
+
+void create_shard_file(const std::string& path, std::size_t count) {
+  if (count > static_cast<std::size_t>(INT32_MAX))
+    throw ConfigError(cat("token shard '", path, "': ", count,
+                          " tokens do not fit the int32 count of the header; use smaller shards"));
+  std::int32_t header[kShardHeaderInts] = {};
+  header[0] = kShardMagic;
+  header[1] = kShardVersion;
+  header[2] = static_cast<std::int32_t>(count);
+  Fd f;
+  f.fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (f.fd < 0)
+    throw ConfigError(cat("token shard '", path, "' cannot be created: ", std::strerror(errno)));
+  if (!pwrite_all(f.fd, header, sizeof header, 0) ||
+      ::ftruncate(f.fd, static_cast<off_t>(kHeaderBytes + count * sizeof(std::uint16_t))) != 0)
+    throw ConfigError(cat("token shard '", path, "': write failed: ", std::strerror(errno)));
+  const int fd = f.fd;
+  f.fd = -1;
+  if (::close(fd) != 0)
+    throw ConfigError(cat("token shard '", path, "': close failed: ", std::strerror(errno)));
+}
+
+void write_shard_tokens(const std::string& path, std::size_t offset, const std::uint16_t* tokens,
+                        std::size_t n) {
+  Fd f;
+  f.fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (f.fd < 0)
+    throw ConfigError(cat("token shard '", path, "' cannot be opened for writing: ",
+                          std::strerror(errno)));
+  if (!pwrite_all(f.fd, tokens, n * sizeof(std::uint16_t),
+                  kHeaderBytes + offset * sizeof(std::uint16_t)))
+    throw ConfigError(cat("token shard '", path, "': write of tokens [", offset, ", ", offset + n,
+                          ") failed: ", std::strerror(errno)));
+  const int fd = f.fd;
+  f.fd = -1;
+  // close() reports what a network file system could not write back.
+  if (::close(fd) != 0)
+    throw ConfigError(cat("token shard '", path, "': close failed: ", std::strerror(errno)));
+}
+
+std::string doc_index_path(const std::string& shard_path) {
+  const std::string bin = ".bin";
+  std::string stem = shard_path;
+  if (stem.size() >= bin.size() && stem.compare(stem.size() - bin.size(), bin.size(), bin) == 0)
+    stem.resize(stem.size() - bin.size());
+  return stem + ".docs";
+}
+
+void write_doc_index(const std::string& path, const DocIndex& index) {
+  if (index.shard_tokens > static_cast<std::size_t>(INT32_MAX) ||
+      index.starts.size() > static_cast<std::size_t>(INT32_MAX))
+    throw ConfigError(cat("document index '", path, "': counts do not fit the int32 header"));
+  std::int32_t header[kShardHeaderInts] = {};
+  header[0] = kDocIndexMagic;
+  header[1] = kDocIndexVersion;
+  header[2] = static_cast<std::int32_t>(index.starts.size());
+  header[3] = static_cast<std::int32_t>(index.shard_tokens);
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f)
+    throw ConfigError(cat("document index '", path, "' cannot be created: ", std::strerror(errno)));
+  bool ok = std::fwrite(header, sizeof header, 1, f) == 1;
+  if (ok && !index.starts.empty())
+    ok = std::fwrite(index.starts.data(), sizeof(std::uint32_t), index.starts.size(), f) ==
+         index.starts.size();
+  ok = (std::fclose(f) == 0) && ok;
+  if (!ok) throw ConfigError(cat("document index '", path, "': write failed: ", std::strerror(errno)));
+}
+
+DocIndex read_doc_index(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f)
+    throw ConfigError(cat("document index '", path, "' cannot be opened: ", std::strerror(errno)));
+  std::int32_t header[kShardHeaderInts] = {};
+  DocIndex d;
+  const bool head = std::fread(header, sizeof header, 1, f) == 1;
+  std::string bad;
+  if (!head) bad = "shorter than its 1024-byte header";
+  else if (header[0] != kDocIndexMagic) bad = cat("magic number ", header[0], ", expected ", kDocIndexMagic);
+  else if (header[1] != kDocIndexVersion) bad = cat("version ", header[1], ", expected ", kDocIndexVersion);
+  else if (header[2] < 0 || header[3] < 0) bad = "negative counts in the header";
+  if (bad.empty()) {
+    d.shard_tokens = static_cast<std::size_t>(header[3]);
+    d.starts.resize(static_cast<std::size_t>(header[2]));
+    if (!d.starts.empty() &&
+        std::fread(d.starts.data(), sizeof(std::uint32_t), d.starts.size(), f) != d.starts.size())
+      bad = cat("the file holds fewer than the ", d.starts.size(), " offsets its header promises");
+    else if (std::fgetc(f) != EOF)
+      bad = "trailing data after the offsets";
+  }
+  std::fclose(f);
+  for (std::size_t i = 0; bad.empty() && i < d.starts.size(); ++i)
+    if (d.starts[i] >= d.shard_tokens || (i > 0 && d.starts[i] <= d.starts[i - 1]))
+      bad = cat("offset ", i, " (", d.starts[i], ") is not increasing within the shard's ",
+                d.shard_tokens, " tokens");
+  if (!bad.empty()) throw ConfigError(cat("document index '", path, "': ", bad));
+  return d;
+}
+
 }  // namespace meshtrain::io

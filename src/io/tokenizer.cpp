@@ -26,22 +26,42 @@ std::string ByteTokenizer::decode(const std::vector<std::int32_t>& tokens) const
 
 std::vector<std::string_view> split_documents(std::string_view text, const std::string& line_regex,
                                               const std::string& what) {
-  std::vector<std::string_view> docs;
   if (line_regex.empty()) return {text};  // even an empty file is a document
+  return split_documents_in_range(text, 0, text.size(), line_regex, what);
+}
+
+std::vector<std::string_view> split_documents_in_range(std::string_view text, std::size_t begin,
+                                                       std::size_t end,
+                                                       const std::string& line_regex,
+                                                       const std::string& what) {
+  MESHTRAIN_CHECK(!line_regex.empty() && begin <= end, "split_documents_in_range: [", begin, ", ",
+                  end, ") with regex '", line_regex, "'");
+  // Documents begin at 0 and at each later line that matches; the range owns those that begin
+  // inside it and reads on past its end to where the last of them ends.
   const detail::Pcre2Regex re(line_regex, what);
+  std::vector<std::string_view> docs;
+  std::size_t line = 0;  // the first line starting at or after `begin`
+  if (begin > 0) {
+    const std::size_t nl = text.find('\n', begin - 1);
+    line = nl == std::string_view::npos ? text.size() : nl + 1;
+  }
+  bool open = begin == 0;  // a document of ours is open, starting at doc_start
   std::size_t doc_start = 0;
-  for (std::size_t line = 0; line < text.size();) {
-    std::size_t end = text.find('\n', line);
-    if (end == std::string_view::npos) end = text.size();
+  while (line < text.size()) {
+    if (!open && line >= end) break;
+    std::size_t eol = text.find('\n', line);
+    if (eol == std::string_view::npos) eol = text.size();
     bool hit = false;
-    re.for_each_match(text.substr(line, end - line), [&](std::size_t, std::size_t) { hit = true; });
-    if (hit && line > doc_start) {
-      docs.push_back(text.substr(doc_start, line - doc_start));
+    if (line > 0)
+      re.for_each_match(text.substr(line, eol - line), [&](std::size_t, std::size_t) { hit = true; });
+    if (hit) {
+      if (open) docs.push_back(text.substr(doc_start, line - doc_start));
+      open = line < end;
       doc_start = line;
     }
-    line = end + 1;
+    line = eol + 1;
   }
-  if (doc_start < text.size()) docs.push_back(text.substr(doc_start));
+  if (open && doc_start < text.size()) docs.push_back(text.substr(doc_start));
   return docs;
 }
 

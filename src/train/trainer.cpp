@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "meshtrain/core/json.hpp"
+
 #include "meshtrain/core/fault_injection.hpp"
 #include "meshtrain/core/log.hpp"
 #include "meshtrain/core/memory.hpp"
@@ -39,10 +41,13 @@ parallel::EngineOptions engine_options(const TrainConfig& cfg,
 template <class T>
 TrainerT<T>::TrainerT(parallel::Engine<T>& engine, const TrainConfig& cfg,
                       const io::TokenDataset& train, const io::TokenDataset* val)
+    : TrainerT(engine, cfg, io::BlendedDataset({{"train", 1.0, &train, val}}, false)) {}
+
+template <class T>
+TrainerT<T>::TrainerT(parallel::Engine<T>& engine, const TrainConfig& cfg, io::BlendedDataset data)
     : engine_(engine),
       cfg_(cfg),
-      train_(train),
-      val_(val),
+      data_(std::move(data)),
       scaler_(cfg.loss_scale_init, cfg.loss_scale_window),
       guard_(cfg.divergence, cfg.loss_scaling) {
   MESHTRAIN_CONFIG_CHECK(cfg_.micro_batch == engine.micro_batch(), "train.micro_batch mismatch");
@@ -50,7 +55,7 @@ TrainerT<T>::TrainerT(parallel::Engine<T>& engine, const TrainConfig& cfg,
   MESHTRAIN_CONFIG_CHECK(cfg_.grad_accum > 0, "train.grad_accum=", cfg_.grad_accum,
                          " must be positive");
   MESHTRAIN_CONFIG_CHECK(cfg_.grad_accum == engine.n_micro(), "train.grad_accum mismatch");
-  MESHTRAIN_CONFIG_CHECK(train_.seq_len() == cfg_.seq_len, "dataset windows do not match seq_len");
+  MESHTRAIN_CONFIG_CHECK(data_.seq_len() == cfg_.seq_len, "dataset windows do not match seq_len");
   // Opened for appending here (to fail early), on world rank 0 only; run() truncates it unless
   // it continues a restored run, whose earlier records the file keeps.
   metrics_.open(cfg_.metrics_file, engine_.world_rank() == 0, true);
@@ -70,7 +75,7 @@ StepMetrics TrainerT<T>::step(std::int64_t s, bool read_back) {
     grad_scale = NAN;  // test hook: a batch whose gradients are not finite
   const int global_batch = engine_.global_batch();
   const auto batch = [&](int first, int count, std::int32_t* in, std::int32_t* tg) {
-    train_.fill(cfg_.seed, data_batch, global_batch, first, count, in, tg);
+    data_.fill(cfg_.seed, data_batch, global_batch, first, count, in, tg);
   };
   const parallel::StepComm c = engine_.forward_backward(batch, grad_scale * loss_scale);
   // The finite check runs for every precision: a non-finite update is never applied.
@@ -95,6 +100,11 @@ StepMetrics TrainerT<T>::step(std::int64_t s, bool read_back) {
              engine_.world_size();
   m.mfu = cfg_.peak_tflops > 0 ? m.tflops / cfg_.peak_tflops : 0;
   m.memory_bytes = kDeviceIsHost ? host_peak_rss_bytes() : device_used_bytes();
+  // What each source has supplied: a function of the data order, the same on every rank.
+  const std::vector<std::uint64_t> before = data_.drawn(data_batch, global_batch);
+  const std::vector<std::uint64_t> after = data_.drawn(data_batch + 1, global_batch);
+  for (std::uint64_t n : after) m.source_tokens.push_back(n * static_cast<std::uint64_t>(cfg_.seq_len));
+  report_epochs(s, before, after);
   return m;
 }
 
@@ -107,15 +117,6 @@ void TrainerT<T>::read_back(StepMetrics& m) {
     m.moe_aux += l.aux;
     m.moe_z += l.z;
   }
-}
-
-template <class T>
-float TrainerT<T>::evaluate() {
-  if (!val_) return NAN;
-  const auto batch = [&](int first, int count, std::int32_t* in, std::int32_t* tg) {
-    val_->fill_sequential(static_cast<std::uint64_t>(first), count, in, tg);
-  };
-  return engine_.evaluate(batch, cfg_.eval_batches);
 }
 
 template <class T>
@@ -152,7 +153,14 @@ void TrainerT<T>::log_step(const StepMetrics& m, double eta) {
     if (m.pipelined) text += cat(" | bubble ", static_cast<int>(100 * m.bubble + 0.5), "%");
   }
   logging::info(text);
-  metrics_.write(step_record(m, engine_.world_size(), tokens_per_step()));
+  Json record = step_record(m, engine_.world_size(), tokens_per_step());
+  if (data_.blended()) {
+    Json by = Json::object();
+    for (std::size_t i = 0; i < m.source_tokens.size(); ++i)
+      by[data_.sources()[i].name] = m.source_tokens[i];
+    record["tokens_by_source"] = by;
+  }
+  metrics_.write(record);
 }
 
 template <class T>
@@ -162,11 +170,14 @@ StepMetrics TrainerT<T>::run() {
   logging::info("training: ", cfg_.steps, " steps of ", tokens_per_step(), " tokens (micro-batch ",
                 cfg_.micro_batch, " x ", cfg_.grad_accum, " accumulation",
                 replicas > 1 ? cat(" x ", replicas, " replicas") : std::string(), " x seq ",
-                cfg_.seq_len, "), ", train_.num_windows(), " training windows",
+                cfg_.seq_len, "), ", data_.num_windows(), " training windows",
                 start_step_ > 0 ? cat("; continuing after step ", start_step_) : std::string());
+  describe_data();
   if (metrics_ && start_step_ == 0)  // a fresh run starts a fresh file
     metrics_.open(cfg_.metrics_file, true, false);
   const CheckpointConfig& ck = cfg_.ckpt;
+  bool has_val = false;
+  for (const auto& src : data_.sources()) has_val = has_val || src.val;
   StepMetrics last;
   double elapsed = 0;
   std::int64_t timed = 0;
@@ -221,17 +232,10 @@ StepMetrics TrainerT<T>::run() {
       stopped_ = true;
       return last;
     }
-    if (val_ && cfg_.eval_every > 0 && done % cfg_.eval_every == 0 && done != cfg_.steps) {
-      const float vl = evaluate();
-      logging::info("step ", done, " | val loss ", vl);
-      metrics_.write({{"step", done}, {"val_loss", vl}});
-    }
+    if (has_val && cfg_.eval_every > 0 && done % cfg_.eval_every == 0 && done != cfg_.steps)
+      log_eval(done, evaluate_sources(), false);
   }
-  if (val_) {
-    const float vl = evaluate();
-    logging::info("final val loss ", vl, " (", cfg_.eval_batches, " batches)");
-    metrics_.write({{"step", cfg_.steps}, {"val_loss", vl}});
-  }
+  if (has_val) log_eval(cfg_.steps, evaluate_sources(), true);
   return last;
 }
 

@@ -27,6 +27,7 @@ std::string TrainerT<T>::save_checkpoint(std::int64_t steps_done) {
   a.extra["train.precision"] = std::is_same_v<T, float> ? "fp32" : "16-bit";
   a.extra["train.tokens_per_step"] = std::to_string(tokens_per_step());
   if (!skipped_batches_.empty()) a.extra["train.skipped_batches"] = format_batches(skipped_batches_);
+  a.extra["data.sources"] = data_record(steps_done);  // what each source has supplied
   last_checkpoint_ = engine_.save_checkpoint(cfg_.ckpt.dir, steps_done, a, cfg_.ckpt.transfer,
                                              cfg_.ckpt.keep);
   return last_checkpoint_;
@@ -48,6 +49,7 @@ io::CheckpointAttributes TrainerT<T>::restore(const std::string& spec) {
   logging::info("resumed from ", a.path, " after step ", a.step, " (", a.tokens_seen,
                 " tokens; saved under ", io::describe(a.layout), ") in ",
                 static_cast<long long>(t.seconds() * 1e3 + 0.5), " ms");
+  restore_data(a);
   if (a.seed != cfg_.seed)
     logging::warn("train.seed=", cfg_.seed, " differs from the checkpoint's seed ", a.seed,
                   ": the data order from here on is not the one the saved run would have seen");

@@ -59,6 +59,15 @@ meshtrain_cli_test(prep_vocab_too_big 0 2 "70001 ids but token shards store uint
   --prep.vocab_json tests/io/data/big_vocab.json --prep.merges_txt tests/io/data/tiny_merges.txt)
 meshtrain_cli_test(prep_no_output 0 2 "prep.output is required" prep --prep.input inputs/kjv.txt)
 set_tests_properties(cli_prep_kjv PROPERTIES FIXTURES_SETUP kjv_shards)
+# JSON lines over 2 ranks: the cut-off line 3 of tests/cli/corpus.jsonl is skipped and listed,
+# or stops the job under prep.strict.
+meshtrain_cli_test(prep_jsonl 2 0 "train [0-9]+ tokens.*skipped 1 of 24 JSON lines \\(1 not JSON.*corpus.jsonl:3: not JSON"
+  prep --prep.input tests/cli/corpus.jsonl --prep.output ${CMAKE_BINARY_DIR}/cli_prep/corpus
+  --prep.doc_index)
+set_tests_properties(cli_prep_jsonl PROPERTIES FIXTURES_SETUP jsonl_shards)
+meshtrain_cli_test(prep_jsonl_strict 2 2 "prep.strict: tests/cli/corpus.jsonl:3: not JSON \\(unterminated string"
+  prep --prep.input tests/cli/corpus.jsonl --prep.output ${CMAKE_BINARY_DIR}/cli_prep/strict
+  --prep.strict)
 
 # meshtrain train / generate on the shipped corpus (a 1-layer model, a few steps).
 set(_train_base --model.n_embd 32 --train.micro_batch 2
@@ -73,6 +82,18 @@ set_tests_properties(cli_train_smoke PROPERTIES FIXTURES_REQUIRED kjv_shards
 meshtrain_cli_test(generate_smoke 0 0 "^And God said" generate
   --generate.model ${CMAKE_BINARY_DIR}/cli_train/model --generate.tokens 30)
 set_tests_properties(cli_generate_smoke PROPERTIES FIXTURES_REQUIRED trained_model)
+# A blend of the shipped corpus and the JSON-lines one: tokens and validation loss per source,
+# and a line when the small source starts its second epoch.
+meshtrain_cli_test(train_blend 2 0 "source '[^']*cli_prep/corpus' \\(data.blend\\) completed epoch 1 at step.*final val loss [0-9.]+ \\(.*cli_prep/kjv [0-9.]+, .*cli_prep/corpus [0-9.]+\\)"
+  train --model.n_embd 32 --model.n_layer 1 --model.n_head 2 --train.micro_batch 8
+  --train.seq_len 32 --train.steps 4 --train.warmup 1 --train.eval_batches 1
+  --data.blend "0.1 ${CMAKE_BINARY_DIR}/cli_prep/kjv 0.9 ${CMAKE_BINARY_DIR}/cli_prep/corpus"
+  --train.sample_tokens 0 --train.save false --train.out_dir ${CMAKE_BINARY_DIR}/cli_train_blend)
+set_tests_properties(cli_train_blend PROPERTIES FIXTURES_REQUIRED "kjv_shards;jsonl_shards")
+meshtrain_cli_test(train_blend_and_train 1 2 "data.train and data.blend are both given" train
+  ${_train_small} --data.blend "1 ${CMAKE_BINARY_DIR}/cli_prep/kjv"
+  --train.out_dir ${CMAKE_BINARY_DIR}/cli_train_blend2)
+set_tests_properties(cli_train_blend_and_train PROPERTIES FIXTURES_REQUIRED kjv_shards)
 meshtrain_cli_test(train_recompute 1 0 "final val loss" train ${_train_small}
   --train.recompute --train.sample_tokens 0 --train.save false
   --train.out_dir ${CMAKE_BINARY_DIR}/cli_train_recompute)

@@ -163,6 +163,16 @@ TEST_CASE("the books of the shipped corpus are its documents", "[io][prep]") {
     total += docs[i].size();
   }
   REQUIRE(total == text.size());
+  // Byte ranges that tile the text (ranks of a parallel prep) give the same documents.
+  for (std::size_t piece : {std::size_t{1000}, std::size_t{77777}, text.size() / 3, text.size()}) {
+    std::vector<std::string_view> got;
+    for (std::size_t b = 0; b < text.size(); b += piece)
+      for (auto d : io::split_documents_in_range(text, b, std::min(b + piece, text.size()),
+                                                 "^(?:[12] )?[A-Z][a-z]+ 1$", "test"))
+        got.push_back(d);
+    INFO("pieces of " << piece << " bytes");
+    REQUIRE(got == docs);
+  }
   REQUIRE(io::split_documents("", "", "test").size() == 1);
   REQUIRE(io::split_documents("a\nb\n", "^b", "test") ==
           std::vector<std::string_view>{"a\n", "b\n"});
@@ -185,6 +195,15 @@ TEST_CASE("prep options and inputs are checked", "[io][prep]") {
               "needs prep.vocab_json and prep.merges_txt"));
   const auto c = parse({"--prep.input", "a,b", "--prep.input", "c", "--prep.output", "x"});
   REQUIRE(c.inputs == std::vector<std::string>{"a", "b", "c"});
+  // Globs expand to their files in sorted order; one that matches nothing is an error.
+  const std::string dir = io_test::temp_name("prep_glob", "");
+  std::filesystem::create_directories(dir);
+  for (const char* f : {"b.jsonl", "a.jsonl", "c.txt"}) io_test::write_file(dir + "/" + f, "x");
+  REQUIRE(parse({"--prep.input", dir + "/*.jsonl," + dir + "/c.txt", "--prep.output", "x"}).inputs ==
+          std::vector<std::string>{dir + "/a.jsonl", dir + "/b.jsonl", dir + "/c.txt"});
+  REQUIRE(has(config_error([&] { parse({"--prep.input", dir + "/*.zst", "--prep.output", "x"}); }),
+              "prep.input: no file matches '" + dir + "/*.zst'"));
+  std::filesystem::remove_all(dir);
   const auto missing = parse({"--prep.input", "no_such_input.txt", "--prep.output", "x"});
   REQUIRE(has(config_error([&] { app::run_prep(missing); }),
               "prep.input: cannot open 'no_such_input.txt'"));

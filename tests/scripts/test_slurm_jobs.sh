@@ -128,6 +128,14 @@ hasnt srun "--gpu-bind"
 has srun "$work/checkout/build/cpu/src/meshtrain train --mesh.dp 8"   # the checkout's cpu build
 has env "OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2"
 
+# prep over every task of a CPU job: the ranks share the corpus files (README "Data").
+run_job cpu_prep 0 slurm-cpu.sh SLURM_GPUS_ON_NODE= SLURM_GPUS_PER_NODE= -- prep \
+  --prep.input "raw/*.jsonl.zst" --prep.output data/web
+has srun "--nodes=2 --ntasks=8 --ntasks-per-node=4"
+has meshtrain "prep --prep.input raw/*.jsonl.zst --prep.output data/web"
+hasnt meshtrain "--ckpt.dir"
+hasnt meshtrain "--mesh."
+
 run_job cpu_part_of_two_nodes 0 slurm-cpu.sh SLURM_GPUS_ON_NODE= SLURM_GPUS_PER_NODE= \
   SLURM_NTASKS_PER_NODE= -- --ranks 2
 has srun "--nodes=1 --ntasks=2 --ntasks-per-node=2 --cpus-per-task=8"

@@ -168,7 +168,7 @@ class Recipe(unittest.TestCase):
             self.assertRegex(versions[v].get("commit", ""), r"^[0-9a-f]{40}$", v)
 
     def test_dependencies(self):
-        for dep in ("mpi", "blas", "pcre2"):
+        for dep in ("mpi", "blas", "pcre2", "zlib-api", "zstd"):
             self.assertIn(dep, self.deps)
         for prefix, must in (("hdf5", "+mpi"), ("boost", "+program_options")):
             match = [d for d in self.deps if d.startswith(prefix) and must in d]

@@ -4,6 +4,8 @@ meshtrain_add_test(NAME test_layouts SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_layo
   RANKS 1 2 4 8 TIMEOUT 600)
 meshtrain_add_test(NAME test_resume SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_resume.cpp
   RANKS 8 TIMEOUT 600)
+meshtrain_add_test(NAME test_blend_train SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_blend_train.cpp
+  RANKS 1 2 4)
 meshtrain_add_test(NAME test_divergence SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_divergence.cpp)
 meshtrain_add_test(NAME test_hf_import SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_hf_import.cpp
   RANKS 1 2 4)

@@ -11,6 +11,7 @@
 
 #include "meshtrain/comm/watchdog.hpp"
 #include "meshtrain/core/config.hpp"
+#include "meshtrain/io/blend.hpp"
 #include "meshtrain/io/dataset.hpp"
 #include "meshtrain/train/trainer.hpp"
 
@@ -30,10 +31,19 @@ void preflight_outputs(MPI_Comm world, const OutputLocations& o);
 
 struct TrainData {
   std::unique_ptr<io::TokenDataset> train, val;  // val: null without data.val
+  // data.blend: the sources and their datasets (val: null where a source has no val shards).
+  std::vector<io::BlendSourceSpec> blend;
+  std::vector<std::unique_ptr<io::TokenDataset>> blend_train, blend_val;
+  // What the trainer reads: the blend, or data.train with data.val.
+  io::BlendedDataset dataset() const;
 };
 // Collective over `world`: every rank opens and checks its shards (header, size, vocabulary).
 TrainData load_data(MPI_Comm world, const std::string& train_glob, const std::string& val_glob,
                     int seq_len, int vocab_size);
+// The same for a blend: each source's training shards, and its validation shards where they
+// exist and `with_val` (a source without any is named in a warning).
+TrainData load_blend(MPI_Comm world, const std::vector<io::BlendSourceSpec>& blend, bool with_val,
+                     int seq_len, int vocab_size);
 
 // The watchdog's settings from comm.timeout (0: no watchdog and no flight recording).
 comm::WatchdogConfig watchdog_config(const po::variables_map& vm, const std::string& out_dir,

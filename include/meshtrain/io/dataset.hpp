@@ -28,6 +28,11 @@ class TokenDataset {
   // Window index of global sequence g for this seed (epoch = g / num_windows()).
   std::uint64_t window_of(std::uint64_t seed, std::uint64_t g) const;
 
+  // Sequence `index` of this dataset's order for this seed (window_of(seed, index)) into
+  // inputs/targets (seq_len each): what a blend reads for one of its sources.
+  void fill_sequence(std::uint64_t seed, std::uint64_t index, std::int32_t* inputs,
+                     std::int32_t* targets) const;
+
   // Fill inputs/targets (count * seq_len each, host memory) with global sequences
   // [step * global_batch + first, ... + count) for this seed.
   void fill(std::uint64_t seed, std::int64_t step, int global_batch, int first, int count,

@@ -96,6 +96,13 @@ const std::string& gpt2_pattern();
 // naming `what` for a regex that does not compile.
 std::vector<std::string_view> split_documents(std::string_view text, const std::string& line_regex,
                                               const std::string& what);
+// The documents of split_documents(text, line_regex) that begin in the byte range [begin, end)
+// of the text, whole (the last may run past `end`): ranges that tile the text give every
+// document once, so `meshtrain prep` ranks can share a file. `line_regex` must not be empty.
+std::vector<std::string_view> split_documents_in_range(std::string_view text, std::size_t begin,
+                                                       std::size_t end,
+                                                       const std::string& line_regex,
+                                                       const std::string& what);
 
 // "byte"; "gpt2" with vocab.json and merges.txt; "hf" with a tokenizer.json (or a folder with
 // one) as the first file. A "gpt2" call whose first file is named tokenizer.json and that has

@@ -11,6 +11,7 @@
 #include <vector>
 #include <string>
 
+#include "meshtrain/io/blend.hpp"
 #include "meshtrain/io/checkpoint.hpp"
 #include "meshtrain/io/dataset.hpp"
 #include "meshtrain/optim/adamw.hpp"
@@ -67,6 +68,16 @@ struct StepMetrics {
   // (the mean over the global batch's micro-batches; added to the objective, not to `loss`).
   std::vector<parallel::MoeLayerMetrics> moe;
   double moe_aux = 0, moe_z = 0;
+  // Tokens each data source has supplied through this step (the data order's count: a batch
+  // that a rollback left out counts as drawn); one entry without a blend.
+  std::vector<std::uint64_t> source_tokens;
+};
+
+// Validation losses: the mean over the sources that have validation data, weighted by the
+// blend, and each source's (NaN where a source has none). Without a blend: one source.
+struct EvalLosses {
+  float loss = 0;
+  std::vector<float> by_source;
 };
 
 template <class T>
@@ -77,6 +88,9 @@ class TrainerT {
   // null (no evaluation).
   TrainerT(parallel::Engine<T>& engine, const TrainConfig& cfg, const io::TokenDataset& train,
            const io::TokenDataset* val);
+  // Trains on `data` (a blend of sources, data.blend; each evaluated on its own validation
+  // shards). The datasets it points to must outlive the trainer.
+  TrainerT(parallel::Engine<T>& engine, const TrainConfig& cfg, io::BlendedDataset data);
 
   // Runs the steps from start_step() to cfg.steps, saving checkpoints as cfg.ckpt says. Ends
   // early, with stopped() set, after saving a checkpoint when a stop signal has arrived on any
@@ -94,8 +108,10 @@ class TrainerT {
   bool stopped() const { return stopped_; }
   // One optimizer step (0-based index); synchronises only when the step is logged.
   StepMetrics step(std::int64_t step, bool read_back);
-  // Mean loss over cfg.eval_batches sequential validation batches.
-  float evaluate();
+  // Mean loss over cfg.eval_batches sequential validation batches (of each source).
+  float evaluate() { return evaluate_sources().loss; }
+  EvalLosses evaluate_sources();
+  const io::BlendedDataset& data() const { return data_; }
   std::int64_t tokens_per_step() const { return engine_.tokens_per_step(); }
 
  private:
@@ -111,10 +127,16 @@ class TrainerT {
   std::int64_t roll_back(std::int64_t step);  // returns the step to continue from
   [[noreturn]] void diverged();
   void signal_test_hooks(std::int64_t steps_done);
+  // trainer_data.cpp: the data sources' side of the loop.
+  void describe_data() const;
+  void report_epochs(std::int64_t step, const std::vector<std::uint64_t>& before,
+                     const std::vector<std::uint64_t>& after) const;
+  std::string data_record(std::int64_t steps_done) const;  // extra.data.sources (JSON)
+  void restore_data(const io::CheckpointAttributes& a);
+  void log_eval(std::int64_t step, const EvalLosses& e, bool final);
   parallel::Engine<T>& engine_;
   TrainConfig cfg_;
-  const io::TokenDataset& train_;
-  const io::TokenDataset* val_;
+  io::BlendedDataset data_;
   optim::DynamicLossScaler scaler_;
   MetricsWriter metrics_;
   std::int64_t start_step_ = 0;

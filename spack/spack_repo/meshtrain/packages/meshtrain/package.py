@@ -39,6 +39,8 @@ class Meshtrain(CMakePackage, CudaPackage):
     depends_on("boost@1.70: +program_options")
     depends_on("nlohmann-json@3:")  # find_package(nlohmann_json 3 REQUIRED)
     depends_on("pcre2")  # tokenizer pre-tokenizer regexes (libpcre2-8)
+    depends_on("zlib-api")  # prep: .gz corpora (find_package(ZLIB))
+    depends_on("zstd")  # prep: .zst corpora (libzstd through pkg-config)
     depends_on("blas")  # with the C interface: spec["blas:c"] is handed to CMake, see cmake_args
 
     # `ctest` (spack install --test=root): Catch2 for the unit and MPI tests; python3 with
