@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "meshtrain/core/profile.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/timer.hpp"
 
@@ -89,6 +90,7 @@ void PipelineRunner<T>::post_recv(std::size_t i, int buffer) {
 
 template <class T>
 void PipelineRunner<T>::wait_recv(std::size_t i) {
+  const prof::Range r([&] { return cat("pipeline ", to_string(flow_.actions()[i])); });
   Timer t;
   recvs_[i].wait();
   st_.idle_s += t.seconds();
@@ -101,6 +103,7 @@ void PipelineRunner<T>::compute(std::size_t i, int input) {
   const View1<const T> in =
       input >= 0 ? View1<const T>(pool_[static_cast<std::size_t>(input)]) : View1<const T>{};
   comm::Request& act_send = act_send_of(a);
+  const prof::Range r([&] { return cat("pipeline ", to_string(a)); });
   if (a.op == Op::forward) {
     act_send.wait();  // the slot's previous output left (long ago: see the header)
     const MicroBatch mb = (*batch_)(a.micro);
@@ -127,6 +130,7 @@ void PipelineRunner<T>::send_act(std::size_t i) {
   const Action& a = flow_.actions()[i];
   MESHTRAIN_CHECK(out_.span() == model_.activation_elems(), "PipelineRunner: ", to_string(a),
                   " has no activation to send");
+  const prof::Range r([&] { return cat("pipeline ", to_string(a)); });
   act_send_of(a) = pp_.isend(out_, a.peer, tag(a));
   ++st_.messages;
 }
@@ -136,6 +140,7 @@ void PipelineRunner<T>::send_grad(std::size_t i, int buffer) {
   const Action& a = flow_.actions()[i];
   MESHTRAIN_CHECK(out_.span() == model_.activation_elems(), "PipelineRunner: ", to_string(a),
                   " has no gradient to send");
+  const prof::Range r([&] { return cat("pipeline ", to_string(a)); });
   // The model's d(input) is overwritten by its next backward: send a copy.
   const auto b = static_cast<std::size_t>(buffer);
   Kokkos::deep_copy(model_.exec(), pool_[b], out_);
