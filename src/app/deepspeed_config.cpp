@@ -116,9 +116,11 @@ class Mapper {
 
  private:
   // ---- typed reads ----
+  // "zero_optimization.stage=5 does not exist (0-3) (ds_config.json, --deepspeed)"
   [[noreturn]] void fail(const std::string& path, const std::string& what) const {
-    throw ConfigError(cat(path.empty() ? std::string() : path + " ", "in ", out_.file,
-                          " (--deepspeed) ", what));
+    throw ConfigError(cat(path.empty() ? "the document" : path,
+                          !what.empty() && what[0] == '=' ? "" : " ", what, " (", out_.file,
+                          ", --deepspeed)"));
   }
   static bool is_auto(const Json& v) { return v.is_string() && v.get<std::string>() == "auto"; }
   [[noreturn]] void no_auto(const std::string& path) const {
@@ -314,6 +316,8 @@ void Mapper::optimizer() {
   for (auto it = o->begin(); it != o->end(); ++it)
     if (it.key() != "type" && it.key() != "params") {
       if (it.key() == "legacy_fusion") no_effect("optimizer.legacy_fusion");
+      else if (it.key() == "adam_w_mode")  // often written here; DeepSpeed reads it in params
+        no_effect("optimizer.adam_w_mode", "DeepSpeed reads it from optimizer.params");
       else unknown(it.key(), {"type", "params"}, "optimizer.");
     }
   static const Json kEmpty = Json::object();
@@ -604,7 +608,7 @@ void Mapper::activation_checkpointing() {
         fail(P + k, "=true: meshtrain keeps checkpointed activations on the device");
     } else if (k == "contiguous_memory_optimization" || k == "number_checkpoints" ||
                k == "synchronize_checkpoint_boundary" || k == "profile") {
-      if (!it->is_boolean() || it->get<bool>()) no_effect(P + k);
+      if (!it->is_null() && (!it->is_boolean() || it->get<bool>())) no_effect(P + k);
     } else {
       unknown(k, {"partition_activations", "cpu_checkpointing", "contiguous_memory_optimization",
                   "number_checkpoints", "synchronize_checkpoint_boundary", "profile"}, P);
