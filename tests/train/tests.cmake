@@ -16,3 +16,6 @@ meshtrain_add_test(NAME test_moe_resume SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_m
   RANKS 2 8 TIMEOUT 600)  # 2: the bf16 case's small layouts (CUDA build)
 meshtrain_add_test(NAME test_hf_mixtral SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_hf_mixtral.cpp
   RANKS 1 2 4)
+# Issue 37: the profiler ranges (what NVTX shows) through a recording sink, at pp 2 and dp 2.
+meshtrain_add_test(NAME test_profile_ranges SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_profile_ranges.cpp
+  RANKS 2)
