@@ -169,6 +169,7 @@ RunData load_run(const std::string& dir) {
     r.ranks_per_node = j.value("ranks_per_node", 1);
     r.devices_per_node = j.value("devices_per_node", 0);
     r.gpu = j.value("device", "host") == "gpu";
+    r.memory_capacity = j.value("memory_capacity_bytes", 0.0);
   }
   const config::Parsed p = config::parse({"--config", (d / "config.ini").string()}, train_options());
   const po::variables_map& vm = p.vm;

@@ -188,6 +188,14 @@ Finding memory(const RunData& r, const Prediction& p) {
                                                                            " ranks sharing it")
                                                                     : std::string(),
                "): ", text, "; least headroom ", pct(least), " on rank ", least_rank);
+  } else if (!r.steps.empty() && r.steps.back().memory_bytes > 0 && cap > 0) {
+    // The run ended early: its step records still carry rank 0's figure.
+    const double m = r.steps.back().memory_bytes;
+    least = 1 - m / cap;
+    least_rank = 0;
+    text = cat("rank 0 at step ", r.steps.back().step, ": ", plan::format_bytes(m), " of ",
+               plan::format_bytes(cap), " (", pct(least), " free); the other ranks' peaks were "
+               "not recorded (the run did not reach its end)");
   } else {
     text = "no per-rank peak recorded (the run did not reach its end)";
     if (cap > 0 && pred > 0) least = 1 - pred / cap;

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <type_traits>
 
+#include "meshtrain/core/memory.hpp"
 #include "meshtrain/app/option_checks.hpp"
 #include "meshtrain/app/deepspeed_config.hpp"
 #include "meshtrain/app/options.hpp"
@@ -78,7 +79,8 @@ void write_run_description(const Runtime& rt, const std::string& out_dir,
     Json run{{"format", "meshtrain-run"}, {"version", kVersion},
              {"world", rt.size()}, {"ranks_per_node", rt.node().size},
              {"devices_per_node", kc::device_count()},
-             {"device", kDeviceIsHost ? "host" : "gpu"}};
+             {"device", kDeviceIsHost ? "host" : "gpu"},
+             {"memory_capacity_bytes", device_capacity_bytes()}};
     std::ofstream js(out_dir + "/run.json");
     js << json::dump(run, json::Style{100}) << "\n";
     MESHTRAIN_CONFIG_CHECK(ini.good() && js.good(), "cannot write ", out_dir,

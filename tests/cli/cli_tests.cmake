@@ -231,3 +231,6 @@ meshtrain_cli_test(plan_huge_batch 0 0 "not evaluated: [0-9]+ .*more than 1024 m
 meshtrain_cli_test(plan_range_top 0 2 "plan.top=0 must be >= 1" plan --plan.top 0)
 meshtrain_cli_test(plan_range_batch 0 2 "plan.global_batch=-4 must be in \\[0, 16777216\\]" plan
   --plan.global_batch -4)
+
+# The seeds' workflow (issue 37): a ds_config.json as it is, TensorBoard, `meshtrain doctor`.
+include(${CMAKE_CURRENT_SOURCE_DIR}/cli/seeds_cli_tests.cmake)
