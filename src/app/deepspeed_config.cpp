@@ -4,6 +4,7 @@
 #include "meshtrain/app/deepspeed_config.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <optional>
 #include <set>
@@ -55,11 +56,11 @@ std::string shown(const Json& v) {
   return json::dump(v);
 }
 
+// The shortest text that reads back as x: the options carry the file's values exactly.
 std::string num(double x) {
-  std::ostringstream os;
-  os.precision(10);
-  os << x;
-  return os.str();
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, x, std::chars_format::general);
+  return std::string(buf, r.ptr);
 }
 
 std::size_t edit_distance(const std::string& a, const std::string& b) {

@@ -1,6 +1,7 @@
 #include "meshtrain/core/config.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -136,10 +137,11 @@ std::string format_value(const boost::any& v) {
   if (auto* x = boost::any_cast<unsigned long>(&v)) return std::to_string(*x);
   if (auto* x = boost::any_cast<bool>(&v)) return *x ? "true" : "false";
   if (auto* x = boost::any_cast<double>(&v)) {
-    std::ostringstream os;
-    os.precision(10);
-    os << *x;
-    return os.str();
+    // The shortest text that reads back as the same double: a printed configuration (checkpoint
+    // attribute, `meshtrain config`) trains exactly the run it came from.
+    char buf[32];
+    const auto r = std::to_chars(buf, buf + sizeof buf, *x, std::chars_format::general);
+    return std::string(buf, r.ptr);
   }
   if (auto* x = boost::any_cast<float>(&v)) {
     std::ostringstream os;
