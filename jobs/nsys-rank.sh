@@ -19,7 +19,10 @@ if [ -z "$exe" ]; then
   else exe=$(command -v meshtrain || true)
   fi
 fi
-[ -n "$exe" ] || { echo "nsys-rank.sh: no meshtrain executable (set MESHTRAIN_NSYS_EXE)" >&2; exit 2; }
+if [ -z "$exe" ]; then
+  echo "nsys-rank.sh: no meshtrain executable (set MESHTRAIN_NSYS_EXE)" >&2
+  exit 2
+fi
 # The job scripts ask `train --help` which options exist: answer without a profile.
 for a in "$@"; do
   case $a in --help | -h) exec "$exe" "$@" ;; esac

@@ -164,14 +164,16 @@ RunData load_run(const std::string& dir) {
                           "(`meshtrain train` writes config.ini and run.json there before "
                           "step 1)"));
   if (fs::exists(d / "run.json")) {
-    const Json j = json::parse(read_text(d / "run.json", "the run's job"), (d / "run.json").string());
+    const Json j =
+        json::parse(read_text(d / "run.json", "the run's job"), (d / "run.json").string());
     r.world = j.value("world", 1);
     r.ranks_per_node = j.value("ranks_per_node", 1);
     r.devices_per_node = j.value("devices_per_node", 0);
     r.gpu = j.value("device", "host") == "gpu";
     r.memory_capacity = j.value("memory_capacity_bytes", 0.0);
   }
-  const config::Parsed p = config::parse({"--config", (d / "config.ini").string()}, train_options());
+  const config::Parsed p =
+      config::parse({"--config", (d / "config.ini").string()}, train_options());
   const po::variables_map& vm = p.vm;
   r.model = model_config(vm);
   r.seq_len = vm["train.seq_len"].as<int>();

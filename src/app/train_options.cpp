@@ -254,7 +254,8 @@ train::TrainConfig train_config(const po::variables_map& vm, const model::GptCon
   MESHTRAIN_CONFIG_CHECK(scaling == "auto" || scaling == "on" || scaling == "off" ||
                              scaling == "static",
                          "train.loss_scaling='", scaling, "' is not one of auto, on, off, static");
-  tc.loss_scaling = scaling == "on" || scaling == "static" || (scaling == "auto" && precision == "fp16");
+  tc.loss_scaling =
+      scaling == "on" || scaling == "static" || (scaling == "auto" && precision == "fp16");
   tc.loss_scale_static = scaling == "static";
   tc.loss_scale_init = static_cast<float>(vm["train.loss_scale_init"].as<double>());
   tc.loss_scale_window = vm["train.loss_scale_window"].as<int>();

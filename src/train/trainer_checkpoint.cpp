@@ -27,7 +27,8 @@ std::string TrainerT<T>::save_checkpoint(std::int64_t steps_done) {
   a.extra["train.precision"] = std::is_same_v<T, float> ? "fp32" : "16-bit";
   a.extra["train.tokens_per_step"] = std::to_string(tokens_per_step());
   a.extra["train.loss_scale_hysteresis"] = std::to_string(scaler_.hysteresis());
-  if (!skipped_batches_.empty()) a.extra["train.skipped_batches"] = format_batches(skipped_batches_);
+  if (!skipped_batches_.empty())
+    a.extra["train.skipped_batches"] = format_batches(skipped_batches_);
   last_checkpoint_ = engine_.save_checkpoint(cfg_.ckpt.dir, steps_done, a, cfg_.ckpt.transfer,
                                              cfg_.ckpt.keep);
   return last_checkpoint_;

@@ -210,7 +210,8 @@ TEST_CASE("DeepSpeed's batch rule, checked and derived", "[deepspeed]") {
   SECTION("contradictions and impossible values name the key and the file") {
     REQUIRE_THROWS_WITH(parse_text("bad3", R"({"train_batch_size": 32,
       "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2})", {}, 2),
-                        contains("train_batch_size=32 but micro-batch 4") && contains("x dp 2 = 16") &&
+                        contains("train_batch_size=32 but micro-batch 4") &&
+                            contains("x dp 2 = 16") &&
                             contains("(test_ds_bad3.json, --deepspeed)"));
     REQUIRE_THROWS_WITH(parse_text("bad_div", R"({"train_batch_size": 30,
       "train_micro_batch_size_per_gpu": 4})", {}, 2),
@@ -250,7 +251,8 @@ TEST_CASE("wrong types, unknown keys, \"auto\" and contradictions", "[deepspeed]
   REQUIRE(d(a, "dp.bucket_mb") == Approx(64.0 * 64 * 4 / 1048576.0));
   // ... or refused where nothing says what it would be.
   REQUIRE_THROWS_WITH(parse_text("auto_stage", R"({"zero_optimization": {"stage": "auto"}})"),
-                      contains("zero_optimization.stage is \"auto\", which meshtrain cannot resolve") &&
+                      contains("zero_optimization.stage is \"auto\", which meshtrain cannot "
+                               "resolve") &&
                           contains("(test_ds_auto_stage.json, --deepspeed)"));
   REQUIRE_THROWS_WITH(parse_text("both", R"({"fp16": {"enabled": true}, "bf16": {"enabled":
     true}})"), contains("fp16.enabled") && contains("bf16.enabled are both true"));
