@@ -50,11 +50,7 @@ void read_metrics(RunData& r, const fs::path& file) {
     ++n;
     if (line.empty()) continue;
     const Json j = json::parse(line, cat(file.string(), " line ", n));
-    if (json::find(j, "memory_per_rank")) {
-      r.memory_per_rank.clear();
-      for (const auto& x : j["memory_per_rank"]) r.memory_per_rank.push_back(x.get<double>());
-      r.memory_capacity = number_or(j, "memory_capacity_bytes", 0);
-    } else if (json::find(j, "val_loss")) {
+    if (json::find(j, "val_loss")) {
       r.val_loss.emplace_back(j["step"].get<std::int64_t>(), number_or(j, "val_loss", NAN));
     } else if (json::find(j, "loss") && json::find(j, "step")) {
       StepRecord s;
@@ -190,6 +186,14 @@ RunData load_run(const std::string& dir) {
   const std::string m = vm["train.metrics"].as<std::string>();
   if (!fs::exists(metrics) && !m.empty()) metrics = m;
   read_metrics(r, metrics);
+  // Every rank's peak, written at the end of a run that reached it.
+  if (fs::exists(d / "memory.json")) {
+    const Json j = json::parse(read_text(d / "memory.json", "the ranks' peak memory"),
+                               (d / "memory.json").string());
+    for (const auto& x : j.value("memory_per_rank", Json::array()))
+      r.memory_per_rank.push_back(x.get<double>());
+    r.memory_capacity = j.value("memory_capacity_bytes", r.memory_capacity);
+  }
   std::vector<fs::path> dumps;
   for (const auto& e : fs::directory_iterator(d)) {
     const std::string n = e.path().filename().string();

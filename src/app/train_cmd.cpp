@@ -82,6 +82,7 @@ void write_run_description(const Runtime& rt, const std::string& out_dir,
              {"device", kDeviceIsHost ? "host" : "gpu"},
              {"memory_capacity_bytes", device_capacity_bytes()}};
     std::ofstream js(out_dir + "/run.json");
+    std::filesystem::remove(out_dir + "/memory.json");  // an earlier run's; this one's at its end
     js << json::dump(run, json::Style{100}) << "\n";
     MESHTRAIN_CONFIG_CHECK(ini.good() && js.good(), "cannot write ", out_dir,
                            "/config.ini and run.json (train.out_dir)");

@@ -302,6 +302,7 @@ train::TrainConfig train_config(const po::variables_map& vm, const model::GptCon
                            "WarmupCosineLR decays over the steps between them)");
   const std::string out_dir = vm["train.out_dir"].as<std::string>();
   tc.tensorboard_dir = vm["train.tensorboard"].as<std::string>();
+  tc.memory_file = out_dir + "/memory.json";
   const prof::StepRange capture =
       prof::parse_step_range(vm["profile.steps"].as<std::string>(), "profile.steps");
   tc.profile_first = capture.first;

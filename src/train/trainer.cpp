@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <fstream>
 
 #include <cmath>
 #include <cstdio>
@@ -191,16 +192,22 @@ void TrainerT<T>::log_eval(std::int64_t done, float vl, bool final) {
 
 template <class T>
 void TrainerT<T>::record_memory_per_rank(std::int64_t done) {
+  if (cfg_.memory_file.empty()) return;  // the same on every rank
   const int n = engine_.world_size();
   std::vector<int> kib(static_cast<std::size_t>(n), 0);
   const std::size_t mine = kDeviceIsHost ? host_peak_rss_bytes() : device_used_bytes();
   kib[static_cast<std::size_t>(engine_.world_rank())] = static_cast<int>(
       std::min<std::size_t>(mine / 1024, static_cast<std::size_t>(INT32_MAX)));
   engine_.max_over_ranks(kib.data(), n);
+  if (engine_.world_rank() != 0) return;
   Json per = Json::array();
   for (int k : kib) per.push_back(static_cast<std::int64_t>(k) * 1024);
-  metrics_.write({{"step", done}, {"memory_per_rank", per},
-                  {"memory_capacity_bytes", device_capacity_bytes()}});
+  const Json rec{{"step", done}, {"memory_per_rank", per},
+                 {"memory_capacity_bytes", device_capacity_bytes()}};
+  std::ofstream out(cfg_.memory_file);
+  out << json::dump(rec) << "\n";
+  if (!out) logging::warn("cannot write '", cfg_.memory_file, "': the doctor will not see every "
+                          "rank's peak memory");
 }
 
 template <class T>

@@ -1,6 +1,7 @@
 #pragma once
 // `meshtrain doctor RUN_DIR`: reads what a run left in its folder (config.ini and run.json,
-// written by `train` before step 1; metrics.jsonl; the watchdog's flight_<rank>.json dumps),
+// written by `train` before step 1; metrics.jsonl; memory.json, every rank's peak at the end;
+// the watchdog's flight_<rank>.json dumps),
 // runs the planner's cost and memory models on the run's configuration, and answers in the
 // terms of the seeds' troubleshooting table (seed 002):
 //   GPU utilisation swinging      -> pipeline bubbles          -> more micro-batches
@@ -65,7 +66,7 @@ struct RunData {
   bool dp_overlap = true, loss_scaling = false;
   std::string on_nonfinite = "stop";
   std::int64_t steps_planned = 0;
-  // metrics.jsonl
+  // metrics.jsonl and memory.json
   std::vector<StepRecord> steps;
   std::vector<std::pair<std::int64_t, double>> val_loss;
   std::vector<double> memory_per_rank;  // bytes, world rank order (empty: the run did not end)

@@ -52,6 +52,8 @@ struct TrainConfig {
   bool loss_scale_consecutive_hysteresis = false;
   bool loss_scale_static = false;      // keep loss_scale_init (DeepSpeed's loss_scale > 0)
   std::string tensorboard_dir;         // TensorBoard event files (world rank 0); empty: none
+  std::string memory_file;             // every rank's peak memory at the end (JSON, world
+                                       // rank 0; `meshtrain doctor`); empty: not gathered
   std::int64_t profile_first = -1, profile_last = -1;  // 1-based steps between the profiler's
                                                        // start and stop (-1: no capture)
   std::string config_text;    // the resolved configuration (INI), stored in checkpoints
@@ -109,8 +111,8 @@ class TrainerT {
  private:
   void log_step(const StepMetrics& m, double eta_seconds);
   void log_eval(std::int64_t steps_done, float val_loss, bool final);
-  // Collective: every rank's peak memory (one all-reduce over the world) into the metrics, for
-  // `meshtrain doctor`'s headroom per rank.
+  // Collective: every rank's peak memory (one all-reduce over the world) into cfg.memory_file,
+  // for `meshtrain doctor`'s headroom per rank.
   void record_memory_per_rank(std::int64_t steps_done);
   void read_back(StepMetrics& m);  // loss and gradient norm of the step just run (collective)
   // trainer_guard.cpp: the step boundary's agreement (stop flag and step health, one
