@@ -82,7 +82,8 @@ Finding bubble(const RunData& r) {
   const double measured = median_of(steady(r), [](const StepRecord& s) { return s.bubble; });
   f.text = cat(pct(b), " of each stage's step at pp ", l.pp, " with ", l.n_micro,
                " micro-batches (the schedule's (pp - 1) / (", v > 1 ? "v " : "",
-               "m + pp - 1)); measured idle on rank 0: ", pct(measured));
+               "m + pp - 1)); measured idle on rank 0: ", pct(measured),
+               r.gpu ? " (host wall time, which kernels still queued on the GPU hide)" : "");
   f.problem = b >= 0.2 || measured >= 0.2;
   if (f.problem) {
     const int m2 = micro_batches_halving_bubble(l.pp, v, l.n_micro);
@@ -122,7 +123,8 @@ Finding communication(const RunData& r, const Prediction& p) {
                " per step, ", pct(hidden), " hidden, ", ms(dp_exposed), " exposed = ",
                pct(step > 0 ? dp_exposed / step : 0), " of the step", pred, "; tp ", l.tp, ": ",
                ms(tp_ms), " blocking = ", pct(step > 0 ? tp_ms / step : 0),
-               " of the step; exposed communication in all: ", pct(share), " of ", ms(step));
+               " of the step; exposed communication in all: ", pct(share), " of ", ms(step),
+               r.gpu ? " (host wall time: on GPUs an upper bound of the exposed part)" : "");
   std::vector<std::string> advice;
   if (share > 0.3)
     advice.push_back(cat("communication over 30% of the step -> all-reduce inefficiency -> ",
