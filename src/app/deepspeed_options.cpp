@@ -1,5 +1,6 @@
 // --deepspeed FILE as a layer of the subcommands' options, and `meshtrain config`, which prints
 // the INI that the options given amount to.
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -58,10 +59,23 @@ DsParsed parse_with_deepspeed(const std::vector<std::string>& args,
 }
 
 std::string DsParsed::annotate(const std::string& message) const {
+  // Where the message first names the option as a whole word (train.lr is not
+  // train.lr_schedule); the option named first is the one the message is about.
+  auto first = [&](const std::string& key) {
+    for (auto at = message.find(key); at != std::string::npos; at = message.find(key, at + 1)) {
+      const std::size_t end = at + key.size();
+      if (end == message.size() || !(std::isalnum(static_cast<unsigned char>(message[end])) ||
+                                     message[end] == '_'))
+        return at;
+    }
+    return std::string::npos;
+  };
+  const DsOption* best = nullptr;
+  std::size_t best_at = std::string::npos;
   for (const auto& o : mapping.options)
-    if (message.find(o.key) != std::string::npos)
-      return cat(message, " (set by ", o.from, " in ", mapping.file, ", --deepspeed)");
-  return message;
+    if (const std::size_t at = first(o.key); at < best_at) best = &o, best_at = at;
+  if (!best) return message;
+  return cat(message, " (set by ", best->from, " in ", mapping.file, ", --deepspeed)");
 }
 
 void with_deepspeed_origin(const DsParsed& p, const std::function<void()>& f) {

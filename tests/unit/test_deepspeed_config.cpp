@@ -274,6 +274,24 @@ TEST_CASE("wrong types, unknown keys, \"auto\" and contradictions", "[deepspeed]
                       contains("'no_such_ds.json' (--deepspeed) cannot be opened"));
 }
 
+TEST_CASE("a later error names the DeepSpeed key of the option it is about", "[deepspeed]") {
+  const auto p = parse_text("origin", R"({"optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
+    "scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 2}}})");
+  const auto at = [&](const std::string& m) { return p.annotate(m); };
+  REQUIRE(at("train.lr=1 is wrong") ==
+          "train.lr=1 is wrong (set by optimizer.params.lr in test_ds_origin.json, --deepspeed)");
+  REQUIRE(at("train.lr_schedule='x' is wrong") ==
+          "train.lr_schedule='x' is wrong (set by scheduler.type in test_ds_origin.json, "
+          "--deepspeed)");
+  REQUIRE(at("mesh.tp=3 is wrong") == "mesh.tp=3 is wrong");
+  // WarmupCosineLR over 2 steps with DeepSpeed's 1000 warmup steps: refused by train's check.
+  const model::GptConfig mc = app::model_config(p.parsed.vm);
+  REQUIRE_THROWS_WITH(app::with_deepspeed_origin(p, [&] { app::train_config(p.parsed.vm, mc); }),
+                      contains("train.decay_steps=2 must be larger than train.warmup=1000") &&
+                          contains("(set by scheduler.params.total_num_steps in "
+                                   "test_ds_origin.json, --deepspeed)"));
+}
+
 TEST_CASE("precedence: command line > DeepSpeed file > --config INI > defaults", "[deepspeed]") {
   const std::string ini = "test_ds_precedence.ini";
   std::ofstream(ini) << "[train]\nlr = 0.5\nbeta1 = 0.7\nsteps = 9\n";
