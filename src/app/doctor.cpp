@@ -69,6 +69,8 @@ void read_metrics(RunData& r, const fs::path& file) {
       s.memory_bytes = number_or(j, "memory_bytes", 0);
       s.skipped = number_or(j, "skipped", 0) != 0;
       s.checkpoint = json::find(j, "checkpoint") != nullptr;
+      if (const Json* moe = json::find(j, "moe"); moe && moe->is_array())
+        for (const auto& l : *moe) s.a2a_ms += number_or(l, "a2a_ms", 0);
       // A resumed or rolled-back run logs a step again: the later record is the one that held.
       while (!r.steps.empty() && r.steps.back().step >= s.step) r.steps.pop_back();
       r.steps.push_back(s);

@@ -107,13 +107,14 @@ Finding communication(const RunData& r, const Prediction& p) {
   const double dp_ms = median_of(s, [](const StepRecord& x) { return x.comm_ms; });
   const double hidden = median_of(s, [](const StepRecord& x) { return x.comm_hidden; });
   const double tp_ms = median_of(s, [](const StepRecord& x) { return x.tp_comm_ms; });
+  const double a2a_ms = median_of(s, [](const StepRecord& x) { return x.a2a_ms; });
   const plan::Layout& l = r.layout;
   if (l.world() == 1 && l.zero_stage == 0 && !l.offload) {
     f.text = "none: one rank";
     return f;
   }
   const double dp_exposed = dp_ms * (1 - hidden);
-  const double share = step > 0 ? (dp_exposed + tp_ms) / step : 0;
+  const double share = step > 0 ? (dp_exposed + tp_ms + a2a_ms) / step : 0;
   const char* kind = l.zero_stage >= 2 ? "reduce-scatter" : "all-reduce";
   std::string pred;
   if (p.valid)
@@ -122,8 +123,11 @@ Finding communication(const RunData& r, const Prediction& p) {
   f.text = cat("dp ", l.dp, " (gradient ", kind, ", ZeRO-", l.zero_stage, "): ", ms(dp_ms),
                " per step, ", pct(hidden), " hidden, ", ms(dp_exposed), " exposed = ",
                pct(step > 0 ? dp_exposed / step : 0), " of the step", pred, "; tp ", l.tp, ": ",
-               ms(tp_ms), " blocking = ", pct(step > 0 ? tp_ms / step : 0),
-               " of the step; exposed communication in all: ", pct(share), " of ", ms(step),
+               ms(tp_ms), " blocking = ", pct(step > 0 ? tp_ms / step : 0), " of the step",
+               a2a_ms > 0 ? cat("; ep ", l.ep, " (MoE all-to-all): ", ms(a2a_ms), " blocking = ",
+                                pct(step > 0 ? a2a_ms / step : 0), " of the step")
+                          : std::string(),
+               "; exposed communication in all: ", pct(share), " of ", ms(step),
                r.gpu ? " (host wall time: on GPUs an upper bound of the exposed part)" : "");
   std::vector<std::string> advice;
   if (share > 0.3)

@@ -82,6 +82,13 @@ TEST_CASE("an unhidden dp reduction, and why", "[doctor]") {
   for (auto& s : r.steps) s.comm_ms = 1, s.comm_hidden = 0.8;
   f = find(app::diagnose(r, {}), "communication");
   REQUIRE_FALSE(f.problem);
+  // MoE all-to-alls over ep count as exposed communication of their own group.
+  r.layout.ep = 2;
+  for (auto& s : r.steps) s.a2a_ms = 3;
+  f = find(app::diagnose(r, {}), "communication");
+  REQUIRE(has(f.text, "ep 2 (MoE all-to-all): 3.00 ms blocking = 30% of the step"));
+  REQUIRE(has(f.text, "exposed communication in all: 32% of 10.0 ms"));
+  REQUIRE(f.problem);
 }
 
 TEST_CASE("non-finite steps and the loss scale", "[doctor]") {

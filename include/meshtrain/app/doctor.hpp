@@ -31,6 +31,7 @@ struct StepRecord {
   std::int64_t step = 0;
   double loss = 0, lr = 0, grad_norm = 0, step_ms = 0, tokens_per_s = 0, mfu = 0;
   double loss_scale = 1, bubble = 0, comm_ms = 0, comm_hidden = 0, tp_comm_ms = 0;
+  double a2a_ms = 0;  // MoE token all-to-alls over ep, summed over the blocks (blocking)
   double memory_bytes = 0;
   bool skipped = false, checkpoint = false;
   bool loss_finite = true, grad_finite = true;
