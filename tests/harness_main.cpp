@@ -9,6 +9,9 @@
 
 #include <mpi.h>
 
+#include <cstdio>
+
+#include "meshtrain/comm/emulated_hosts.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/kokkos_compat.hpp"
 #include "meshtrain/mesh/process_mesh.hpp"
@@ -20,6 +23,15 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   meshtrain::set_error_rank(rank);
   auto node = meshtrain::mesh::node_local_rank(MPI_COMM_WORLD);
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  // The GPU suite (tests/gpu) runs these tests with several ranks on one GPU.
+  const auto hosts = meshtrain::comm::claim_emulated_host(rank, size, node.size);
+  if (!hosts.refusal.empty()) {
+    if (rank == 0) std::fprintf(stderr, "error: %s\n", hosts.refusal.c_str());
+    MPI_Finalize();
+    return 2;
+  }
   meshtrain::kc::initialize(meshtrain::mesh::select_device(node.rank, meshtrain::kc::device_count()));
   int result = 0;
   {

@@ -74,6 +74,12 @@ int run_main(int argc, char** argv) {
   try {
     Runtime rt(argc, argv);
     try {
+      // Every rank refuses alike (the job's shape and the build), so the error is agreed.
+      if (!rt.emulated_hosts_refusal().empty()) throw ConfigError(rt.emulated_hosts_refusal());
+      if (rt.emulated_hosts())
+        logging::warn("emulated hosts (MESHTRAIN_EMULATE_HOSTS): ", rt.size(),
+                      " ranks share this node's GPUs, each as a host of its own, through NCCL "
+                      "over loopback sockets: results are exact, speeds mean nothing");
       rc = sub->run(rt, args);
     } catch (const std::exception& e) {
       rc = fail_job(rt, sub->name, e);

@@ -135,6 +135,11 @@ po::options_description moe_options() {
        "run the router in fp64 (layout comparisons without top-k tie flips; default false)")
       ("moe.aux_loss_coeff", po::value<double>(),
        "Switch load-balancing loss coefficient (default 0.01)")
+      ("moe.aux_loss_scope", po::value<std::string>(),
+       "tokens the load-balancing statistics count: global (default; micro-batch m of every "
+       "data-parallel rank together, the same sequences in every layout with the same "
+       "train.grad_accum) or local (this rank's micro-batch: the same in every layout with the "
+       "same train.micro_batch)")
       ("moe.z_loss_coeff", po::value<double>(), "router z-loss coefficient (default 0)")
       ("moe.capacity_factor", po::value<double>(),
        "cap tokens per expert at ceil(factor N k / E), dropping lowest router probability "
@@ -156,6 +161,7 @@ void apply_moe_options(const po::variables_map& vm, model::GptConfig& c) {
   over("moe.expert_bias", c.moe.expert_bias);
   over("moe.expert_bias_rate", c.moe.expert_bias_rate);
   over("moe.aux_loss_coeff", c.moe.aux_loss_coeff);
+  over("moe.aux_loss_scope", c.moe.aux_loss_scope);
   over("moe.z_loss_coeff", c.moe.z_loss_coeff);
   over("moe.capacity_factor", c.moe.capacity_factor);
   if (vm.count("moe.capacity_factor"))

@@ -100,7 +100,7 @@ std::string moe_section(const model::GptConfig& c) {
              m.router_fp64 ? "true" : "false",
              m.expert_bias ? cat("\nexpert_bias = true\nexpert_bias_rate = ", m.expert_bias_rate)
                            : std::string(),
-             "\naux_loss_coeff = ", m.aux_loss_coeff,
+             "\naux_loss_coeff = ", m.aux_loss_coeff, "\naux_loss_scope = ", m.aux_loss_scope,
              "\nz_loss_coeff = ", m.z_loss_coeff, "\n",
              m.capacity_factor > 0 ? cat("capacity_factor = ", m.capacity_factor, "\n")
                                    : std::string());

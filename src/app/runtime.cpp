@@ -1,5 +1,6 @@
 #include "meshtrain/app/runtime.hpp"
 
+#include "meshtrain/comm/emulated_hosts.hpp"
 #include "meshtrain/core/kokkos_compat.hpp"
 #include "meshtrain/core/log.hpp"
 #include "meshtrain/core/mpi_check.hpp"
@@ -20,10 +21,18 @@ Runtime::Runtime(int& argc, char**& argv) {
   ctx.world_rank = rank_;
   logging::set_context(ctx);
   node_ = mesh::node_local_rank(MPI_COMM_WORLD);
+  emulate_hosts();
   // Jobs launch with every GPU of the node visible (NCCL needs to see its peers); each rank takes
   // the one matching its node-local rank.
   device_ = mesh::select_device(node_.rank, kc::device_count());
   kc::initialize(device_);
+}
+
+// Before any NCCL communicator exists (they are made after start-up).
+void Runtime::emulate_hosts() {
+  const comm::EmulatedHosts h = comm::claim_emulated_host(rank_, size_, node_.size);
+  emulated_hosts_ = h.on;
+  emulated_hosts_refusal_ = h.refusal;
 }
 
 Runtime::~Runtime() {

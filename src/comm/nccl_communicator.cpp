@@ -5,6 +5,8 @@
 #include "meshtrain/core/cuda_check.hpp"
 #include "meshtrain/core/mpi_check.hpp"
 
+#include <algorithm>
+
 namespace meshtrain::comm {
 
 namespace {
@@ -56,8 +58,8 @@ class NcclRequest final : public RequestImpl {
 
 }  // namespace
 
-NcclCommunicator::NcclCommunicator(MPI_Comm comm, ExecSpace exec)
-    : mpi_comm_(comm), exec_(exec), recorder_(comm) {
+NcclCommunicator::NcclCommunicator(MPI_Comm comm, ExecSpace exec, std::string name)
+    : mpi_comm_(comm), exec_(exec), recorder_(comm, std::move(name)) {
   MESHTRAIN_CHECK(comm != MPI_COMM_NULL, "NcclCommunicator needs a communicator this rank is in");
   MESHTRAIN_MPI_CHECK(MPI_Comm_rank(comm, &rank_));
   MESHTRAIN_MPI_CHECK(MPI_Comm_size(comm, &size_));
@@ -98,6 +100,7 @@ bool NcclCommunicator::op_done(std::uint64_t seq) {
 }
 
 NcclCommunicator::~NcclCommunicator() {
+  pairs_.clear();  // their NCCL communicators before this one's
   recorder_.set_completion_poll({});
   recorder_.set_abort({});
   recorder_.set_async_error({});
@@ -236,9 +239,52 @@ Request NcclCommunicator::iall_to_allv_raw(const void* send, const std::size_t* 
   return make_request(seq);
 }
 
-// NCCL has no tags: messages between one pair of ranks are matched in issue order.
+// Pairs are made lowest first (by lower rank, then higher), the same order on every rank, so
+// each rank waits only for a partner that is making the same pair: MPI_Comm_create_group and
+// ncclCommInitRank are collective over the two ranks alone.
+void NcclCommunicator::prepare_p2p(const std::vector<int>& peers) {
+  std::vector<int> todo;
+  for (int p : peers) {
+    MESHTRAIN_CHECK(p >= 0 && p < size_, "prepare_p2p: peer ", p, " of a group of ", size_);
+    if (p != rank_ && !pairs_.count(p)) todo.push_back(p);
+  }
+  std::sort(todo.begin(), todo.end());
+  todo.erase(std::unique(todo.begin(), todo.end()), todo.end());
+  // Ascending peers are ascending (min, max) keys among this rank's pairs: below it, the key's
+  // minimum is the peer; above it, the minimum is this rank, and the maximum ascends.
+  char parent[MPI_MAX_OBJECT_NAME] = {0};
+  int len = 0;
+  MESHTRAIN_MPI_CHECK(MPI_Comm_get_name(mpi_comm_, parent, &len));
+  MPI_Group all;
+  MESHTRAIN_MPI_CHECK(MPI_Comm_group(mpi_comm_, &all));
+  for (int p : todo) {
+    const int lo = std::min(p, rank_), hi = std::max(p, rank_);
+    const int members[2] = {lo, hi};
+    MPI_Group two;
+    MESHTRAIN_MPI_CHECK(MPI_Group_incl(all, 2, members, &two));
+    MPI_Comm pair_comm = MPI_COMM_NULL;
+    MESHTRAIN_MPI_CHECK(MPI_Comm_create_group(mpi_comm_, two, 0, &pair_comm));
+    MESHTRAIN_MPI_CHECK(MPI_Group_free(&two));
+    Pair& pr = pairs_[p];
+    pr.mpi = mesh::MpiComm(pair_comm);
+    const std::string base = len > 0 ? std::string(parent, static_cast<std::size_t>(len)) : "p2p";
+    pr.up = std::make_unique<NcclCommunicator>(pair_comm, exec_, cat(base, " ", lo, ">", hi));
+    pr.down = std::make_unique<NcclCommunicator>(pair_comm, exec_, cat(base, " ", hi, ">", lo));
+  }
+  MESHTRAIN_MPI_CHECK(MPI_Group_free(&all));
+}
+
+NcclCommunicator* NcclCommunicator::channel(int from, int to) {
+  const auto it = pairs_.find(from == rank_ ? to : from);
+  if (it == pairs_.end()) return nullptr;
+  return from < to ? it->second.up.get() : it->second.down.get();
+}
+
+// NCCL has no tags: messages between one pair of ranks are matched in issue order. To a peer of
+// prepare_p2p, the direction's own communicator (pair rank: 0 the lower rank, 1 the higher).
 Request NcclCommunicator::isend_raw(const void* buf, std::size_t count, DType t, int peer,
-                                    int /*tag*/) {
+                                    int tag) {
+  if (NcclCommunicator* c = channel(rank_, peer)) return c->isend_raw(buf, count, t, peer > rank_, tag);
   const prof::Range range([&] { return label(OpKind::send, count * dtype_size(t)); });
   bool skip = false;
   const std::uint64_t seq = recorder_.begin(OpKind::send, count * dtype_size(t), peer, &skip);
@@ -249,7 +295,8 @@ Request NcclCommunicator::isend_raw(const void* buf, std::size_t count, DType t,
 }
 
 Request NcclCommunicator::irecv_raw(void* buf, std::size_t count, DType t, int peer,
-                                    int /*tag*/) {
+                                    int tag) {
+  if (NcclCommunicator* c = channel(peer, rank_)) return c->irecv_raw(buf, count, t, peer > rank_, tag);
   const prof::Range range([&] { return label(OpKind::recv, count * dtype_size(t)); });
   bool skip = false;
   const std::uint64_t seq = recorder_.begin(OpKind::recv, count * dtype_size(t), peer, &skip);

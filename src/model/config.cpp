@@ -111,6 +111,9 @@ void GptConfig::validate() const {
                            moe.expert_bias_rate, " must be >= 0");
     MESHTRAIN_CONFIG_CHECK(moe.aux_loss_coeff >= 0, "moe.aux_loss_coeff=", moe.aux_loss_coeff,
                            " must be >= 0");
+    MESHTRAIN_CONFIG_CHECK(moe.aux_loss_scope == "global" || moe.aux_loss_scope == "local",
+                           "moe.aux_loss_scope='", moe.aux_loss_scope,
+                           "' must be global or local");
     MESHTRAIN_CONFIG_CHECK(moe.z_loss_coeff >= 0, "moe.z_loss_coeff=", moe.z_loss_coeff,
                            " must be >= 0");
     MESHTRAIN_CONFIG_CHECK(moe.capacity_factor >= 0, "moe.capacity_factor=",
@@ -185,7 +188,7 @@ std::string GptConfig::key() const {
              rope.original_max_position_embeddings, ' ', qkv_bias, ' ', sliding_window,
              moe.enabled() ? cat(" moe ", moe.experts, ' ', moe.top_k, ' ', moe.layer_freq, ' ',
                                  expert_width(), ' ', moe.shared_ffn, ' ', moe.router_score, ' ',
-                                 moe.router_fp64, ' ', moe.aux_loss_coeff, ' ', moe.z_loss_coeff,
+                                 moe.router_fp64, ' ', moe.aux_loss_coeff, ' ', moe.aux_loss_scope, ' ', moe.z_loss_coeff,
                                  ' ', moe.capacity_factor,
                                  moe.expert_bias ? cat(" bias ", moe.expert_bias_rate)
                                                  : std::string())

@@ -47,6 +47,7 @@ struct MoeActivations {
   moe::RouterState<double> router64;
   View1<R> weight;                 // fp64 router: its combine weights in fp32
   View1<T> shared_h, shared_act;   // shared expert [N, W_s], [N, I_s]
+  int group_ranks = 1;             // ranks the forward's router statistics were summed over
 };
 
 template <class T>
@@ -108,14 +109,15 @@ moe::MoeLayerConfig layer_config(const GptConfig& c) {
   return m;
 }
 
+// The group's losses (identical on its ranks), this rank's counts (summed over ranks later).
 void record(MoeLayerStats& s, const moe::RouterStats& r) {
   ++s.calls;
   s.aux += r.aux_loss;
   s.z += r.z_loss;
-  s.tokens += r.tokens;
-  s.dropped += r.dropped;
-  if (s.load.size() != r.load.size()) s.load.assign(r.load.size(), 0.0);
-  for (std::size_t e = 0; e < r.load.size(); ++e) s.load[e] += r.load[e];
+  s.tokens += r.local_tokens;
+  s.dropped += r.local_dropped;
+  if (s.load.size() != r.local_load.size()) s.load.assign(r.local_load.size(), 0.0);
+  for (std::size_t e = 0; e < r.local_load.size(); ++e) s.load[e] += r.local_load[e];
 }
 
 }  // namespace
@@ -138,6 +140,14 @@ void GptT<T>::moe_mlp_forward(int l, BlockActivations<T>& a, View1<const T> res2
     const MoeTensors<T>& w = moe_params_[static_cast<std::size_t>(l)];
     MoeActivations<T>& m = *a.moe;
     comm::Communicator& ep = layout_.ep ? *layout_.ep : *self_;
+    // The router's statistics: over the global batch's micro-batch (every data-parallel rank's
+    // micro-batch of this index, moe.aux_loss_scope=global) when training, so the balancing
+    // loss is the same whatever dp, ep, tp or pp; over this rank's micro-batch otherwise
+    // (local scope; evaluation and generation, which train nothing and may run on one rank).
+    const bool global = cfg_.moe.aux_loss_scope == "global" && moe_loss_weight_ != 0.0f &&
+                        layout_.batch_group != nullptr;
+    comm::Communicator& group = global ? *layout_.batch_group : *self_;
+    m.group_ranks = group.size();
     const Timer clock;
     // The router (fp32, or fp64 for layout comparisons without top-k tie flips).
     View1<const int> expert;
@@ -155,7 +165,7 @@ void GptT<T>::moe_mlp_forward(int l, BlockActivations<T>& a, View1<const T> res2
                                std::size_t(E));
         bias64 = moe_bias64_;
       }
-      moe::router_forward<double>(exec_, mc.router, moe_x64_, moe_w64_, bias64, N, C, *self_,
+      moe::router_forward<double>(exec_, mc.router, moe_x64_, moe_w64_, bias64, N, C, group,
                                   m.router64);
       ensure(m.weight, "moe.weight", std::size_t(N) * K);
       convert<R, double>(exec_, m.weight, m.router64.weight, std::size_t(N) * K);
@@ -168,7 +178,7 @@ void GptT<T>::moe_mlp_forward(int l, BlockActivations<T>& a, View1<const T> res2
       // The expert bias is fp32 state, R is fp32 in every model this file instantiates.
       moe::router_forward<R>(exec_, mc.router, x, wr,
                              View1<const R>(moe_bias_[static_cast<std::size_t>(l)]), N, C,
-                             *self_, m.router);
+                             group, m.router);
       expert = m.router.expert;
       weight = m.router.weight;
       stats = &m.router.stats;
@@ -226,7 +236,10 @@ void GptT<T>::moe_mlp_backward(int l, BlockActivations<T>& a, View1<const T> dfu
     moe::moe_experts_backward<T>(exec_, mc, p, m.layer, fp64 ? View1<const R>(m.weight)
                                                               : View1<const R>(m.router.weight),
                                  dfull, ep, dln, dweight, gr);
-    const double loss_scale = moe_loss_weight_;
+    // dJ / dL_aux: the tokens of the group's micro-batch over those of the global batch (the
+    // objective is CE + the mean over the global batch's micro-batches of aux + z). Each rank
+    // adds its own tokens' part of the gradient; the data-parallel reduction sums them.
+    const double loss_scale = static_cast<double>(moe_loss_weight_) * m.group_ranks;
     if (fp64) {
       ensure(moe_dx64_, "moe.dx64", std::size_t(N) * C);
       ensure(moe_dw64_, "moe.dw64", std::size_t(C) * E);

@@ -222,9 +222,12 @@ void router_forward(const ExecSpace& exec, const RouterConfig& cfg, View1<const 
   exec.fence();
   h(2 * E + 1) = N;
   h(2 * E + 2) = dropped;
+  RouterStats& s = st.stats;
+  s.local_tokens = N;
+  s.local_dropped = dropped;
+  s.local_load.assign(h.data(), h.data() + E);
   detail::all_reduce_host_doubles(exec, group, h);
 
-  RouterStats& s = st.stats;
   s.tokens = h(2 * E + 1);
   s.dropped = h(2 * E + 2);
   s.load.assign(h.data(), h.data() + E);

@@ -43,6 +43,7 @@ model::ModelLayout ParallelContext::layout(bool recompute) const {
   base.sequence_parallel = cfg_.sequence_parallel && cfg_.shape.tp > 1;
   base.recompute = recompute;
   base.ep = ep_.get();
+  base.batch_group = dp_.get();
   base.allocate_params = cfg_.dp.zero_stage < 3;
   base.allocate_grads = cfg_.dp.zero_stage < 2;
   model::ModelLayout l = pipeline_layout(spec_, pieces_, stage(), base);

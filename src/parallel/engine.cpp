@@ -125,13 +125,15 @@ StepComm Engine<T>::forward_backward(const BatchSource& batch, float grad_scale)
   sync_->reset_stats();
   sync_->begin_step();
   const double tp0 = model_->tp_comm_seconds();
-  // This dp rank's micro-batch m is sequences [(r n_micro + m) B, ...) of the global batch, a
-  // function of (seed, step) only (invariant 3). Every stage reads it: the first embeds its
-  // tokens, the last needs the targets.
-  const int first = ctx_->dp_rank() * opt_.n_micro * opt_.micro_batch;
+  // Micro-batch m of dp rank r is sequences [(m dp + r) B, ...) of the global batch, a function
+  // of (seed, step) only (invariant 3): the m-th micro-batches of all dp ranks together are the
+  // global batch's m-th block of dp B sequences whatever dp is (the MoE router's balancing group
+  // under moe.aux_loss_scope=global). Every stage reads it: the first embeds its tokens, the
+  // last needs the targets.
+  const int dp = ctx_->dp_size(), r = ctx_->dp_rank();
   const auto st = runner_->step(
       [&](int micro) {
-        fill_batch(batch, first + micro * opt_.micro_batch);
+        fill_batch(batch, (micro * dp + r) * opt_.micro_batch);
         return MicroBatch{inputs_, targets_};
       },
       grad_scale);

@@ -2,21 +2,43 @@
 
 #include <algorithm>
 #include <deque>
+#include <limits>
 
 #include "meshtrain/core/error.hpp"
 
 namespace meshtrain::parallel {
 
-MessageFlow::MessageFlow(std::vector<Action> actions, int recv_ahead)
-    : actions_(std::move(actions)), recv_ahead_(std::max(recv_ahead, 0)) {
-  for (std::size_t i = 0; i < actions_.size(); ++i)
-    if (actions_[i].op == Op::recv_act || actions_[i].op == Op::recv_grad) recv_at_.push_back(i);
+namespace {
+
+constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
+
+bool is_compute(const Action& a) { return a.op == Op::forward || a.op == Op::backward; }
+bool is_recv(const Action& a) { return a.op == Op::recv_act || a.op == Op::recv_grad; }
+
+}  // namespace
+
+MessageFlow::MessageFlow(std::vector<Action> actions, std::vector<int> chunk_slots,
+                         int recv_ahead)
+    : actions_(std::move(actions)),
+      chunk_slots_(std::move(chunk_slots)),
+      recv_ahead_(std::max(recv_ahead, 0)) {
+  for (std::size_t i = 0; i < actions_.size(); ++i) {
+    const Action& a = actions_[i];
+    if (is_recv(a)) recv_at_.push_back(i);
+    MESHTRAIN_CHECK(a.chunk >= 0 && a.chunk < static_cast<int>(chunk_slots_.size()) &&
+                        chunk_slots_[static_cast<std::size_t>(a.chunk)] > 0,
+                    "MessageFlow: ", to_string(a), " in a chunk without activation slots (",
+                    chunk_slots_.size(), " chunks)");
+  }
+  slot_send_.resize(chunk_slots_.size());
+  for (std::size_t c = 0; c < chunk_slots_.size(); ++c)
+    slot_send_[c].assign(static_cast<std::size_t>(chunk_slots_[c]), kNone);
 }
 
 void MessageFlow::reap(PipelineExecutor& ex) {
-  auto done = [&](int b) {
-    if (!ex.grad_send_done(b)) return false;
-    free_.push_back(b);
+  auto done = [&](const Message& m) {
+    if (!ex.test(m.action)) return false;
+    free_.push_back(m.buffer);
     return true;
   };
   grad_sends_.erase(std::remove_if(grad_sends_.begin(), grad_sends_.end(), done),
@@ -34,9 +56,38 @@ int MessageFlow::take(PipelineExecutor& ex) {
   return b;
 }
 
+// The activation sent from this compute's (chunk, slot) must have left before the forward of
+// the slot's next micro-batch overwrites it, and before the backward of its own micro-batch
+// (recompute rewrites block outputs); by then it has, long ago (the next stage received it
+// before sending the gradient this backward consumes), but the wait makes it explicit.
+void MessageFlow::compute(PipelineExecutor& ex, std::size_t i, int input) {
+  const Action& a = actions_[i];
+  const auto c = static_cast<std::size_t>(a.chunk);
+  std::size_t& sent = slot_send_[c][static_cast<std::size_t>(a.micro % chunk_slots_[c])];
+  if (sent != kNone) {
+    ex.wait(sent);
+    sent = kNone;
+  }
+  ex.compute(i, input);
+  if (input >= 0) free_.push_back(input);
+}
+
+void MessageFlow::send(PipelineExecutor& ex, std::size_t i) {
+  const Action& a = actions_[i];
+  if (a.op == Op::send_act) {
+    const auto c = static_cast<std::size_t>(a.chunk);
+    slot_send_[c][static_cast<std::size_t>(a.micro % chunk_slots_[c])] = i;
+    ex.issue({i, -1});
+    return;
+  }
+  const Message m{i, take(ex)};
+  ex.issue(m);
+  grad_sends_.push_back(m);
+}
+
 void MessageFlow::run_step(PipelineExecutor& ex) {
   std::size_t next_post = 0, received = 0;
-  std::deque<std::pair<std::size_t, int>> posted;  // (action, buffer), list order
+  std::deque<Message> posted;  // list order
   int input = -1;  // pool buffer holding the received input of the next compute
   for (std::size_t i = 0; i < actions_.size(); ++i) {
     const Action& a = actions_[i];
@@ -44,56 +95,47 @@ void MessageFlow::run_step(PipelineExecutor& ex) {
     const std::size_t upto =
         std::min(received + 1 + static_cast<std::size_t>(recv_ahead_), recv_at_.size());
     while (next_post < upto) {
-      const std::size_t r = recv_at_[next_post++];
-      const int b = take(ex);
-      ex.post_recv(r, b);
-      posted.emplace_back(r, b);
+      const Message m{recv_at_[next_post++], take(ex)};
+      ex.issue(m);
+      posted.push_back(m);
     }
-    switch (a.op) {
-      case Op::recv_act:
-      case Op::recv_grad:
-        MESHTRAIN_CHECK(!posted.empty() && posted.front().first == i,
-                        "PipelineRunner: receive ", to_string(a), " was not posted");
-        ex.wait_recv(i);
-        input = posted.front().second;
-        posted.pop_front();
-        ++received;
-        break;
-      case Op::forward:
-      case Op::backward:
-        ex.compute(i, input);
-        if (input >= 0) free_.push_back(input);
-        input = -1;
-        break;
-      case Op::send_act: ex.send_act(i); break;
-      case Op::send_grad: {
-        const int b = take(ex);
-        ex.send_grad(i, b);
-        grad_sends_.push_back(b);
-        break;
-      }
+    if (is_recv(a)) {
+      MESHTRAIN_CHECK(!posted.empty() && posted.front().action == i, "PipelineRunner: receive ",
+                      to_string(a), " was not posted");
+      ex.wait(i);
+      input = posted.front().buffer;
+      posted.pop_front();
+      ++received;
+    } else if (is_compute(a)) {
+      compute(ex, i, input);
+      input = -1;
+    } else {
+      send(ex, i);
     }
   }
   MESHTRAIN_CHECK(posted.empty() && received == recv_at_.size(),
                   "PipelineRunner: receives left over at the end of the step");
   ex.wait_all_sends();
-  free_.insert(free_.end(), grad_sends_.begin(), grad_sends_.end());
+  for (const Message& m : grad_sends_) free_.push_back(m.buffer);
   grad_sends_.clear();
+  for (auto& slots : slot_send_) std::fill(slots.begin(), slots.end(), kNone);
 }
 
 int predicted_message_buffers(const ScheduleSpec& spec, int stage, int recv_ahead) {
   struct Replay final : PipelineExecutor {
-    int latest = -1;
+    const std::vector<Action>* actions = nullptr;
+    std::size_t latest = kNone;  // the latest gradient send
     void grow_pool(int) override {}
-    void post_recv(std::size_t, int) override {}
-    void wait_recv(std::size_t) override {}
+    void issue(const Message& m) override {
+      if ((*actions)[m.action].op == Op::send_grad) latest = m.action;
+    }
+    void wait(std::size_t) override {}
+    bool test(std::size_t action) override { return action != latest; }
     void compute(std::size_t, int) override {}
-    void send_act(std::size_t) override {}
-    void send_grad(std::size_t, int b) override { latest = b; }
-    bool grad_send_done(int b) override { return b != latest; }
-    void wait_all_sends() override { latest = -1; }
+    void wait_all_sends() override { latest = kNone; }
   } replay;
-  MessageFlow flow(build_schedule(spec, stage), recv_ahead);
+  MessageFlow flow(build_schedule(spec, stage), chunk_slots_needed(spec, stage), recv_ahead);
+  replay.actions = &flow.actions();
   for (int step = 0; step < 2; ++step) flow.run_step(replay);
   return flow.pool_size();
 }

@@ -29,7 +29,8 @@ PipelineRunner<T>::PipelineRunner(model::GptT<T>& model, comm::Communicator& pp,
       spec_(spec),
       stage_(stage),
       n_slots_(0),
-      flow_((validate(spec), build_schedule(spec, stage)), recv_ahead) {
+      flow_((validate(spec), build_schedule(spec, stage)), chunk_slots_needed(spec, stage),
+            recv_ahead) {
   MESHTRAIN_CHECK(pp.size() == spec.pp && pp.rank() == stage, "PipelineRunner: stage ", stage,
                   " of pp=", spec.pp, " on a communicator of rank ", pp.rank(), " / size ",
                   pp.size());
@@ -47,8 +48,11 @@ PipelineRunner<T>::PipelineRunner(model::GptT<T>& model, comm::Communicator& pp,
   MESHTRAIN_CHECK(l.has_embedding == (stage == 0) && l.has_head == (stage == spec.pp - 1),
                   "PipelineRunner: stage ", stage, " of ", spec.pp,
                   " must hold the embedding iff first and the head iff last (pipeline_layout)");
-  recvs_.resize(flow_.actions().size());
-  act_sends_.resize(static_cast<std::size_t>(spec.chunks * n_slots_));
+  messages_.resize(flow_.actions().size());
+  std::vector<int> peers;
+  for (const Action& a : flow_.actions())
+    if (a.peer >= 0) peers.push_back(a.peer);
+  pp.prepare_p2p(peers);
 }
 
 template <class T>
@@ -65,35 +69,47 @@ int PipelineRunner<T>::tag(const Action& a) const {
   return static_cast<int>(t % 32768);
 }
 
-// Micro-batches in flight in one chunk are consecutive: modulo the chunk's peak never gives two
-// live ones the same slot.
-template <class T>
-comm::Request& PipelineRunner<T>::act_send_of(const Action& a) {
-  const int slot = a.micro % chunk_slots_[static_cast<std::size_t>(a.chunk)];
-  return act_sends_[static_cast<std::size_t>(a.chunk * n_slots_ + slot)];
-}
-
 template <class T>
 void PipelineRunner<T>::grow_pool(int buffer) {
   MESHTRAIN_CHECK(buffer == static_cast<int>(pool_.size()), "PipelineRunner: pool grew to ",
                   buffer, " with ", pool_.size(), " buffers");
   pool_.push_back(alloc<T>("pipeline_message", model_.activation_elems()));
-  grad_sends_.emplace_back();
 }
 
 template <class T>
-void PipelineRunner<T>::post_recv(std::size_t i, int buffer) {
-  const Action& a = flow_.actions()[i];
-  recvs_[i] = pp_.irecv(pool_[static_cast<std::size_t>(buffer)], a.peer, tag(a));
+void PipelineRunner<T>::issue(const Message& m) {
+  const Action& a = flow_.actions()[m.action];
+  const prof::Range range([&] { return cat("pipeline ", to_string(a)); });
+  comm::Request& r = messages_[m.action];
+  MESHTRAIN_CHECK(!r.pending(), "PipelineRunner: ", to_string(a), " issued twice in one step");
+  if (a.op == Op::recv_act || a.op == Op::recv_grad) {
+    r = pp_.irecv(pool_[static_cast<std::size_t>(m.buffer)], a.peer, tag(a));
+  } else {
+    MESHTRAIN_CHECK(out_.span() == model_.activation_elems(), "PipelineRunner: ", to_string(a),
+                    " has nothing to send");
+    if (a.op == Op::send_act) {
+      r = pp_.isend(out_, a.peer, tag(a));
+    } else {
+      // The model's d(input) is overwritten by its next backward: send a copy.
+      const auto b = static_cast<std::size_t>(m.buffer);
+      Kokkos::deep_copy(model_.exec(), pool_[b], out_);
+      r = pp_.isend(pool_[b], a.peer, tag(a));
+    }
+  }
   ++st_.messages;
 }
 
 template <class T>
-void PipelineRunner<T>::wait_recv(std::size_t i) {
-  const prof::Range r([&] { return cat("pipeline ", to_string(flow_.actions()[i])); });
+void PipelineRunner<T>::wait(std::size_t i) {
+  const prof::Range r([&] { return cat("pipeline wait ", to_string(flow_.actions()[i])); });
   Timer t;
-  recvs_[i].wait();
+  messages_[i].wait();
   st_.idle_s += t.seconds();
+}
+
+template <class T>
+bool PipelineRunner<T>::test(std::size_t i) {
+  return messages_[i].test();
 }
 
 template <class T>
@@ -102,23 +118,13 @@ void PipelineRunner<T>::compute(std::size_t i, int input) {
   const int slot = a.micro % chunk_slots_[static_cast<std::size_t>(a.chunk)];
   const View1<const T> in =
       input >= 0 ? View1<const T>(pool_[static_cast<std::size_t>(input)]) : View1<const T>{};
-  comm::Request& act_send = act_send_of(a);
   const prof::Range r([&] { return cat("pipeline ", to_string(a)); });
   if (a.op == Op::forward) {
-    act_send.wait();  // the slot's previous output left (long ago: see the header)
     const MicroBatch mb = (*batch_)(a.micro);
     Timer t;
     out_ = model_.forward(a.chunk, slot, mb.tokens, in, mb.targets, grad_scale_);
     st_.compute_s += t.seconds();
     return;
-  }
-  {
-    // Complete already: the next stage received this activation before it sent the gradient
-    // this backward consumes. Waiting makes that explicit before the model may overwrite the
-    // slot (recompute rewrites block outputs).
-    Timer t;
-    act_send.wait();
-    st_.idle_s += t.seconds();
   }
   Timer t;
   out_ = model_.backward(a.chunk, slot, in);
@@ -126,38 +132,9 @@ void PipelineRunner<T>::compute(std::size_t i, int input) {
 }
 
 template <class T>
-void PipelineRunner<T>::send_act(std::size_t i) {
-  const Action& a = flow_.actions()[i];
-  MESHTRAIN_CHECK(out_.span() == model_.activation_elems(), "PipelineRunner: ", to_string(a),
-                  " has no activation to send");
-  const prof::Range r([&] { return cat("pipeline ", to_string(a)); });
-  act_send_of(a) = pp_.isend(out_, a.peer, tag(a));
-  ++st_.messages;
-}
-
-template <class T>
-void PipelineRunner<T>::send_grad(std::size_t i, int buffer) {
-  const Action& a = flow_.actions()[i];
-  MESHTRAIN_CHECK(out_.span() == model_.activation_elems(), "PipelineRunner: ", to_string(a),
-                  " has no gradient to send");
-  const prof::Range r([&] { return cat("pipeline ", to_string(a)); });
-  // The model's d(input) is overwritten by its next backward: send a copy.
-  const auto b = static_cast<std::size_t>(buffer);
-  Kokkos::deep_copy(model_.exec(), pool_[b], out_);
-  grad_sends_[b] = pp_.isend(pool_[b], a.peer, tag(a));
-  ++st_.messages;
-}
-
-template <class T>
-bool PipelineRunner<T>::grad_send_done(int buffer) {
-  return grad_sends_[static_cast<std::size_t>(buffer)].test();
-}
-
-template <class T>
 void PipelineRunner<T>::wait_all_sends() {
   Timer t;
-  for (comm::Request& r : act_sends_) r.wait();
-  for (comm::Request& r : grad_sends_) r.wait();
+  for (comm::Request& r : messages_) r.wait();
   st_.idle_s += t.seconds();
 }
 

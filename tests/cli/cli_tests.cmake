@@ -232,5 +232,13 @@ meshtrain_cli_test(plan_range_top 0 2 "plan.top=0 must be >= 1" plan --plan.top 
 meshtrain_cli_test(plan_range_batch 0 2 "plan.global_batch=-4 must be in \\[0, 16777216\\]" plan
   --plan.global_batch -4)
 
+# Emulated hosts (MESHTRAIN_EMULATE_HOSTS=1, jobs/local.sh --emulate-hosts) need NCCL: a build
+# without it refuses, on every rank alike (exit 2, one message naming the variable).
+if(NOT MESHTRAIN_ENABLE_NCCL)
+  meshtrain_cli_test(emulate_hosts_needs_nccl 2 2
+    "MESHTRAIN_EMULATE_HOSTS .*this is a build without NCCL" selfcheck)
+  set_property(TEST cli_emulate_hosts_needs_nccl APPEND PROPERTY ENVIRONMENT
+    MESHTRAIN_EMULATE_HOSTS=1)
+endif()
 # The seeds' workflow (issue 37): a ds_config.json as it is, TensorBoard, `meshtrain doctor`.
 include(${CMAKE_CURRENT_SOURCE_DIR}/cli/seeds_cli_tests.cmake)

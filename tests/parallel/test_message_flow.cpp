@@ -24,7 +24,7 @@ struct Stage final : PipelineExecutor {
   std::mt19937_64 rng{1};
   std::set<int> live;                 // buffers holding a message still needed
   std::map<std::size_t, int> posted;  // receive action -> buffer
-  std::set<int> sending;              // gradient sends not yet completed
+  std::map<std::size_t, int> sending; // gradient send action -> buffer, not yet completed
   int pool = 0;
   bool eager = false;                 // every send completes at its first test
   std::vector<std::size_t> recv_order;  // receive actions in the order posted
@@ -36,31 +36,38 @@ struct Stage final : PipelineExecutor {
     live.insert(b);
   }
   void grow_pool(int b) override { REQUIRE(b == pool++); }
-  void post_recv(std::size_t a, int b) override {
-    use(b);
-    posted[a] = b;
-    recv_order.push_back(a);
+  void issue(const Message& m) override {
+    const Op op = (*actions)[m.action].op;
+    if (op == Op::recv_act || op == Op::recv_grad) {
+      use(m.buffer);
+      posted[m.action] = m.buffer;
+      recv_order.push_back(m.action);
+    } else if (op == Op::send_grad) {
+      use(m.buffer);
+      sending[m.action] = m.buffer;
+    } else {
+      REQUIRE(op == Op::send_act);
+      REQUIRE(m.buffer == -1);  // sent from the model's output
+    }
   }
-  void wait_recv(std::size_t a) override { REQUIRE(posted.count(a) == 1); }
+  void wait(std::size_t a) override {
+    const Op op = (*actions)[a].op;
+    if (op == Op::recv_act || op == Op::recv_grad) REQUIRE(posted.count(a) == 1);
+  }
   void compute(std::size_t a, int input) override {
     const Op op = (*actions)[a].op;
     REQUIRE((op == Op::forward || op == Op::backward));
     if (input >= 0) live.erase(input);  // consumed (the model copies its input)
   }
-  void send_act(std::size_t) override {}
-  void send_grad(std::size_t, int b) override {
-    use(b);
-    sending.insert(b);
-  }
-  bool grad_send_done(int b) override {
-    REQUIRE(sending.count(b) == 1);
+  bool test(std::size_t a) override {
+    REQUIRE(sending.count(a) == 1);
     if (!eager && std::uniform_int_distribution<int>(0, 1)(rng) == 0) return false;
-    sending.erase(b);
-    live.erase(b);
+    live.erase(sending.at(a));
+    sending.erase(a);
     return true;
   }
   void wait_all_sends() override {
-    for (int b : sending) live.erase(b);
+    for (const auto& [a, b] : sending) live.erase(b);
     sending.clear();
   }
 };
@@ -80,8 +87,9 @@ TEST_CASE("MessageFlow: buffers live until consumed, receives in the peer's orde
         for (int s = 0; s < pp; ++s) {
           INFO(schedule_name(kind) << " pp " << pp << " micro " << micro << " stage " << s);
           const auto actions = build_schedule(spec, s);
+          const auto slots = chunk_slots_needed(spec, s);
           for (std::uint64_t seed = 0; seed < 5; ++seed) {
-            MessageFlow flow(actions, 2);
+            MessageFlow flow(actions, slots, 2);
             Stage st;
             st.actions = &flow.actions();
             st.rng.seed(seed);
@@ -99,7 +107,7 @@ TEST_CASE("MessageFlow: buffers live until consumed, receives in the peer's orde
           }
           // The prediction assumes every send but the latest has completed when a buffer is
           // needed: a run whose sends complete at once needs no more than predicted.
-          MessageFlow flow(actions, 2);
+          MessageFlow flow(actions, slots, 2);
           Stage eager;
           eager.actions = &flow.actions();
           eager.eager = true;

@@ -14,3 +14,5 @@ meshtrain_add_test(NAME test_dp_pipeline SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_
 # The pure policies of the runtime, by simulation.
 meshtrain_add_test(NAME test_dp_policy SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_dp_policy.cpp)
 meshtrain_add_test(NAME test_message_flow SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_message_flow.cpp)
+meshtrain_add_test(NAME test_message_flow_streams
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_message_flow_streams.cpp)

@@ -12,7 +12,8 @@ endfunction()
 set(_missing sh -c "echo \"$0 not found: run .ci/install-deps\" >&2; exit 1")
 
 file(GLOB _shell_scripts CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/jobs/*.sh
-  ${PROJECT_SOURCE_DIR}/jobs/lib/*.sh ${PROJECT_SOURCE_DIR}/tests/scripts/*.sh)
+  ${PROJECT_SOURCE_DIR}/jobs/lib/*.sh ${PROJECT_SOURCE_DIR}/tests/scripts/*.sh
+  ${PROJECT_SOURCE_DIR}/tests/gpu/*.sh)
 if(MESHTRAIN_SHELLCHECK)
   meshtrain_script_test(shellcheck ${MESHTRAIN_SHELLCHECK} ${_shell_scripts})
 else()

@@ -3,7 +3,10 @@
 // models with Mixture-of-Experts blocks. 8 experts (every mesh.ep of 1, 2, 4, 8 divides them),
 // top-2, blocks 0 and 2 MoE (layer_freq 2: dense and MoE blocks mixed, as pipelines cut them),
 // the router in fp64 so that top-k choices are a function of the (layout-independent to fp32
-// rounding) router input, not of the router GEMM's own rounding; aux and z losses on.
+// rounding) router input, not of the router GEMM's own rounding; aux and z losses on, their
+// statistics over each rank's micro-batch (moe.aux_loss_scope=local: the layouts these
+// fixtures are run at keep train.micro_batch = 1; test_moe_layouts runs the global scope at a
+// fixed train.grad_accum).
 #include "layout_fixture.hpp"
 #include "meshtrain/model/config.hpp"
 
@@ -18,6 +21,7 @@ inline meshtrain::model::MoeConfig moe_tiny_moe() {
   m.router_fp64 = true;
   m.aux_loss_coeff = 0.01;
   m.z_loss_coeff = 0.001;
+  m.aux_loss_scope = "local";
   return m;
 }
 

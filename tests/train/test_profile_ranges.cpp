@@ -141,18 +141,20 @@ TEST_CASE("ranges of a pipeline run: steps, blocks, messages, optimizer, checkpo
   REQUIRE(find(*fwd, "forward block " + first_block));
   REQUIRE(find(*bwd, "backward block " + first_block));
   if (stage == 1) REQUIRE(find(*fwd, "head and loss"));
-  // Pipeline messages: the send's range holds the point-to-point issue with group and bytes;
-  // a receive's wait is a range of its own.
+  // Pipeline messages: the send's range holds the point-to-point issue with group and bytes, a
+  // receive is posted in a range of its own and waited for in another.
   const std::string act_bytes = prof::bytes_label(2 * 16 * 32 * sizeof(float));
   if (stage == 0) {
     const Node* send = find(step1, "pipeline send_act(micro 0, chunk 0, peer 1)");
     REQUIRE(send);
     REQUIRE(find(*send, "send pp " + act_bytes));
-    REQUIRE(find(step1, "pipeline recv_grad(micro 0, chunk 0, peer 1)"));
+    const Node* post = find(step1, "pipeline recv_grad(micro 0, chunk 0, peer 1)");
+    REQUIRE(post);
+    REQUIRE(find(*post, "recv pp " + act_bytes));
   } else {
-    const Node* recv = find(step1, "pipeline recv_act(micro 0, chunk 0, peer 0)");
-    REQUIRE(recv);
-    REQUIRE(find(*recv, "wait recv pp"));
+    const Node* wait = find(step1, "pipeline wait recv_act(micro 0, chunk 0, peer 0)");
+    REQUIRE(wait);
+    REQUIRE(find(*wait, "wait recv pp"));
     REQUIRE(find(step1, "pipeline send_grad(micro 0, chunk 0, peer 0)"));
   }
   // The tied embedding's gradient over the first and last stage, and the optimizer.

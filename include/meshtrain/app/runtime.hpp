@@ -3,6 +3,8 @@
 // logging context. Only app/ touches MPI_COMM_WORLD.
 #include <mpi.h>
 
+#include <string>
+
 #include "meshtrain/mesh/process_mesh.hpp"
 
 namespace meshtrain::app {
@@ -22,9 +24,17 @@ class Runtime {
   int size() const { return size_; }
   int device() const { return device_; }
   const mesh::NodeRank& node() const { return node_; }
+  // Emulated hosts (MESHTRAIN_EMULATE_HOSTS=1, `jobs/local.sh --emulate-hosts`): whether this
+  // rank claims a host of its own for NCCL, and why the request was refused where it cannot
+  // work (empty: not refused). The subcommand raises the refusal, so it is agreed (exit 2).
+  bool emulated_hosts() const { return emulated_hosts_; }
+  const std::string& emulated_hosts_refusal() const { return emulated_hosts_refusal_; }
 
  private:
+  void emulate_hosts();
   int rank_ = 0, size_ = 1, device_ = -1;
+  bool emulated_hosts_ = false;
+  std::string emulated_hosts_refusal_;
   MPI_Comm error_comm_ = MPI_COMM_NULL;
   mesh::NodeRank node_;
 };

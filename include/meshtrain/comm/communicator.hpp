@@ -106,6 +106,16 @@ class Communicator {
   virtual Request irecv_raw(void* buf, std::size_t count, DType t, int peer, int tag) = 0;
   virtual void barrier() = 0;
 
+  // Point-to-point messages to and from `peers` will not wait on one another: a receive waiting
+  // for its message holds back no send, as MPI's matching promises. NCCL runs a communicator's
+  // operations one after another on one stream, where a receive posted early holds back the
+  // rank's own later sends (two pipeline neighbours that each post a receive before they send
+  // wait for each other forever); there each direction of each pair gets a communicator and a
+  // stream of its own. Collective over this rank and each of `peers` (each must name this
+  // rank); calls must come in the same order on every rank (the pipeline runners of one
+  // pipeline, made together). A no-op where the backend already behaves so (MPI).
+  virtual void prepare_p2p(const std::vector<int>& peers) { (void)peers; }
+
   // ---- View front ends: check extents and memory space, then call the raw operation ----
   template <class VS, class VR>
   Request iall_reduce(const VS& send, const VR& recv, ReduceOp op = ReduceOp::sum) {

@@ -15,15 +15,20 @@
 #include <nccl.h>
 
 #include <atomic>
+#include <map>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
+
+#include "meshtrain/mesh/mpi_comm.hpp"
 
 namespace meshtrain::comm {
 
 class NcclCommunicator final : public Communicator {
  public:
-  // Collective over `comm`.
-  NcclCommunicator(MPI_Comm comm, ExecSpace exec = ExecSpace{});
+  // Collective over `comm`. `name`: the flight recorder's (default: the MPI communicator's).
+  NcclCommunicator(MPI_Comm comm, ExecSpace exec = ExecSpace{}, std::string name = {});
   ~NcclCommunicator() override;
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
@@ -50,6 +55,7 @@ class NcclCommunicator final : public Communicator {
   Request isend_raw(const void* buf, std::size_t count, DType t, int peer, int tag) override;
   Request irecv_raw(void* buf, std::size_t count, DType t, int peer, int tag) override;
   void barrier() override;
+  void prepare_p2p(const std::vector<int>& peers) override;
 
  private:
   void order_after_compute();
@@ -69,6 +75,14 @@ class NcclCommunicator final : public Communicator {
   std::mutex done_mu_;
   std::atomic<bool> aborted_{false};
   FlightRecorder recorder_;
+  // prepare_p2p: per peer, a communicator of the two ranks and one NCCL communicator (one
+  // stream) per direction; sends to and receives from the peer go there.
+  struct Pair {
+    mesh::MpiComm mpi;
+    std::unique_ptr<NcclCommunicator> up, down;  // lower rank -> higher, higher -> lower
+  };
+  std::map<int, Pair> pairs_;
+  NcclCommunicator* channel(int from, int to);  // null: the main stream
 };
 
 }  // namespace meshtrain::comm

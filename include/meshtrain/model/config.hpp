@@ -42,6 +42,10 @@ struct MoeConfig {
   double expert_bias_rate = 1e-3;  // moe.expert_bias_rate (DeepSeek-V3's bias update speed)
   bool router_fp64 = false;      // moe.router_fp64: router in double (tests: no tie flips)
   double aux_loss_coeff = 0.01;  // moe.aux_loss_coeff
+  // Whose tokens the load-balancing statistics count (moe.aux_loss_scope): "global", the
+  // global batch's micro-batch m (every data-parallel rank's m-th micro-batch), or "local", this
+  // rank's micro-batch alone.
+  std::string aux_loss_scope = "global";
   double z_loss_coeff = 0.0;     // moe.z_loss_coeff
   double capacity_factor = 0.0;  // moe.capacity_factor; 0: dropless
   bool enabled() const { return experts > 0; }

@@ -77,6 +77,10 @@ struct ModelLayout {
   // Mixture of Experts: the expert-parallel group (ranks holding the other experts; null or size
   // 1: this rank holds all of them). The registry holds experts of rank ep->rank().
   comm::Communicator* ep = nullptr;
+  // The ranks whose m-th micro-batches form, with this rank's, the global batch's m-th block of
+  // sequences (the data-parallel group; the MoE router's balancing group under
+  // moe.aux_loss_scope=global). Null: this rank alone.
+  comm::Communicator* batch_group = nullptr;
   int pp_stage = 0;                  // recorded in the registry
   // false: the caller binds storage per unit (bind_unit) before use, e.g. ZeRO-3 gathering a
   // unit's parameters just in time, ZeRO-2 keeping gradients only for buckets in flight.

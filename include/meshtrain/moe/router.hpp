@@ -52,13 +52,17 @@ struct RouterConfig {
   void validate() const;
 };
 
-// Values over the whole group (identical on its ranks).
+// Values over the whole group (identical on its ranks), and this rank's share of the counts
+// (what metrics add up over ranks).
 struct RouterStats {
   double aux_loss = 0;            // L_aux (already multiplied by aux_loss_coeff)
   double z_loss = 0;              // L_z (already multiplied by z_loss_coeff)
   double tokens = 0;              // T
   std::vector<double> load;       // count_e, before capacity drops
   double dropped = 0;             // choices dropped by the capacity
+  double local_tokens = 0;        // N
+  std::vector<double> local_load;
+  double local_dropped = 0;
 };
 
 // What the forward pass leaves for the dispatch, the combine and router_backward.

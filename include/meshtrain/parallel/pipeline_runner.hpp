@@ -5,16 +5,19 @@
 //
 // Communication overlaps compute: receives are posted ahead of the action that needs them (in
 // list order, which matches the peer's send order — NCCL has no tags), sends never block the
-// schedule. Which buffer each message uses and when receives are posted is MessageFlow's (a pure
-// policy the planner replays); the runner executes it. Buffers:
+// schedule. Which buffer each message uses and when it is issued and waited for is
+// MessageFlow's (a pure policy the planner replays); the runner executes it. On NCCL the pp
+// communicator gives each direction of each neighbour pair a stream of its own
+// (Communicator::prepare_p2p), without which a receive posted ahead would hold back this rank's
+// own sends and two neighbours would wait for each other. Buffers:
 //  - an activation is sent straight from the model's output view of (chunk, slot), valid until
-//    that slot's next forward; its request is waited before this slot's backward, by which time
-//    the next stage has already received it (it sent the gradient we consumed);
+//    that slot's next forward; its request is waited before this slot's next compute, by which
+//    time the next stage has already received it;
 //  - an input gradient (the model's d(chunk input), valid until the next backward) is copied
 //    into a pooled buffer that is returned to the pool when its send completes;
 //  - receives land in pooled buffers returned after the compute that consumes them (the model
 //    copies its chunk input).
-// Idle time (waiting on receives, and for sends at the end of the step) is measured per step:
+// Idle time (waiting on messages, and for sends at the end of the step) is measured per step:
 // the pipeline bubble of this stage. On a GPU with NCCL, waits do not block the host, so the
 // wall-clock figures are only meaningful with host execution (the CPU build).
 #include <cstdint>
@@ -55,6 +58,7 @@ class PipelineRunner : private PipelineExecutor {
   // `pp`: the pipeline communicator (rank = stage, size = spec.pp). The model must hold this
   // stage's chunks (pipeline_layout) with at least slots_needed(spec, stage) slots. Both must
   // outlive the runner. recv_ahead: receives kept posted ahead of the one being waited for.
+  // Collective over the stage and its pipeline neighbours (Communicator::prepare_p2p).
   PipelineRunner(model::GptT<T>& model, comm::Communicator& pp, const ScheduleSpec& spec,
                  int stage, int recv_ahead = 2);
   ~PipelineRunner() override;
@@ -77,15 +81,12 @@ class PipelineRunner : private PipelineExecutor {
 
  private:
   int tag(const Action& a) const;
-  comm::Request& act_send_of(const Action& a);
   // PipelineExecutor: what MessageFlow asks for.
   void grow_pool(int buffer) override;
-  void post_recv(std::size_t action, int buffer) override;
-  void wait_recv(std::size_t action) override;
+  void issue(const Message& m) override;
+  void wait(std::size_t action) override;
+  bool test(std::size_t action) override;
   void compute(std::size_t action, int input) override;
-  void send_act(std::size_t action) override;
-  void send_grad(std::size_t action, int buffer) override;
-  bool grad_send_done(int buffer) override;
   void wait_all_sends() override;
 
   model::GptT<T>& model_;
@@ -96,9 +97,7 @@ class PipelineRunner : private PipelineExecutor {
   std::vector<int> chunk_slots_;          // slots per chunk (the schedule's per-chunk peak)
   MessageFlow flow_;
   std::vector<View1<T>> pool_;            // message buffers of activation_elems()
-  std::vector<comm::Request> recvs_;      // per action: the receive posted for it
-  std::vector<comm::Request> grad_sends_; // per pool buffer: its gradient send
-  std::vector<comm::Request> act_sends_;  // per (chunk, slot)
+  std::vector<comm::Request> messages_;   // per action: its send or receive in flight
   // the step in progress
   const BatchProvider* batch_ = nullptr;
   float grad_scale_ = 0;

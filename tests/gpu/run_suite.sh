@@ -1,0 +1,322 @@
+#!/usr/bin/env bash
+# The GPU suite: every parallel layout through NCCL at 2-8 ranks on the GPUs of one node, with
+# each rank its own emulated host (MESHTRAIN_EMULATE_HOSTS=1), so one GPU is enough. It proves
+# the GPU and NCCL paths of each layout; its speeds mean nothing (sockets over loopback).
+#   tests/gpu/run_suite.sh BIN_DIR OUT_DIR [CASE_REGEX]
+# BIN_DIR holds meshtrain and the test executables (a jobs/bundle-gpu.sh bundle's bin/, or a
+# cuda build folder: build/cuda, whose src/ and tests/ are searched). Each case runs with its own
+# timeout (CASE_TIMEOUT, default 240 s) and log (OUT_DIR/<case>.log); cases run side by side up
+# to RANK_SLOTS ranks at once (default 16). One line per case goes to OUT_DIR/summary.txt:
+#   PASS|FAIL  case  ranks  layout  precision  steps  max-rel-loss-diff  seconds  note
+# Exit 0 when every case passed. Needs python3 (the comparisons) and h5dump-free tools only.
+set -uo pipefail
+here=$(cd "$(dirname "$0")/../.." && pwd)
+bin=$(cd "$1" && pwd); out=$(mkdir -p "$2" && cd "$2" && pwd); only=${3:-.}
+slots=${RANK_SLOTS:-16}; case_timeout=${CASE_TIMEOUT:-240}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1 NCCL_NVLS_ENABLE=0
+# SUITE_EMULATE=0 runs the cases without emulated hosts: a dry run of this script on a CPU build.
+export MESHTRAIN_EMULATE_HOSTS=${SUITE_EMULATE:-1}
+export MESHTRAIN_SOURCE_DIR=$here PYTHONUNBUFFERED=1
+exe() {  # NAME: the executable, wherever BIN_DIR keeps it
+  local f
+  for f in "$bin/$1" "$bin/src/$1" "$bin/tests/$1" "$bin/perf/$1"; do
+    [ -x "$f" ] && { echo "$f"; return; }
+  done
+  echo "missing:$1"
+}
+mt=$(exe meshtrain)
+summary=$out/summary.txt
+: > "$summary"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$out/gpu.txt" 2>&1
+
+# ---- data: the shipped corpus as byte tokens ----
+data=$out/data/kjv
+if [ ! -e "${data}_train_000000.bin" ]; then
+  "$mt" prep --prep.input "$here/inputs/kjv.txt" --prep.output "$data" --prep.tokenizer byte \
+    > "$out/prep.log" 2>&1 || { echo "prep failed"; cat "$out/prep.log"; exit 1; }
+fi
+train_data=("--data.train" "${data}_train_*.bin" "--data.val" "")
+
+# ---- the scheduler: a case is a function run in the background with its ranks counted ----
+declare -A case_ranks=()
+order=()
+add() { order+=("$1"); case_ranks[$1]=$2; }  # NAME RANKS (the function case_NAME runs it)
+running=0
+declare -A pid_of=()
+reap() {  # wait for one case to end
+  local n
+  wait -n 2> /dev/null || true
+  for n in "${!pid_of[@]}"; do
+    if ! kill -0 "${pid_of[$n]}" 2> /dev/null; then
+      wait "${pid_of[$n]}" 2> /dev/null
+      running=$((running - case_ranks[$n]))
+      unset "pid_of[$n]"
+    fi
+  done
+}
+launch() {
+  local n=$1 r=${case_ranks[$1]}
+  while [ $((running + r)) -gt "$slots" ] && [ "$running" -gt 0 ]; do reap; done
+  running=$((running + r))
+  ( local t0=$SECONDS
+    # The case in a shell of its own (timeout kills its whole process group): this script's
+    # variables and functions passed in.
+    CASE=$n timeout -s KILL "$case_timeout" bash -c \
+      "$(declare -p here bin out slots case_timeout mt data train_data gpt2 llama moe); $(declare -f); case_$n" \
+      > "$out/$n.log" 2>&1
+    local rc=$?
+    local note=""
+    [ $rc = 137 ] && note="killed after ${case_timeout} s"
+    if [ -e "$out/$n.result" ]; then
+      read -r verdict rest < "$out/$n.result"
+      [ $rc = 0 ] || verdict=FAIL
+    else
+      verdict=FAIL rest="- - - - exit $rc"
+    fi
+    printf '%-4s %-28s %s %s %ss %s\n' "$verdict" "$n" "$r" "$rest" $((SECONDS - t0)) "$note" \
+      >> "$summary" ) &
+  pid_of[$n]=$!
+}
+
+# result VERDICT LAYOUT PRECISION STEPS DIFF: what the case writes for the summary.
+result() { echo "$*" > "$out/$CASE.result"; }
+run_np() {  # N ARGS...: mpirun of N ranks, each its own emulated host
+  local n=$1; shift
+  mpirun -np "$n" --bind-to none -x MESHTRAIN_EMULATE_HOSTS "$@"
+}
+# A Catch2 executable at N ranks: PASS when every rank passed.
+catch2() {  # NAME N [ARGS...]
+  local t=$1 n=$2; shift 2
+  run_np "$n" "$(exe "$t")" "$@"
+  local rc=$?
+  local line
+  line=$(grep -E "All tests passed|test cases:" "$out/$CASE.log" | tail -1 | tr -s ' ' | cut -c1-60)
+  if [ $rc = 0 ]; then result PASS "$t" - - - "${line// /_}"; else result FAIL "$t" - - - "exit_$rc"; fi
+}
+# losses REF RUN TOL: the worst relative difference of RUN's losses against REF's (metrics JSON
+# lines), PASS when <= TOL and both have every step.
+compare() {  # REF RUN TOL LAYOUT PRECISION
+  python3 - "$@" <<'PY' > "$out/$CASE.result"
+import json, sys
+ref, run, tol, layout, prec = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4], sys.argv[5]
+def losses(f):
+    try:
+        return [r["loss"] for r in map(json.loads, open(f)) if "loss" in r and "step" in r]
+    except OSError:
+        return []
+a, b = losses(ref), losses(run)
+n = min(len(a), len(b))
+worst = max((abs(x - y) / abs(x) for x, y in zip(a[:n], b[:n])), default=float("inf"))
+ok = n > 0 and len(a) == len(b) and worst <= tol
+print("PASS" if ok else "FAIL", layout, prec, f"{n}/{len(a)}", f"{worst:.2e}", f"tol_{tol:g}")
+PY
+}
+wait_for() {  # FILE: a reference run of another case (up to the case timeout)
+  local i
+  for ((i = 0; i < case_timeout; i += 2)); do [ -e "$1.done" ] && return 0; sleep 2; done
+  return 1
+}
+
+# ---- Catch2 suites through NCCL (the CPU suite's layout matrices, on the GPU) ----
+case_comm_2() { catch2 test_communicator 2; }
+case_comm_4() { catch2 test_communicator 4; }
+case_all_to_all_4() { catch2 test_all_to_all 4; }
+case_pipeline_runner_2() { catch2 test_pipeline_runner 2; }
+case_pipeline_runner_4() { catch2 test_pipeline_runner 4; }
+case_dp_pipeline_4() { catch2 test_dp_pipeline 4; }
+case_dp_training_2() { catch2 test_dp_training 2; }
+case_dp_training_4() { catch2 test_dp_training 4; }
+case_tensor_parallel_2() { catch2 test_tensor_parallel 2; }
+case_tensor_parallel_4() { catch2 test_tensor_parallel 4; }
+case_layouts_2() { catch2 test_layouts 2; }
+case_layouts_4() { catch2 test_layouts 4; }
+case_layouts_8() { catch2 test_layouts 8; }
+case_moe_layouts_2() { catch2 test_moe_layouts 2; }
+case_moe_layouts_4() { catch2 test_moe_layouts 4; }
+case_moe_layouts_8() { catch2 test_moe_layouts 8; }
+case_resume_8() { catch2 test_resume 8; }
+case_moe_resume_8() { catch2 test_moe_resume 8; }
+case_hf_export_2() { catch2 test_hf_export 2; }
+case_hf_export_4() { catch2 test_hf_export 4; }
+for c in comm_2 comm_4 pipeline_runner_2 hf_export_2 dp_training_2 tensor_parallel_2 layouts_2 \
+         moe_layouts_2; do add "$c" 2; done
+for c in all_to_all_4 pipeline_runner_4 dp_pipeline_4 dp_training_4 tensor_parallel_4 layouts_4 \
+         moe_layouts_4 hf_export_4; do add "$c" 4; done
+for c in layouts_8 moe_layouts_8 resume_8 moe_resume_8; do add "$c" 8; done
+
+# ---- meshtrain train at GPT-2 / Llama shapes: every layout against the 1-rank GPU run ----
+gpt2=(--model.preset gpt2-124m --model.n_layer 4 --train.seq_len 256
+      --train.log_every 1 --train.eval_every 0 --train.sample_tokens 0
+      --ckpt.final false --train.lr 6e-4 --train.warmup 5 "${train_data[@]}")
+llama=(--model.preset llama-150m --model.n_layer 2 --train.seq_len 256
+       --train.log_every 1 --train.eval_every 0 --train.sample_tokens 0
+       --ckpt.final false --train.lr 6e-4 --train.warmup 5 "${train_data[@]}")
+# train NAME N MODEL PRECISION ARGS...: one run of 10 steps, metrics in OUT/NAME.jsonl
+train_run() {
+  local name=$1 n=$2 model=$3 prec=$4; shift 4
+  local -n m=$model
+  run_np "$n" "$mt" train "${m[@]}" --train.steps 10 --train.save false --train.precision "$prec" \
+    --train.out_dir "$out/run_$name" --train.metrics "$out/$name.jsonl" "$@"
+  local rc=$?
+  touch "$out/$name.jsonl.done"
+  return $rc
+}
+# A reference (1 rank) and the layouts compared with it. Global batch 16 sequences throughout.
+for prec in fp32 bf16; do
+  tol=1e-5; [ $prec = bf16 ] && tol=2e-3
+  eval "case_gpt2_ref_$prec() { train_run gpt2_ref_$prec 1 gpt2 $prec --train.micro_batch 8 --train.grad_accum 2 && result PASS reference $prec 10 0 ; }"
+  add "gpt2_ref_$prec" 1
+  while read -r name n args; do
+    eval "case_gpt2_${name}_$prec() { wait_for $out/gpt2_ref_$prec.jsonl; train_run gpt2_${name}_$prec $n gpt2 $prec $args; compare $out/gpt2_ref_$prec.jsonl $out/gpt2_${name}_$prec.jsonl $tol $name $prec; }"
+    add "gpt2_${name}_$prec" "$n"
+  done <<EOF
+dp2 2 --mesh.dp 2 --train.micro_batch 8 --train.grad_accum 1
+dp2_zero1 2 --mesh.dp 2 --zero.stage 1 --train.micro_batch 8 --train.grad_accum 1
+dp2_zero2 2 --mesh.dp 2 --zero.stage 2 --train.micro_batch 4 --train.grad_accum 2
+dp2_zero3 2 --mesh.dp 2 --zero.stage 3 --train.micro_batch 8 --train.grad_accum 1
+dp2_zero1_offload 2 --mesh.dp 2 --zero.stage 1 --zero.offload_optimizer cpu --train.micro_batch 8 --train.grad_accum 1
+tp2 2 --mesh.tp 2 --train.micro_batch 8 --train.grad_accum 2
+tp2_sp 2 --mesh.tp 2 --tp.sequence_parallel --train.micro_batch 8 --train.grad_accum 2
+tp4_sp 4 --mesh.tp 4 --tp.sequence_parallel --train.micro_batch 8 --train.grad_accum 2
+pp2_1f1b 2 --mesh.pp 2 --pp.schedule 1f1b --train.micro_batch 4 --train.grad_accum 4
+pp2_gpipe 2 --mesh.pp 2 --pp.schedule gpipe --train.micro_batch 8 --train.grad_accum 2
+pp2_interleaved 2 --mesh.pp 2 --pp.schedule interleaved --pp.virtual_chunks 2 --train.micro_batch 4 --train.grad_accum 4
+pp4_1f1b 4 --mesh.pp 4 --train.micro_batch 2 --train.grad_accum 8
+3d_8 8 --mesh.dp 2 --mesh.pp 2 --mesh.tp 2 --tp.sequence_parallel --zero.stage 1 --train.micro_batch 4 --train.grad_accum 2
+EOF
+done
+for prec in fp32 bf16; do
+  tol=1e-5; [ $prec = bf16 ] && tol=2e-3
+  # llama-150m has 4 kv heads: tp 2 splits them; with 2 kv heads, tp 4 replicates them.
+  eval "case_llama_ref_$prec() { train_run llama_ref_$prec 1 llama $prec --train.micro_batch 8 --train.grad_accum 2 && result PASS reference $prec 10 0; }"
+  eval "case_llama_kv2_ref_$prec() { train_run llama_kv2_ref_$prec 1 llama $prec --model.n_kv_head 2 --train.micro_batch 8 --train.grad_accum 2 && result PASS reference $prec 10 0; }"
+  add "llama_ref_$prec" 1
+  add "llama_kv2_ref_$prec" 1
+  while read -r name ref n args; do
+    eval "case_llama_${name}_$prec() { wait_for $out/${ref}_$prec.jsonl; train_run llama_${name}_$prec $n llama $prec $args; compare $out/${ref}_$prec.jsonl $out/llama_${name}_$prec.jsonl $tol $name $prec; }"
+    add "llama_${name}_$prec" "$n"
+  done <<EOF
+tp2_kv_split llama_ref 2 --mesh.tp 2 --train.micro_batch 8 --train.grad_accum 2
+tp4_kv_replicated llama_kv2_ref 4 --model.n_kv_head 2 --mesh.tp 4 --tp.sequence_parallel --train.micro_batch 8 --train.grad_accum 2
+pp2_dp2_zero3 llama_ref 4 --mesh.pp 2 --mesh.dp 2 --zero.stage 3 --train.micro_batch 4 --train.grad_accum 2
+tp2_dp2_zero3 llama_ref 4 --mesh.tp 2 --mesh.dp 2 --zero.stage 3 --train.micro_batch 4 --train.grad_accum 2
+EOF
+done
+
+# ---- MoE over NCCL all-to-all: ep 2/4/8, ep x dp, ep x tp against ep 1 (global balancing) ----
+moe=(--model.preset demo --moe.experts 8 --moe.top_k 2 --moe.router_fp64 true --train.seq_len 128
+     --train.log_every 1 --train.eval_every 0 --train.sample_tokens 0 --ckpt.final false --train.lr 6e-4 --train.warmup 2 "${train_data[@]}")
+case_moe_ref() { train_run moe_ref 1 moe fp32 --train.micro_batch 8 && result PASS reference fp32 10 0; }
+add moe_ref 1
+while read -r name n args; do
+  eval "case_moe_$name() { wait_for $out/moe_ref.jsonl; train_run moe_$name $n moe fp32 $args; compare $out/moe_ref.jsonl $out/moe_$name.jsonl 1e-5 $name fp32; }"
+  add "moe_$name" "$n"
+done <<EOF
+ep2 2 --mesh.ep 2 --train.micro_batch 4
+ep4 4 --mesh.ep 4 --train.micro_batch 2
+ep8 8 --mesh.ep 8 --train.micro_batch 1
+ep2_dp4_zero2 4 --mesh.ep 2 --zero.stage 2 --train.micro_batch 2
+ep2_tp2 4 --mesh.ep 2 --mesh.tp 2 --train.micro_batch 4
+EOF
+
+# ---- a checkpoint written at 4 ranks, restored at 2, continuing as the uninterrupted run ----
+reshard() {  # NAME MODEL ARGS4 -- ARGS2
+  local name=$1 model=$2; shift 2
+  local a4=() a2=() seen=0 x
+  for x in "$@"; do if [ "$x" = -- ]; then seen=1; continue; fi
+    if [ $seen = 0 ]; then a4+=("$x"); else a2+=("$x"); fi; done
+  local -n m=$model
+  run_np 4 "$mt" train "${m[@]}" --train.steps 10 --train.save false --train.precision fp32 "${a4[@]}" --train.out_dir "$out/run_$name" \
+    --ckpt.every 5 --ckpt.dir "$out/run_$name/ckpt" --train.metrics "$out/${name}_full.jsonl" || return 1
+  run_np 2 "$mt" train "${m[@]}" --train.steps 10 --train.save false --train.precision fp32 "${a2[@]}" --train.out_dir "$out/run_${name}_2" \
+    --train.resume "$out/run_$name/ckpt/step_00000005.h5" --ckpt.dir "$out/run_${name}_2/ckpt" \
+    --train.metrics "$out/${name}_resumed.jsonl" || return 1
+  # The resumed run's steps 6-10 against the uninterrupted run's.
+  python3 - "$out/${name}_full.jsonl" "$out/${name}_resumed.jsonl" > "$out/$name.tail.jsonl" <<'PY'
+import json, sys
+full = [r for r in map(json.loads, open(sys.argv[1])) if "loss" in r and "step" in r]
+res = {r["step"] for r in map(json.loads, open(sys.argv[2])) if "loss" in r and "step" in r}
+for r in full:
+    if r["step"] in res: print(json.dumps(r))
+PY
+  compare "$out/$name.tail.jsonl" "$out/${name}_resumed.jsonl" 1e-5 "4->2_ranks" fp32
+}
+case_reshard_llama() { reshard reshard_llama llama --mesh.dp 2 --mesh.tp 2 --zero.stage 1 \
+  --train.micro_batch 4 --train.grad_accum 2 -- --mesh.tp 2 --train.micro_batch 8 --train.grad_accum 2; }
+case_reshard_moe() { reshard reshard_moe moe --mesh.ep 4 --zero.stage 3 --train.micro_batch 1 \
+  --train.grad_accum 2 -- --mesh.ep 2 --train.micro_batch 2 --train.grad_accum 2; }
+add reshard_llama 4
+add reshard_moe 4
+
+# ---- the HF export of a checkpoint under tp 2 is the 1-rank export, byte for byte ----
+case_export_tp2() {
+  run_np 1 "$mt" train "${llama[@]}" --train.steps 2 --train.save false --ckpt.every 2 --train.out_dir "$out/run_export" \
+    --ckpt.dir "$out/run_export/ckpt" --train.micro_batch 4 > /dev/null || return 1
+  local ck=$out/run_export/ckpt/step_00000002.h5 n
+  for n in 1 2; do
+    local tp=(); [ $n = 2 ] && tp=(--mesh.tp 2)
+    run_np "$n" "$mt" train "${llama[@]}" "${tp[@]}" --train.steps 2 --train.resume "$ck" \
+      --train.save true --train.micro_batch 4 --train.out_dir "$out/run_export_$n" \
+      --ckpt.dir "$out/run_export_$n/ckpt" || return 1
+  done
+  if cmp "$out/run_export_1/model/model.safetensors" "$out/run_export_2/model/model.safetensors"; then
+    result PASS export_tp2 fp32 2 0
+  else
+    result FAIL export_tp2 fp32 2 differ
+  fi
+}
+add export_tp2 2
+
+# ---- the watchdog over NCCL, and a rank killed mid-step ----
+case_watchdog_stall() {
+  BOUND=120 bash "$here/tests/cli/test_failures.sh" watchdog_stall "$out/work_stall" \
+    "${data}_train_*.bin" -- mpirun -np --bind-to none -x MESHTRAIN_EMULATE_HOSTS -- "$mt" &&
+    result PASS stall_dp_allreduce fp32 - -
+}
+case_watchdog_skip() {
+  BOUND=120 bash "$here/tests/cli/test_failures.sh" watchdog_skip "$out/work_skip" \
+    "${data}_train_*.bin" -- mpirun -np --bind-to none -x MESHTRAIN_EMULATE_HOSTS -- "$mt" &&
+    result PASS skip_dp_allreduce fp32 - -
+}
+case_rank_killed() {
+  local log=$out/rank_killed.train.log t0 pid victim
+  run_np 2 "$mt" train "${gpt2[@]}" --mesh.dp 2 --train.steps 1000 --train.save false --train.micro_batch 8 \
+    --train.out_dir "$out/run_killed" > "$log" 2>&1 &
+  pid=$!
+  for ((t0 = 0; t0 < 120; t0++)); do grep -q "step *3/" "$log" && break; sleep 1; done
+  victim=$(pgrep -f "^$mt train .*run_killed" | tail -1)
+  kill -KILL "$victim"
+  t0=$SECONDS
+  wait "$pid"; local rc=$?
+  sleep 1
+  local left; left=$(pgrep -f -- "--train.out_dir $out/run_killed" || true)
+  if [ "$rc" != 0 ] && [ -z "$left" ]; then
+    result PASS "rank_killed_exit_$rc" fp32 - "gone_in_$((SECONDS - t0))s"
+  else
+    result FAIL "rank_killed_exit_$rc" fp32 - "left:${left//$'\n'/,}"
+  fi
+}
+add watchdog_stall 2
+add watchdog_skip 2
+add rank_killed 2
+
+# ---- run the selected cases: references first (others wait for them), then the longest ----
+t_start=$SECONDS
+refs=()
+for n in "${order[@]}"; do [[ $n == *ref* ]] && refs+=("$n"); done
+for n in "${refs[@]}" layouts_8 moe_layouts_8 resume_8 moe_resume_8 "${order[@]}"; do
+  [[ $n =~ $only ]] || continue
+  [ -n "${pid_of[$n]:-}" ] || [ -e "$out/$n.launched" ] && continue
+  touch "$out/$n.launched"
+  launch "$n"
+done
+while [ "${#pid_of[@]}" -gt 0 ]; do reap; done
+rm -f "$out"/*.launched
+# Ranks a killed case's launcher left behind.
+pkill -KILL -f "^$bin/" 2> /dev/null || true
+sort -k2 "$summary" -o "$summary"
+pass=$(grep -c '^PASS' "$summary"); fail=$(grep -vc '^PASS' "$summary")
+echo "GPU suite: $pass passed, $fail failed in $((SECONDS - t_start)) s"
+cat "$summary"
+[ "$fail" = 0 ]
