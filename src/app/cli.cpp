@@ -29,7 +29,8 @@ void print_usage() {
   for (const auto& s : subcommand_table())
     std::printf("  %-10s %s\n", s.name.c_str(), s.summary.c_str());
   std::cout << "\n`meshtrain <subcommand> --help` lists its options. Options come from the command\n"
-               "line, then the --config INI file ([section] key = value), then defaults.\n\n"
+               "line, then a --deepspeed ds_config.json (train, plan, config), then the --config\n"
+               "INI file ([section] key = value), then defaults.\n\n"
                "exit codes: 0 success, 1 failure (a check failed or a rank hit an error),\n"
                "            2 bad configuration or input,\n"
                "            3 `train` saved a checkpoint after SIGUSR1/SIGTERM and stopped:\n"

@@ -61,7 +61,9 @@ void above(const po::variables_map& vm, const char* key, double lo, const char* 
 void check_train_options(const po::variables_map& vm) {
   at_least(vm, "train.lr", 0);
   at_least(vm, "train.min_lr", 0);
-  if (value<double>(vm, "train.min_lr") > value<double>(vm, "train.lr"))
+  // Only meshtrain's cosine decays to min_lr from lr (DeepSpeed's shapes take their own ends).
+  if (value<std::string>(vm, "train.lr_schedule") == "cosine" &&
+      value<double>(vm, "train.min_lr") > value<double>(vm, "train.lr"))
     throw ConfigError(cat("train.min_lr=", value<double>(vm, "train.min_lr"),
                           " is larger than train.lr=", value<double>(vm, "train.lr"),
                           " (the cosine decays from lr to min_lr)"));
@@ -86,6 +88,9 @@ void check_train_options(const po::variables_map& vm) {
   MESHTRAIN_CONFIG_CHECK(std::frexp(s, &e) == 0.5, "train.loss_scale_init=", s,
                          " must be a power of two (scaling and unscaling stay exact)");
   at_least(vm, "train.loss_scale_window", 1);
+  above(vm, "train.loss_scale_min", 0);
+  at_least(vm, "train.loss_scale_hysteresis", 1);
+  at_least(vm, "train.warmup_min_lr", 0);
   at_least(vm, "train.sample_tokens", 0);
   at_least(vm, "train.sample_temperature", 0, "0 = greedy");
   at_least(vm, "train.sample_top_k", 0, "0 = the whole vocabulary");

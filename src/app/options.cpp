@@ -81,6 +81,19 @@ po::options_description watchdog_options() {
   return d;
 }
 
+po::options_description profile_options() {
+  po::options_description d("Profiling [profile]");
+  d.add_options()
+      ("profile.nvtx", po::value<bool>()->default_value(false)->implicit_value(true),
+       "NVTX ranges for Nsight Systems (CUDA builds): steps, forward/backward per block, the "
+       "optimizer, each collective with its bytes and group, pipeline sends/receives, checkpoint "
+       "phases; off: one untaken branch per range")
+      ("profile.steps", po::value<std::string>()->default_value(""),
+       "A:B: cudaProfilerStart before step A, cudaProfilerStop after step B (1-based, as the "
+       "progress lines count), for nsys --capture-range=cudaProfilerApi (CUDA builds)");
+  return d;
+}
+
 mesh::Shape mesh_shape(const po::variables_map& vm, int world_size) {
   mesh::Shape s;
   s.pp = vm["mesh.pp"].as<int>();

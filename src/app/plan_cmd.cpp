@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "meshtrain/app/bench_cmd.hpp"
+#include "meshtrain/app/deepspeed_config.hpp"
 #include "meshtrain/app/option_checks.hpp"
 #include "meshtrain/app/options.hpp"
 #include "meshtrain/app/train_cmd.hpp"
@@ -58,7 +59,7 @@ po::options_description plan_options() {
        "steps per validated layout (the first is not timed)")
       ("plan.data", po::value<std::string>()->default_value(""),
        "token shards for --plan.validate; default: random tokens");
-  d.add(p).add(log_options());
+  d.add(p).add(log_options()).add(deepspeed_options());
   return d;
 }
 
@@ -122,10 +123,42 @@ void write_file(const std::string& path, const std::string& text, const char* op
 
 }  // namespace
 
+namespace {
+
+// --deepspeed for the planner: the file's global batch, micro-batch, ZeRO stage, precision and
+// bucket size narrow the search; its optimizer and schedule do not change a layout's memory or
+// time. "auto" batch values are train's defaults.
+DsContext plan_context(const po::variables_map& base) {
+  static const po::variables_map train_defaults = config::parse({}, train_options()).vm;
+  DsContext c;
+  c.base = &train_defaults;
+  c.dp = 0;
+  c.n_embd = model_config(base).n_embd;
+  const std::string prec = base["plan.precision"].as<std::string>();
+  c.grad_bytes = prec == "bf16" || prec == "fp16" ? 2 : 4;
+  return c;
+}
+
+std::vector<std::pair<std::string, std::string>> plan_layer(const DsMapping& m,
+                                                            const po::variables_map&) {
+  std::vector<std::pair<std::string, std::string>> kv;
+  if (m.global_batch > 0) kv.emplace_back("plan.global_batch", std::to_string(m.global_batch));
+  if (m.micro_batch > 0) kv.emplace_back("plan.micro_batches", std::to_string(m.micro_batch));
+  for (const auto& [from, to] : std::vector<std::pair<const char*, const char*>>{
+           {"zero.stage", "plan.zero"}, {"train.precision", "plan.precision"},
+           {"dp.bucket_mb", "plan.bucket_mb"}})
+    if (const DsOption* o = m.find(from)) kv.emplace_back(to, o->value);
+  return kv;
+}
+
+}  // namespace
+
 int cmd_plan(Runtime& rt, const std::vector<std::string>& args) {
   const auto desc = plan_options();
-  const config::Parsed p = config::parse(args, desc);
+  const DsParsed ds = parse_with_deepspeed(args, desc, plan_context, plan_layer);
+  const config::Parsed& p = ds.parsed;
   logging::set_context(log_context(p.vm, rt.rank()));
+  if (ds.used() && !ds.mapping.warning().empty()) logging::warn(ds.mapping.warning());
   const auto& vm = p.vm;
   check_plan_options(vm);
   const model::GptConfig cfg = model_config(vm);

@@ -1,6 +1,8 @@
 #include "meshtrain/app/subcommand_table.hpp"
 
 #include "meshtrain/app/convert.hpp"
+#include "meshtrain/app/deepspeed_config.hpp"
+#include "meshtrain/app/doctor.hpp"
 #include "meshtrain/app/bench_cmd.hpp"
 #include "meshtrain/app/plan_cmd.hpp"
 #include "meshtrain/app/prep.hpp"
@@ -24,6 +26,12 @@ const std::vector<Subcommand>& subcommand_table() {
       {"plan", "predict memory and step time of every layout for a model and cluster, rank them, "
                "write the chosen one's config and Slurm job, validate on this job",
        plan_options, cmd_plan},
+      {"config", "print the INI equivalent of the options given (--deepspeed ds_config.json, "
+                 "--config, the command line) for `train --config`",
+       config_cmd_options, cmd_config},
+      {"doctor", "read a run's folder (metrics, configuration, flight dumps) and say what "
+                 "slows or breaks it, in the seeds' troubleshooting terms, against the planner's "
+                 "prediction", doctor_options, cmd_doctor},
       {"bench", "measure the planner's calibration on this machine (GEMM, attention, memory, "
                 "collectives) into a JSON file", bench_options, cmd_bench},
   };

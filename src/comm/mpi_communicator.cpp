@@ -1,3 +1,4 @@
+#include "meshtrain/core/profile.hpp"
 #include "meshtrain/comm/mpi_communicator.hpp"
 
 #include <climits>
@@ -41,9 +42,11 @@ namespace {
 // holds what MPI reads until completion (MPI_Ialltoallv's count and displacement arrays).
 class MpiRequest final : public RequestImpl {
  public:
-  MpiRequest(MPI_Request r, FlightRecorder* rec, std::uint64_t seq, std::vector<int> keep)
-      : req_(r), rec_(rec), seq_(seq), keep_(std::move(keep)) {}
+  MpiRequest(MPI_Request r, FlightRecorder* rec, std::uint64_t seq, std::vector<int> keep,
+             OpKind op)
+      : req_(r), rec_(rec), seq_(seq), keep_(std::move(keep)), op_(op) {}
   void wait() override {
+    const prof::Range range([&] { return cat("wait ", op_name(op_), " ", rec_->name()); });
     MESHTRAIN_MPI_CHECK(MPI_Wait(&req_, MPI_STATUS_IGNORE));
     rec_->complete(seq_);
   }
@@ -59,6 +62,7 @@ class MpiRequest final : public RequestImpl {
   FlightRecorder* rec_;
   std::uint64_t seq_;
   std::vector<int> keep_;
+  OpKind op_;
 };
 
 int as_count(std::size_t n) {
@@ -80,8 +84,14 @@ MPI_Comm MpiCommunicator::checked(MPI_Comm comm) {
   return comm;
 }
 
-Request MpiCommunicator::wrap(MPI_Request r, std::uint64_t seq, std::vector<int> keep) {
-  return Request(std::make_unique<MpiRequest>(r, &recorder_, seq, std::move(keep)));
+Request MpiCommunicator::wrap(MPI_Request r, std::uint64_t seq, std::vector<int> keep,
+                              OpKind op) {
+  return Request(std::make_unique<MpiRequest>(r, &recorder_, seq, std::move(keep), op));
+}
+
+// "all_reduce dp 1.5 MiB": the profiler range of an operation (core/profile.hpp).
+std::string MpiCommunicator::label(OpKind op, std::size_t bytes) const {
+  return cat(op_name(op), " ", recorder_.name(), " ", prof::bytes_label(bytes));
 }
 
 // MPI reads host memory directly: whatever the instance still has queued may be writing it.
@@ -89,6 +99,7 @@ void MpiCommunicator::order_after_compute() { kc::fence(exec_, "meshtrain::comm:
 
 Request MpiCommunicator::iall_reduce_raw(const void* send, void* recv, std::size_t count,
                                          DType t, ReduceOp op) {
+  const prof::Range range([&] { return label(OpKind::all_reduce, count * dtype_size(t)); });
   bool skip = false;
   const std::uint64_t seq = recorder_.begin(OpKind::all_reduce, count * dtype_size(t), -1, &skip);
   if (skip) return Request();  // test fault: this rank leaves the operation out
@@ -97,11 +108,14 @@ Request MpiCommunicator::iall_reduce_raw(const void* send, void* recv, std::size
   const void* s = send == recv ? MPI_IN_PLACE : send;
   MESHTRAIN_MPI_CHECK(
       MPI_Iallreduce(s, recv, as_count(count), mpi_type(t), mpi_op(op), comm_, &r));
-  return wrap(r, seq);
+  return wrap(r, seq, {}, OpKind::all_reduce);
 }
 
 Request MpiCommunicator::ireduce_scatter_raw(const void* send, void* recv,
                                              std::size_t recv_count, DType t, ReduceOp op) {
+  const prof::Range range([&] {
+    return label(OpKind::reduce_scatter, recv_count * std::size_t(size_) * dtype_size(t));
+  });
   bool skip = false;
   const std::uint64_t seq = recorder_.begin(
       OpKind::reduce_scatter, recv_count * static_cast<std::size_t>(size_) * dtype_size(t), -1, &skip);
@@ -110,11 +124,14 @@ Request MpiCommunicator::ireduce_scatter_raw(const void* send, void* recv,
   MPI_Request r;
   MESHTRAIN_MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, as_count(recv_count), mpi_type(t),
                                                 mpi_op(op), comm_, &r));
-  return wrap(r, seq);
+  return wrap(r, seq, {}, OpKind::reduce_scatter);
 }
 
 Request MpiCommunicator::iall_gather_raw(const void* send, void* recv, std::size_t send_count,
                                          DType t) {
+  const prof::Range range([&] {
+    return label(OpKind::all_gather, send_count * std::size_t(size_) * dtype_size(t));
+  });
   bool skip = false;
   const std::uint64_t seq = recorder_.begin(
       OpKind::all_gather, send_count * static_cast<std::size_t>(size_) * dtype_size(t), -1, &skip);
@@ -124,21 +141,25 @@ Request MpiCommunicator::iall_gather_raw(const void* send, void* recv, std::size
   const int n = as_count(send_count);
   const MPI_Datatype mt = mpi_move_type(t);
   MESHTRAIN_MPI_CHECK(MPI_Iallgather(send, n, mt, recv, n, mt, comm_, &r));
-  return wrap(r, seq);
+  return wrap(r, seq, {}, OpKind::all_gather);
 }
 
 Request MpiCommunicator::ibroadcast_raw(void* buf, std::size_t count, DType t, int root) {
+  const prof::Range range([&] { return label(OpKind::broadcast, count * dtype_size(t)); });
   bool skip = false;
   const std::uint64_t seq = recorder_.begin(OpKind::broadcast, count * dtype_size(t), root, &skip);
   if (skip) return Request();  // test fault: this rank leaves the operation out
   order_after_compute();
   MPI_Request r;
   MESHTRAIN_MPI_CHECK(MPI_Ibcast(buf, as_count(count), mpi_move_type(t), root, comm_, &r));
-  return wrap(r, seq);
+  return wrap(r, seq, {}, OpKind::broadcast);
 }
 
 Request MpiCommunicator::iall_to_all_raw(const void* send, void* recv, std::size_t count,
                                          DType t) {
+  const prof::Range range([&] {
+    return label(OpKind::all_to_all, count * std::size_t(size_) * dtype_size(t));
+  });
   bool skip = false;
   const std::uint64_t seq = recorder_.begin(
       OpKind::all_to_all, count * static_cast<std::size_t>(size_) * dtype_size(t), -1, &skip);
@@ -148,7 +169,7 @@ Request MpiCommunicator::iall_to_all_raw(const void* send, void* recv, std::size
   const int n = as_count(count);
   const MPI_Datatype mt = mpi_move_type(t);
   MESHTRAIN_MPI_CHECK(MPI_Ialltoall(send, n, mt, recv, n, mt, comm_, &r));
-  return wrap(r, seq);
+  return wrap(r, seq, {}, OpKind::all_to_all);
 }
 
 Request MpiCommunicator::iall_to_allv_raw(const void* send, const std::size_t* send_counts,
@@ -169,6 +190,7 @@ Request MpiCommunicator::iall_to_allv_raw(const void* send, const std::size_t* s
     rd[q] = as_count(recv_displs[q]);
     bytes += send_counts[q] * dtype_size(t);
   }
+  const prof::Range range([&] { return label(OpKind::all_to_allv, bytes); });
   bool skip = false;
   const std::uint64_t seq = recorder_.begin(OpKind::all_to_allv, bytes, -1, &skip);
   if (skip) return Request();  // test fault: this rank leaves the operation out
@@ -176,31 +198,34 @@ Request MpiCommunicator::iall_to_allv_raw(const void* send, const std::size_t* s
   MPI_Request r;
   const MPI_Datatype mt = mpi_move_type(t);
   MESHTRAIN_MPI_CHECK(MPI_Ialltoallv(send, sc, sd, mt, recv, rc, rd, mt, comm_, &r));
-  return wrap(r, seq, std::move(a));
+  return wrap(r, seq, std::move(a), OpKind::all_to_allv);
 }
 
 Request MpiCommunicator::isend_raw(const void* buf, std::size_t count, DType t, int peer,
                                    int tag) {
+  const prof::Range range([&] { return label(OpKind::send, count * dtype_size(t)); });
   bool skip = false;
   const std::uint64_t seq = recorder_.begin(OpKind::send, count * dtype_size(t), peer, &skip);
   if (skip) return Request();  // test fault: this rank leaves the operation out
   order_after_compute();
   MPI_Request r;
   MESHTRAIN_MPI_CHECK(MPI_Isend(buf, as_count(count), mpi_move_type(t), peer, tag, comm_, &r));
-  return wrap(r, seq);
+  return wrap(r, seq, {}, OpKind::send);
 }
 
 Request MpiCommunicator::irecv_raw(void* buf, std::size_t count, DType t, int peer, int tag) {
+  const prof::Range range([&] { return label(OpKind::recv, count * dtype_size(t)); });
   bool skip = false;
   const std::uint64_t seq = recorder_.begin(OpKind::recv, count * dtype_size(t), peer, &skip);
   if (skip) return Request();  // test fault: this rank leaves the operation out
   order_after_compute();
   MPI_Request r;
   MESHTRAIN_MPI_CHECK(MPI_Irecv(buf, as_count(count), mpi_move_type(t), peer, tag, comm_, &r));
-  return wrap(r, seq);
+  return wrap(r, seq, {}, OpKind::recv);
 }
 
 void MpiCommunicator::barrier() {
+  const prof::Range range([&] { return label(OpKind::barrier, 0); });
   bool skip = false;
   const std::uint64_t seq = recorder_.begin(OpKind::barrier, 0, -1, &skip);
   if (skip) return;

@@ -1,4 +1,5 @@
 // Compiled only when MESHTRAIN_HAVE_NCCL (see src/CMakeLists.txt).
+#include "meshtrain/core/profile.hpp"
 #include "meshtrain/comm/nccl_communicator.hpp"
 
 #include "meshtrain/core/cuda_check.hpp"
@@ -116,6 +117,12 @@ void NcclCommunicator::order_after_compute() {
   MESHTRAIN_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready_, 0));
 }
 
+// "all_reduce dp 1.5 MiB": the profiler range of an operation's issue (core/profile.hpp); the
+// kernel itself shows on the GPU rows of the timeline.
+std::string NcclCommunicator::label(OpKind op, std::size_t bytes) const {
+  return cat(op_name(op), " ", recorder_.name(), " ", prof::bytes_label(bytes));
+}
+
 Request NcclCommunicator::make_request(std::uint64_t seq) {
   if (seq != 0) {
     std::lock_guard<std::mutex> lock(done_mu_);
@@ -131,6 +138,7 @@ Request NcclCommunicator::make_request(std::uint64_t seq) {
 
 Request NcclCommunicator::iall_reduce_raw(const void* send, void* recv, std::size_t count,
                                           DType t, ReduceOp op) {
+  const prof::Range range([&] { return label(OpKind::all_reduce, count * dtype_size(t)); });
   bool skip = false;
   const std::uint64_t seq = recorder_.begin(OpKind::all_reduce, count * dtype_size(t), -1, &skip);
   if (skip) return Request();  // test fault: this rank leaves the operation out
@@ -142,6 +150,9 @@ Request NcclCommunicator::iall_reduce_raw(const void* send, void* recv, std::siz
 
 Request NcclCommunicator::ireduce_scatter_raw(const void* send, void* recv,
                                               std::size_t recv_count, DType t, ReduceOp op) {
+  const prof::Range range([&] {
+    return label(OpKind::reduce_scatter, recv_count * std::size_t(size_) * dtype_size(t));
+  });
   bool skip = false;
   const std::uint64_t seq = recorder_.begin(
       OpKind::reduce_scatter, recv_count * static_cast<std::size_t>(size_) * dtype_size(t), -1, &skip);
@@ -154,6 +165,9 @@ Request NcclCommunicator::ireduce_scatter_raw(const void* send, void* recv,
 
 Request NcclCommunicator::iall_gather_raw(const void* send, void* recv, std::size_t send_count,
                                           DType t) {
+  const prof::Range range([&] {
+    return label(OpKind::all_gather, send_count * std::size_t(size_) * dtype_size(t));
+  });
   bool skip = false;
   const std::uint64_t seq = recorder_.begin(
       OpKind::all_gather, send_count * static_cast<std::size_t>(size_) * dtype_size(t), -1, &skip);
@@ -164,6 +178,7 @@ Request NcclCommunicator::iall_gather_raw(const void* send, void* recv, std::siz
 }
 
 Request NcclCommunicator::ibroadcast_raw(void* buf, std::size_t count, DType t, int root) {
+  const prof::Range range([&] { return label(OpKind::broadcast, count * dtype_size(t)); });
   bool skip = false;
   const std::uint64_t seq = recorder_.begin(OpKind::broadcast, count * dtype_size(t), root, &skip);
   if (skip) return Request();  // test fault: this rank leaves the operation out
@@ -179,6 +194,9 @@ Request NcclCommunicator::iall_to_all_raw(const void* send, void* recv, std::siz
                                           DType t) {
   std::vector<std::size_t> displs(size_);
   for (int q = 0; q < size_; ++q) displs[q] = q * count;
+  const prof::Range range([&] {
+    return label(OpKind::all_to_all, count * std::size_t(size_) * dtype_size(t));
+  });
   bool skip = false;
   const std::uint64_t seq = recorder_.begin(
       OpKind::all_to_all, count * static_cast<std::size_t>(size_) * dtype_size(t), -1, &skip);
@@ -202,6 +220,7 @@ Request NcclCommunicator::iall_to_allv_raw(const void* send, const std::size_t* 
                                            const std::size_t* recv_displs, DType t) {
   std::size_t bytes = 0;
   for (int q = 0; q < size_; ++q) bytes += send_counts[q] * dtype_size(t);
+  const prof::Range range([&] { return label(OpKind::all_to_allv, bytes); });
   bool skip = false;
   const std::uint64_t seq = recorder_.begin(OpKind::all_to_allv, bytes, -1, &skip);
   if (skip) return Request();  // test fault: this rank leaves the operation out
@@ -266,6 +285,7 @@ NcclCommunicator* NcclCommunicator::channel(int from, int to) {
 Request NcclCommunicator::isend_raw(const void* buf, std::size_t count, DType t, int peer,
                                     int tag) {
   if (NcclCommunicator* c = channel(rank_, peer)) return c->isend_raw(buf, count, t, peer > rank_, tag);
+  const prof::Range range([&] { return label(OpKind::send, count * dtype_size(t)); });
   bool skip = false;
   const std::uint64_t seq = recorder_.begin(OpKind::send, count * dtype_size(t), peer, &skip);
   if (skip) return Request();  // test fault: this rank leaves the operation out
@@ -277,6 +297,7 @@ Request NcclCommunicator::isend_raw(const void* buf, std::size_t count, DType t,
 Request NcclCommunicator::irecv_raw(void* buf, std::size_t count, DType t, int peer,
                                     int tag) {
   if (NcclCommunicator* c = channel(peer, rank_)) return c->irecv_raw(buf, count, t, peer > rank_, tag);
+  const prof::Range range([&] { return label(OpKind::recv, count * dtype_size(t)); });
   bool skip = false;
   const std::uint64_t seq = recorder_.begin(OpKind::recv, count * dtype_size(t), peer, &skip);
   if (skip) return Request();  // test fault: this rank leaves the operation out
@@ -286,6 +307,7 @@ Request NcclCommunicator::irecv_raw(void* buf, std::size_t count, DType t, int p
 }
 
 void NcclCommunicator::barrier() {
+  const prof::Range range([&] { return label(OpKind::barrier, 0); });
   bool skip = false;
   const std::uint64_t seq = recorder_.begin(OpKind::barrier, 0, -1, &skip);
   if (skip) return;

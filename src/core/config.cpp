@@ -1,6 +1,7 @@
 #include "meshtrain/core/config.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -56,7 +57,8 @@ std::string suggestion(std::string key, const po::options_description& desc, con
 
 }  // namespace
 
-Parsed parse(const std::vector<std::string>& args, const po::options_description& desc) {
+Parsed parse(const std::vector<std::string>& args, const po::options_description& desc,
+             const Layer& layer, const std::string& layer_name) {
   Parsed p;
   try {
     // No guessing: Boost would take --train.step for the only option it prefixes
@@ -72,6 +74,7 @@ Parsed parse(const std::vector<std::string>& args, const po::options_description
     rethrow(e, "command line; see --help");
   }
   p.help = p.vm.count("help") > 0;
+  po::parsed_options file_options(&desc);
   if (p.vm.count("config")) {
     p.config_file = p.vm["config"].as<std::string>();
     std::ifstream in(p.config_file);
@@ -81,8 +84,7 @@ Parsed parse(const std::vector<std::string>& args, const po::options_description
                                                                    : "no such file"));
     }
     try {
-      // Stored after the command line: po::store keeps the first value, so the command line wins.
-      po::store(po::parse_config_file(in, desc, /*allow_unregistered=*/false), p.vm);
+      file_options = po::parse_config_file(in, desc, /*allow_unregistered=*/false);
     } catch (const po::unknown_option& e) {
       const std::string hint = suggestion(e.get_option_name(), desc, "");
       throw ConfigError(cat("unknown key '", e.get_option_name(), "' in ", p.config_file, " (",
@@ -92,12 +94,37 @@ Parsed parse(const std::vector<std::string>& args, const po::options_description
       rethrow(e, p.config_file);
     }
   }
+  // po::store keeps the first value it sees for a key: command line, then the layer, then the
+  // file, then defaults.
+  try {
+    if (layer) {
+      po::variables_map base = p.vm;
+      po::store(file_options, base);
+      po::notify(base);
+      po::parsed_options extra(&desc);
+      for (auto& [key, value] : layer(LayerInput{p.vm, base}))
+        extra.options.emplace_back(key, std::vector<std::string>{value});
+      try {
+        po::store(extra, p.vm);
+      } catch (const po::error& e) {
+        rethrow(e, layer_name);
+      }
+    }
+    po::store(file_options, p.vm);
+  } catch (const po::error& e) {
+    rethrow(e, p.config_file);
+  }
   try {
     po::notify(p.vm);
   } catch (const po::error& e) {
     rethrow(e, p.config_file.empty() ? "command line" : "command line or " + p.config_file);
   }
   return p;
+}
+
+bool given(const po::variables_map& vm, const std::string& key) {
+  auto it = vm.find(key);
+  return it != vm.end() && !it->second.empty() && !it->second.defaulted();
 }
 
 namespace {
@@ -110,10 +137,11 @@ std::string format_value(const boost::any& v) {
   if (auto* x = boost::any_cast<unsigned long>(&v)) return std::to_string(*x);
   if (auto* x = boost::any_cast<bool>(&v)) return *x ? "true" : "false";
   if (auto* x = boost::any_cast<double>(&v)) {
-    std::ostringstream os;
-    os.precision(10);
-    os << *x;
-    return os.str();
+    // The shortest text that reads back as the same double: a printed configuration (checkpoint
+    // attribute, `meshtrain config`) trains exactly the run it came from.
+    char buf[32];
+    const auto r = std::to_chars(buf, buf + sizeof buf, *x, std::chars_format::general);
+    return std::string(buf, r.ptr);
   }
   if (auto* x = boost::any_cast<float>(&v)) {
     std::ostringstream os;
@@ -126,13 +154,14 @@ std::string format_value(const boost::any& v) {
 
 }  // namespace
 
-std::string resolved_ini(const po::variables_map& vm, const po::options_description& desc) {
+std::string resolved_ini(const po::variables_map& vm, const po::options_description& desc,
+                         bool defaults) {
   std::map<std::string, std::map<std::string, std::string>> sections;
   for (const auto& opt : desc.options()) {
     const std::string& name = opt->long_name();
-    if (name == "help" || name == "config") continue;
+    if (name == "help" || name == "config" || name == "deepspeed") continue;
     auto it = vm.find(name);
-    if (it == vm.end() || it->second.empty()) continue;
+    if (it == vm.end() || it->second.empty() || (!defaults && it->second.defaulted())) continue;
     auto dot = name.find('.');
     std::string sec = dot == std::string::npos ? "" : name.substr(0, dot);
     std::string key = dot == std::string::npos ? name : name.substr(dot + 1);

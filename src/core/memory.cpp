@@ -1,6 +1,7 @@
 #include "meshtrain/core/memory.hpp"
 
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include "meshtrain/core/kokkos_compat.hpp"
 #if defined(KOKKOS_ENABLE_CUDA)
@@ -22,6 +23,18 @@ std::size_t device_used_bytes() {
   return total_b - free_b;
 #else
   return 0;
+#endif
+}
+
+std::size_t device_capacity_bytes() {
+#if defined(KOKKOS_ENABLE_CUDA)
+  std::size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return 0;
+  return total_b;
+#else
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page)
+                               : 0;
 #endif
 }
 

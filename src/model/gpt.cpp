@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "meshtrain/core/profile.hpp"
 #include "meshtrain/comm/factory.hpp"
 #include "meshtrain/comm/self_communicator.hpp"
 #include "meshtrain/core/error.hpp"
@@ -479,12 +480,14 @@ View1<const T> GptT<T>::run_forward(int c, int slot, View1<const std::int32_t> t
   for (int l = ca.range.first; l < ca.range.last; ++l) {
     const int i = l - ca.range.first;
     View1<const T> x = i == 0 ? s.input : s.block_out[static_cast<std::size_t>(i - 1)];
+    const prof::Range r([&] { return cat("forward block ", l); });
     hook_before_forward(reg_.unit_of_layer(l));
     if (reg_.expert_unit_of_layer(l) >= 0) hook_before_forward(reg_.expert_unit_of_layer(l));
     block_forward(l, x, acts_for(ca, s, l), s.block_out[static_cast<std::size_t>(i)]);
   }
   View1<const T> out = s.block_out.back();
   if (!ca.head) return out;
+  const prof::Range r("head and loss");
   head_forward(s, out, targets, grad_scale, mode);
   return {};
 }
@@ -514,12 +517,14 @@ View1<const T> GptT<T>::backward(int c, int slot, View1<const T> dy) {
   for (int l = ca.range.last - 1; l >= ca.range.first; --l) {
     const int i = l - ca.range.first;
     View1<const T> x = i == 0 ? s.input : s.block_out[static_cast<std::size_t>(i - 1)];
+    const prof::Range r([&] { return cat("backward block ", l); });
     const int u = reg_.unit_of_layer(l), eu = reg_.expert_unit_of_layer(l);
     // An MoE block's experts (the later unit) first: backward walks the units downwards.
     if (eu >= 0) hook_before_backward(eu);
     hook_before_backward(u);
     auto& a = acts_for(ca, s, l);
     if (layout_.recompute) {
+      const prof::Range rr([&] { return cat("recompute block ", l); });
       recomputing_ = true;
       block_forward(l, x, a, s.block_out[static_cast<std::size_t>(i)]);
       recomputing_ = false;

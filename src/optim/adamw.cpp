@@ -1,5 +1,6 @@
 #include "meshtrain/optim/adamw.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
@@ -7,7 +8,77 @@
 
 namespace meshtrain::optim {
 
+LrSchedule parse_lr_schedule(const std::string& t) {
+  if (t == "cosine") return LrSchedule::cosine;
+  if (t == "constant") return LrSchedule::constant;
+  if (t == "ds_warmup") return LrSchedule::ds_warmup;
+  if (t == "ds_warmup_decay") return LrSchedule::ds_warmup_decay;
+  if (t == "ds_warmup_cosine") return LrSchedule::ds_warmup_cosine;
+  throw ConfigError(cat("train.lr_schedule='", t, "' is not one of cosine, constant, ds_warmup, "
+                        "ds_warmup_decay, ds_warmup_cosine"));
+}
+
+WarmupType parse_warmup_type(const std::string& t) {
+  if (t == "linear") return WarmupType::linear;
+  if (t == "log") return WarmupType::log;
+  throw ConfigError(cat("train.warmup_type='", t, "' is not one of linear, log"));
+}
+
+const char* lr_schedule_name(LrSchedule s) {
+  switch (s) {
+    case LrSchedule::cosine: return "cosine";
+    case LrSchedule::constant: return "constant";
+    case LrSchedule::ds_warmup: return "ds_warmup";
+    case LrSchedule::ds_warmup_decay: return "ds_warmup_decay";
+    case LrSchedule::ds_warmup_cosine: return "ds_warmup_cosine";
+  }
+  return "?";
+}
+
+namespace {
+
+// DeepSpeed's schedulers: the engine calls scheduler.step() after each optimizer step, so the
+// rate of step s was set by the scheduler's iteration i = s - 1 (i = -1: the constructor's rate,
+// warmup_min_lr for WarmupLR and WarmupDecayLR, 0 for WarmupCosineLR). Warmup lasts
+// W = max(2, warmup_num_steps) iterations; its fraction is i / W (linear) or log(i + 1) / log(W).
+double deepspeed_lr(const AdamWConfig& c, std::int64_t step) {
+  const double lo = c.warmup_min_lr, hi = c.lr;
+  const std::int64_t i = step - 1;
+  if (i < 0) return c.schedule == LrSchedule::ds_warmup_cosine ? 0.0 : lo;
+  const std::int64_t W = std::max<std::int64_t>(2, c.warmup_steps);
+  if (i < W) {
+    const double f = c.warmup_type == WarmupType::log
+                         ? std::log(static_cast<double>(i + 1)) / std::log(static_cast<double>(W))
+                         : static_cast<double>(i) / static_cast<double>(W);
+    return lo + (hi - lo) * f;
+  }
+  const double T = static_cast<double>(c.decay_steps);
+  switch (c.schedule) {
+    case LrSchedule::ds_warmup_decay:
+      return lo + (hi - lo) * std::max(0.0, (T - static_cast<double>(i)) /
+                                                std::max(1.0, T - static_cast<double>(W)));
+    case LrSchedule::ds_warmup_cosine: {
+      // Ratios of lr in DeepSpeed (cos_min_ratio = min_lr / lr), the same rates here.
+      const double done = static_cast<double>(i - W + 1) / (T - static_cast<double>(W));
+      const double ratio_lo = hi > 0 ? c.min_lr / hi : 0.0;
+      const double ratio = ratio_lo + (1.0 - ratio_lo) * (1.0 + std::cos(M_PI * done)) / 2.0;
+      return hi * std::max(0.0, ratio);
+    }
+    default:
+      return hi;
+  }
+}
+
+}  // namespace
+
 float lr_at(const AdamWConfig& c, std::int64_t step) {
+  switch (c.schedule) {
+    case LrSchedule::constant: return c.lr;
+    case LrSchedule::ds_warmup:
+    case LrSchedule::ds_warmup_decay:
+    case LrSchedule::ds_warmup_cosine: return static_cast<float>(deepspeed_lr(c, step));
+    case LrSchedule::cosine: break;
+  }
   if (c.warmup_steps > 0 && step < c.warmup_steps)
     return c.lr * static_cast<float>(step + 1) / static_cast<float>(c.warmup_steps);
   if (c.decay_steps <= 0) return c.lr;

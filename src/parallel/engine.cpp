@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "meshtrain/core/profile.hpp"
 #include "meshtrain/comm/flight_recorder.hpp"
 #include "meshtrain/core/agree.hpp"
 #include "meshtrain/core/error.hpp"
@@ -176,6 +177,7 @@ StepComm Engine<T>::forward_backward(const BatchSource& batch, float grad_scale)
 
 template <class T>
 bool Engine<T>::optimizer_step(std::int64_t step, float loss_scale, bool check_finite) {
+  const prof::Range r("optimizer");
   const bool applied = zopt_->step(step, loss_scale, check_finite);
   // A skipped step (non-finite gradients) leaves the routing state as it leaves the weights.
   if (applied) update_expert_bias();
@@ -260,6 +262,9 @@ void Engine<T>::world_all_reduce(void* buf, int count, MPI_Datatype type, MPI_Op
   if (!host_recorder_) host_recorder_ = std::make_unique<comm::FlightRecorder>(world, "world.host");
   int size = 0;
   MESHTRAIN_MPI_CHECK(MPI_Type_size(type, &size));
+  const prof::Range r([&] {
+    return cat("all_reduce world.host ", prof::bytes_label(static_cast<std::size_t>(count) * size));
+  });
   const std::uint64_t seq = host_recorder_->begin(
       comm::OpKind::all_reduce, static_cast<std::size_t>(count) * static_cast<std::size_t>(size),
       -1);

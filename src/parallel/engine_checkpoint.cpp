@@ -9,9 +9,11 @@
 // Restore: each rank reads what its new layout holds: its whole parameter slice (ZeRO-3: its
 // shard), and the master, m and v of its optimizer shard. Nothing depends on the saving layout.
 #include <csignal>
+#include <optional>
 #include <type_traits>
 
 #include "meshtrain/core/fault_injection.hpp"
+#include "meshtrain/core/profile.hpp"
 #include "meshtrain/core/log.hpp"
 #include "meshtrain/parallel/engine.hpp"
 #include "meshtrain/parallel/grad_sync.hpp"
@@ -106,6 +108,9 @@ std::string Engine<T>::save_checkpoint(const std::string& dir, std::int64_t step
                                        io::CheckpointAttributes a, io::Transfer transfer,
                                        int keep) {
   MESHTRAIN_CONFIG_CHECK(!dir.empty(), "saving a checkpoint needs ckpt.dir");
+  const prof::Range save_range("checkpoint save");
+  std::optional<prof::Range> phase;
+  phase.emplace("checkpoint: state to host");
   const model::ParameterRegistry& reg = model_->registry();
   const std::size_t n = reg.size();
   const ExecSpace exec = model_->exec();
@@ -155,11 +160,15 @@ std::string Engine<T>::save_checkpoint(const std::string& dir, std::int64_t step
   save_expert_bias(a);
   a.layout = {c.shape.dp, c.shape.pp, c.shape.tp, zero, c.order.str(), c.shape.cp};
   io::CheckpointWriter writer(ctx_->mesh().world().get(), dir, steps_done);
+  phase.reset();
+  phase.emplace("checkpoint: write");
   writer.write(a, groups, transfer);
+  phase.reset();
   if (fault::hooks().crash_at_checkpoint == steps_done && world_rank() == 0) {
     logging::each("test hook: rank 0 kills itself after writing ", writer.tmp_path());
     std::raise(SIGKILL);
   }
+  const prof::Range commit_range("checkpoint: commit");
   return writer.commit(keep);
 }
 
@@ -167,6 +176,7 @@ template <class T>
 io::CheckpointAttributes Engine<T>::load_checkpoint(const std::string& spec,
                                                     const std::string& dir, bool verify,
                                                     io::Transfer transfer) {
+  const prof::Range load_range("checkpoint load");
   const model::ParameterRegistry& reg = model_->registry();
   const std::size_t n = reg.size();
   const ExecSpace exec = model_->exec();

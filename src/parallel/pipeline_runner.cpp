@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "meshtrain/core/profile.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/timer.hpp"
 #include "meshtrain/parallel/receive_posting.hpp"
@@ -87,6 +88,7 @@ void PipelineRunner<T>::grow_pool(int buffer) {
 template <class T>
 void PipelineRunner<T>::issue(const Message& m) {
   const Action& a = flow_.actions()[m.action];
+  const prof::Range range([&] { return cat("pipeline ", to_string(a)); });
   comm::Request& r = messages_[m.action];
   MESHTRAIN_CHECK(!r.pending(), "PipelineRunner: ", to_string(a), " issued twice in one step");
   if (a.op == Op::recv_act || a.op == Op::recv_grad) {
@@ -108,6 +110,7 @@ void PipelineRunner<T>::issue(const Message& m) {
 
 template <class T>
 void PipelineRunner<T>::wait(std::size_t i) {
+  const prof::Range r([&] { return cat("pipeline wait ", to_string(flow_.actions()[i])); });
   Timer t;
   messages_[i].wait();
   st_.idle_s += t.seconds();
@@ -124,6 +127,7 @@ void PipelineRunner<T>::compute(std::size_t i, int input) {
   const int slot = a.micro % chunk_slots_[static_cast<std::size_t>(a.chunk)];
   const View1<const T> in =
       input >= 0 ? View1<const T>(pool_[static_cast<std::size_t>(input)]) : View1<const T>{};
+  const prof::Range r([&] { return cat("pipeline ", to_string(a)); });
   if (a.op == Op::forward) {
     const MicroBatch mb = (*batch_)(a.micro);
     Timer t;

@@ -1,6 +1,8 @@
 #include "meshtrain/train/trainer.hpp"
 
 #include <algorithm>
+#include <climits>
+#include <fstream>
 
 #include <cmath>
 #include <cstdio>
@@ -10,7 +12,9 @@
 
 #include "meshtrain/core/fault_injection.hpp"
 #include "meshtrain/core/log.hpp"
+#include "meshtrain/core/json.hpp"
 #include "meshtrain/core/memory.hpp"
+#include "meshtrain/core/profile.hpp"
 #include "meshtrain/core/signals.hpp"
 #include "meshtrain/core/timer.hpp"
 
@@ -48,7 +52,11 @@ TrainerT<T>::TrainerT(parallel::Engine<T>& engine, const TrainConfig& cfg, io::B
     : engine_(engine),
       cfg_(cfg),
       data_(std::move(data)),
-      scaler_(cfg.loss_scale_init, cfg.loss_scale_window),
+      scaler_(optim::LossScalerConfig{cfg.loss_scale_init, cfg.loss_scale_window,
+                                      cfg.loss_scale_min, 16777216.0f,
+                                      cfg.loss_scale_hysteresis,
+                                      cfg.loss_scale_consecutive_hysteresis,
+                                      !cfg.loss_scale_static}),
       guard_(cfg.divergence, cfg.loss_scaling) {
   MESHTRAIN_CONFIG_CHECK(cfg_.micro_batch == engine.micro_batch(), "train.micro_batch mismatch");
   MESHTRAIN_CONFIG_CHECK(cfg_.seq_len == engine.seq_len(), "train.seq_len mismatch");
@@ -59,6 +67,7 @@ TrainerT<T>::TrainerT(parallel::Engine<T>& engine, const TrainConfig& cfg, io::B
   // Opened for appending here (to fail early), on world rank 0 only; run() truncates it unless
   // it continues a restored run, whose earlier records the file keeps.
   metrics_.open(cfg_.metrics_file, engine_.world_rank() == 0, true);
+  tensorboard_.open(cfg_.tensorboard_dir, engine_.world_rank() == 0);
 }
 
 template <class T>
@@ -161,6 +170,44 @@ void TrainerT<T>::log_step(const StepMetrics& m, double eta) {
     record["tokens_by_source"] = by;
   }
   metrics_.write(record);
+  if (tensorboard_.active()) {
+    const double ms = m.step_seconds * 1e3;
+    std::vector<std::pair<std::string, double>> v = {
+        {"train/loss", m.loss},           {"train/lr", m.lr},
+        {"train/grad_norm", m.grad_norm}, {"perf/tokens_per_s", m.tokens_per_second},
+        {"perf/step_ms", ms},             {"perf/tflops", m.tflops},
+        {"memory/gib", m.memory_bytes / 1073741824.0}};
+    if (cfg_.peak_tflops > 0) v.emplace_back("perf/mfu", m.mfu);
+    if (cfg_.loss_scaling) v.emplace_back("train/loss_scale", m.loss_scale);
+    if (m.comm_reported) {  // shares of the step: the seeds' "communication over 30 %"
+      v.emplace_back("comm/dp_ms", m.dp_comm_ms);
+      v.emplace_back("comm/dp_hidden", m.dp_hidden);
+      v.emplace_back("comm/dp_exposed_share", ms > 0 ? m.dp_comm_ms * (1 - m.dp_hidden) / ms : 0);
+      v.emplace_back("comm/tp_share", ms > 0 ? m.tp_comm_ms / ms : 0);
+      if (m.pipelined) v.emplace_back("pipeline/bubble", m.bubble);
+    }
+    tensorboard_.scalars(m.step + 1, v);
+  }
+}
+
+template <class T>
+void TrainerT<T>::record_memory_per_rank(std::int64_t done) {
+  if (cfg_.memory_file.empty()) return;  // the same on every rank
+  const int n = engine_.world_size();
+  std::vector<int> kib(static_cast<std::size_t>(n), 0);
+  const std::size_t mine = kDeviceIsHost ? host_peak_rss_bytes() : device_used_bytes();
+  kib[static_cast<std::size_t>(engine_.world_rank())] = static_cast<int>(
+      std::min<std::size_t>(mine / 1024, static_cast<std::size_t>(INT32_MAX)));
+  engine_.max_over_ranks(kib.data(), n);
+  if (engine_.world_rank() != 0) return;
+  Json per = Json::array();
+  for (int k : kib) per.push_back(static_cast<std::int64_t>(k) * 1024);
+  const Json rec{{"step", done}, {"memory_per_rank", per},
+                 {"memory_capacity_bytes", device_capacity_bytes()}};
+  std::ofstream out(cfg_.memory_file);
+  out << json::dump(rec) << "\n";
+  if (!out) logging::warn("cannot write '", cfg_.memory_file, "': the doctor will not see every "
+                          "rank's peak memory");
 }
 
 template <class T>
@@ -185,7 +232,21 @@ StepMetrics TrainerT<T>::run() {
     const std::int64_t done = s + 1;  // steps completed after this one
     bool logged = cfg_.log_every > 0 && (done % cfg_.log_every == 0 || s == start_step_ ||
                                          done == cfg_.steps);
-    last = step(s, logged);
+    if (!capturing_ && (done == cfg_.profile_first ||
+                        (s == start_step_ && done > cfg_.profile_first &&
+                         done <= cfg_.profile_last))) {
+      prof::capture_start();  // profile.steps A:B (nsys --capture-range=cudaProfilerApi)
+      capturing_ = true;
+    }
+    {
+      const prof::Range r([&] { return cat("step ", done); });
+      last = step(s, logged);
+    }
+    if (capturing_ && done >= cfg_.profile_last) {
+      engine_.fence();  // the captured steps' kernels finish inside the window
+      prof::capture_stop();
+      capturing_ = false;
+    }
     if (s > start_step_) {  // the first step includes one-time start-up costs
       elapsed += last.step_seconds;
       ++timed;
@@ -227,6 +288,8 @@ StepMetrics TrainerT<T>::run() {
       logging::info("saved checkpoint ", saved, " (step ", done, ", ",
                     static_cast<long long>(last.ckpt_ms + 0.5), " ms)");
     if (stop) {
+      if (capturing_) prof::capture_stop();
+      capturing_ = false;
       logging::warn("stop requested (SIGUSR1/SIGTERM) after step ", done, "/", cfg_.steps, ": ",
                     save ? "checkpoint saved, stopping" : "no ckpt.dir, stopping without a save");
       stopped_ = true;
@@ -235,6 +298,9 @@ StepMetrics TrainerT<T>::run() {
     if (has_val && cfg_.eval_every > 0 && done % cfg_.eval_every == 0 && done != cfg_.steps)
       log_eval(done, evaluate_sources(), false);
   }
+  if (capturing_) prof::capture_stop();
+  capturing_ = false;
+  record_memory_per_rank(cfg_.steps);
   if (has_val) log_eval(cfg_.steps, evaluate_sources(), true);
   return last;
 }

@@ -26,7 +26,9 @@ std::string TrainerT<T>::save_checkpoint(std::int64_t steps_done) {
   a.config_text = cfg_.config_text;
   a.extra["train.precision"] = std::is_same_v<T, float> ? "fp32" : "16-bit";
   a.extra["train.tokens_per_step"] = std::to_string(tokens_per_step());
-  if (!skipped_batches_.empty()) a.extra["train.skipped_batches"] = format_batches(skipped_batches_);
+  a.extra["train.loss_scale_hysteresis"] = std::to_string(scaler_.hysteresis());
+  if (!skipped_batches_.empty())
+    a.extra["train.skipped_batches"] = format_batches(skipped_batches_);
   a.extra["data.sources"] = data_record(steps_done);  // what each source has supplied
   last_checkpoint_ = engine_.save_checkpoint(cfg_.ckpt.dir, steps_done, a, cfg_.ckpt.transfer,
                                              cfg_.ckpt.keep);
@@ -38,8 +40,9 @@ io::CheckpointAttributes TrainerT<T>::restore(const std::string& spec) {
   const Timer t;
   io::CheckpointAttributes a =
       engine_.load_checkpoint(spec, cfg_.ckpt.dir, cfg_.ckpt.verify, cfg_.ckpt.transfer);
+  const auto hyst = a.extra.find("train.loss_scale_hysteresis");  // absent before issue 37
   scaler_.set_state(static_cast<float>(a.loss_scale), static_cast<int>(a.loss_scale_good_steps),
-                    a.loss_scale_skipped);
+                    a.loss_scale_skipped, hyst == a.extra.end() ? -1 : std::stoi(hyst->second));
   start_step_ = a.step;
   last_checkpoint_ = a.path;
   const auto skipped = a.extra.find("train.skipped_batches");

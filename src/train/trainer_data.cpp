@@ -147,6 +147,7 @@ void TrainerT<T>::log_eval(std::int64_t step, const EvalLosses& e, bool final) {
   if (final) logging::info("final val loss ", e.loss, by, " (", cfg_.eval_batches, " batches)");
   else logging::info("step ", step, " | val loss ", e.loss, by);
   metrics_.write(record);
+  tensorboard_.scalars(step, {{"eval/loss", e.loss}});
 }
 
 #define MESHTRAIN_TRAINER_DATA(T)                                                            \

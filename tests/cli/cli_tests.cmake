@@ -261,3 +261,5 @@ if(NOT MESHTRAIN_ENABLE_NCCL)
   set_property(TEST cli_emulate_hosts_needs_nccl APPEND PROPERTY ENVIRONMENT
     MESHTRAIN_EMULATE_HOSTS=1)
 endif()
+# The seeds' workflow (issue 37): a ds_config.json as it is, TensorBoard, `meshtrain doctor`.
+include(${CMAKE_CURRENT_SOURCE_DIR}/cli/seeds_cli_tests.cmake)

@@ -167,8 +167,19 @@ class Recipe(unittest.TestCase):
         for v in released:
             self.assertRegex(versions[v].get("commit", ""), r"^[0-9a-f]{40}$", v)
 
+    def test_license_is_the_files(self):
+        # BSD 3-Clause (LICENSE, copyright "the meshtrain authors"); no maintainers() until the
+        # project has people with published handles.
+        licenses = [a for k, a, kw in self.directives if k == "license"]
+        self.assertEqual(licenses, [("BSD-3-Clause",)])
+        self.assertFalse([a for k, a, kw in self.directives if k == "maintainers"])
+        with open("LICENSE") as f:
+            text = f.read()
+        self.assertTrue(text.startswith("BSD 3-Clause License"))
+        self.assertIn("Copyright (c) 2026, the meshtrain authors", text)
+
     def test_dependencies(self):
-        for dep in ("mpi", "blas", "pcre2", "zlib-api", "zstd"):
+        for dep in ("mpi", "blas", "pcre2", "zlib-api", "zstd", "protobuf"):
             self.assertIn(dep, self.deps)
         for prefix, must in (("hdf5", "+mpi"), ("boost", "+program_options")):
             match = [d for d in self.deps if d.startswith(prefix) and must in d]

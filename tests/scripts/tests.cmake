@@ -22,6 +22,7 @@ endif()
 
 meshtrain_script_test(slurm_jobs bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/test_slurm_jobs.sh
   ${PROJECT_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/scripts_slurm_jobs)
+meshtrain_script_test(nsys_rank bash ${CMAKE_CURRENT_SOURCE_DIR}/scripts/test_nsys_rank.sh)
 
 if(Python3_Interpreter_FOUND)
   meshtrain_script_test(spack ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/scripts/test_spack.py

@@ -20,3 +20,6 @@ meshtrain_add_test(NAME test_hf_mixtral SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_h
   RANKS 1 2 4)
 meshtrain_add_test(NAME test_cp_layouts SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cp_layouts.cpp
   RANKS 2 4 8 TIMEOUT 600)
+# Issue 37: the profiler ranges (what NVTX shows) through a recording sink, at pp 2 and dp 2.
+meshtrain_add_test(NAME test_profile_ranges SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_profile_ranges.cpp
+  RANKS 2)

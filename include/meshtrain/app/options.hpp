@@ -16,6 +16,7 @@ po::options_description log_options();   // [log] all_ranks, level
 po::options_description parallel_options();  // [tp] [pp] [zero] [dp]
 po::options_description comm_options();  // [comm] backend
 po::options_description watchdog_options();  // [comm] timeout (train)
+po::options_description profile_options();   // [profile] nvtx, steps (train)
 po::options_description moe_options();   // [moe] Mixture of Experts (part of the model's)
 // The moe.* options given onto c.moe, validated (ConfigError naming the option).
 void apply_moe_options(const po::variables_map& vm, model::GptConfig& c);

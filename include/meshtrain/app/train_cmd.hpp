@@ -2,6 +2,7 @@
 #include "meshtrain/app/subcommands.hpp"
 #include "meshtrain/core/config.hpp"
 #include "meshtrain/model/config.hpp"
+#include "meshtrain/train/trainer.hpp"
 
 namespace meshtrain::app {
 boost::program_options::options_description model_options();  // [model]
@@ -9,6 +10,10 @@ boost::program_options::options_description train_options();  // everything `tra
 boost::program_options::options_description generate_options();
 // The model configuration from [model] (preset, overrides, or model.init_from's config.json).
 model::GptConfig model_config(const boost::program_options::variables_map& vm);
+// The trainer's configuration from train.*, ckpt.* and profile.* (ConfigError naming the option).
+train::TrainConfig train_config(const boost::program_options::variables_map& vm,
+                                const model::GptConfig& mc);
+io::Transfer parse_transfer(const std::string& s);  // ckpt.io
 int cmd_train(Runtime& rt, const std::vector<std::string>& args);
 int cmd_generate(Runtime& rt, const std::vector<std::string>& args);
 }  // namespace meshtrain::app

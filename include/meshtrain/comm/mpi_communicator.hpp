@@ -42,7 +42,8 @@ class MpiCommunicator final : public Communicator {
  private:
   void order_after_compute();
   static MPI_Comm checked(MPI_Comm comm);
-  Request wrap(MPI_Request r, std::uint64_t seq, std::vector<int> keep = {});
+  Request wrap(MPI_Request r, std::uint64_t seq, std::vector<int> keep, OpKind op);
+  std::string label(OpKind op, std::size_t bytes) const;
   MPI_Comm comm_;
   ExecSpace exec_;
   FlightRecorder recorder_;

@@ -61,6 +61,7 @@ class NcclCommunicator final : public Communicator {
  private:
   void order_after_compute();
   Request make_request(std::uint64_t seq);
+  std::string label(OpKind op, std::size_t bytes) const;
   bool op_done(std::uint64_t seq);  // watchdog thread
   MPI_Comm mpi_comm_;
   ExecSpace exec_;

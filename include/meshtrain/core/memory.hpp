@@ -6,4 +6,7 @@ namespace meshtrain {
 std::size_t host_peak_rss_bytes();
 // Device memory in use on this rank's GPU (bytes; 0 in host-only builds).
 std::size_t device_used_bytes();
+// What the memory figures are out of: the GPU's memory, or the host's physical memory in
+// host-only builds (shared by the node's ranks).
+std::size_t device_capacity_bytes();
 }  // namespace meshtrain

@@ -1,9 +1,11 @@
 #pragma once
 // AdamW over flat fp32 buffers: global gradient norm, clipping, the decoupled-weight-decay
-// update, and the learning-rate schedule (linear warmup, cosine decay to min_lr). Decay applies
+// update, and the learning-rate schedule (meshtrain's linear warmup and cosine decay to min_lr,
+// a constant rate, or one of DeepSpeed's WarmupLR / WarmupDecayLR / WarmupCosineLR). Decay applies
 // to the ranges the caller marks (the registry's 2-D weights and embeddings,
 // ParameterRegistry::decay_ranges), not to biases and norms.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "meshtrain/core/view.hpp"
@@ -11,6 +13,22 @@
 #include "meshtrain/core/decay_range.hpp"
 
 namespace meshtrain::optim {
+
+// The shape of the learning rate over the steps (train.lr_schedule). The ds_* shapes are
+// DeepSpeed's schedulers (deepspeed/runtime/lr_schedules.py) as its engine steps them: once after
+// every optimizer step, so step 0 runs at the rate the scheduler set when it was built.
+enum class LrSchedule {
+  cosine,            // meshtrain: linear warmup to lr, cosine to min_lr at decay_steps
+  constant,          // lr at every step (DeepSpeed's engine without a scheduler)
+  ds_warmup,         // WarmupLR: warmup_min_lr -> lr over max(2, warmup) steps, then lr
+  ds_warmup_decay,   // WarmupDecayLR: WarmupLR's warmup, then linear to warmup_min_lr at
+                     // decay_steps
+  ds_warmup_cosine,  // WarmupCosineLR: warmup_min_lr -> lr, then cosine to min_lr at decay_steps
+};
+enum class WarmupType { linear, log };  // DeepSpeed's warmup_type (its default: log)
+LrSchedule parse_lr_schedule(const std::string& text);  // ConfigError naming train.lr_schedule
+WarmupType parse_warmup_type(const std::string& text);  // ConfigError naming train.warmup_type
+const char* lr_schedule_name(LrSchedule s);
 
 struct AdamWConfig {
   float lr = 6e-4f;
@@ -20,10 +38,14 @@ struct AdamWConfig {
   float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
   float weight_decay = 0.1f;
   float grad_clip = 1.0f;  // max global L2 norm; <= 0 disables clipping
+  LrSchedule schedule = LrSchedule::cosine;
+  WarmupType warmup_type = WarmupType::linear;  // ds_* schedules only
+  float warmup_min_lr = 0.0f;                   // ds_* schedules: the rate warmup starts from
 };
 
-// Learning rate of 0-based step `step`: linear warmup over warmup_steps (reaching lr at the end
-// of warmup), then cosine decay to min_lr at decay_steps, constant min_lr after.
+// Learning rate of 0-based step `step` under c.schedule. cosine: linear warmup over
+// warmup_steps (reaching lr at the end of warmup), then cosine decay to min_lr at decay_steps,
+// constant min_lr after. The ds_* shapes follow DeepSpeed's formulas in double precision.
 float lr_at(const AdamWConfig& c, std::int64_t step);
 
 // T is the model's compute type. For T = float the model's parameters are the master weights;

@@ -19,6 +19,7 @@
 #include "meshtrain/parallel/engine.hpp"
 #include "meshtrain/train/divergence.hpp"
 #include "meshtrain/train/metrics_writer.hpp"
+#include "meshtrain/train/tensorboard.hpp"
 
 namespace meshtrain::train {
 
@@ -47,6 +48,15 @@ struct TrainConfig {
   bool loss_scaling = false;  // dynamic loss scaling (fp16)
   float loss_scale_init = 65536.0f;
   int loss_scale_window = 1000;
+  float loss_scale_min = 1.0f;
+  int loss_scale_hysteresis = 1;       // overflows before the scale halves (DeepSpeed's)
+  bool loss_scale_consecutive_hysteresis = false;
+  bool loss_scale_static = false;      // keep loss_scale_init (DeepSpeed's loss_scale > 0)
+  std::string tensorboard_dir;         // TensorBoard event files (world rank 0); empty: none
+  std::string memory_file;             // every rank's peak memory at the end (JSON, world
+                                       // rank 0; `meshtrain doctor`); empty: not gathered
+  std::int64_t profile_first = -1, profile_last = -1;  // 1-based steps between the profiler's
+                                                       // start and stop (-1: no capture)
   std::string config_text;    // the resolved configuration (INI), stored in checkpoints
   DivergenceConfig divergence;  // non-finite steps (train.on_nonfinite, ...)
   CheckpointConfig ckpt;
@@ -116,6 +126,9 @@ class TrainerT {
 
  private:
   void log_step(const StepMetrics& m, double eta_seconds);
+  // Collective: every rank's peak memory (one all-reduce over the world) into cfg.memory_file,
+  // for `meshtrain doctor`'s headroom per rank.
+  void record_memory_per_rank(std::int64_t steps_done);
   void read_back(StepMetrics& m);  // loss and gradient norm of the step just run (collective)
   // trainer_guard.cpp: the step boundary's agreement (stop flag and step health, one
   // all-reduce over the world), the rollback, and the end of a diverged run.
@@ -139,6 +152,8 @@ class TrainerT {
   io::BlendedDataset data_;
   optim::DynamicLossScaler scaler_;
   MetricsWriter metrics_;
+  EventFileWriter tensorboard_;
+  bool capturing_ = false;  // between the profiler's start and stop (profile.steps)
   std::int64_t start_step_ = 0;
   bool stopped_ = false;
   DivergenceGuard guard_;

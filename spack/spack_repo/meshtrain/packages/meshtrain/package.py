@@ -20,8 +20,9 @@ class Meshtrain(CMakePackage, CudaPackage):
     homepage = "https://meshtrain.example.org"
     git = "https://git.example.org/meshtrain/meshtrain.git"
 
-    # No maintainers() or license() yet: the project has no published GitHub handles and no
-    # licence file. Spack's package review asks for both before a recipe goes upstream.
+    # BSD 3-Clause (LICENSE). No maintainers() yet: the project has no published GitHub
+    # handles, and Spack's package review asks for them before a recipe goes upstream.
+    license("BSD-3-Clause")
 
     version("main", branch="main")
     # project(VERSION 0.1.0) of CMakeLists.txt at this commit of main. A release adds
@@ -41,6 +42,7 @@ class Meshtrain(CMakePackage, CudaPackage):
     depends_on("pcre2")  # tokenizer pre-tokenizer regexes (libpcre2-8)
     depends_on("zlib-api")  # prep: .gz corpora (find_package(ZLIB))
     depends_on("zstd")  # prep: .zst corpora (libzstd through pkg-config)
+    depends_on("protobuf")  # TensorBoard event files: protoc at build time, the runtime library
     depends_on("blas")  # with the C interface: spec["blas:c"] is handed to CMake, see cmake_args
 
     # `ctest` (spack install --test=root): Catch2 for the unit and MPI tests; python3 with
