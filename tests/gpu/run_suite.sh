@@ -191,6 +191,11 @@ pp2_gpipe 2 --mesh.pp 2 --pp.schedule gpipe --train.micro_batch 8 --train.grad_a
 pp2_interleaved 2 --mesh.pp 2 --pp.schedule interleaved --pp.virtual_chunks 2 --train.micro_batch 4 --train.grad_accum 4
 pp4_1f1b 4 --mesh.pp 4 --train.micro_batch 2 --train.grad_accum 8
 3d_8 8 --mesh.dp 2 --mesh.pp 2 --mesh.tp 2 --tp.sequence_parallel --zero.stage 1 --train.micro_batch 4 --train.grad_accum 2
+cp2 2 --mesh.cp 2 --train.micro_batch 8 --train.grad_accum 2
+cp4 4 --mesh.cp 4 --train.micro_batch 8 --train.grad_accum 2
+cp2_allgather 2 --mesh.cp 2 --cp.comm all_gather --train.micro_batch 8 --train.grad_accum 2
+cp2_tp2_sp 4 --mesh.cp 2 --mesh.tp 2 --tp.sequence_parallel --train.micro_batch 8 --train.grad_accum 2
+cp2_pp2_dp2_zero1 8 --mesh.cp 2 --mesh.pp 2 --mesh.dp 2 --zero.stage 1 --train.micro_batch 4 --train.grad_accum 2
 EOF
 done
 for prec in fp32 bf16; do
@@ -208,6 +213,9 @@ tp2_kv_split llama_ref 2 --mesh.tp 2 --train.micro_batch 8 --train.grad_accum 2
 tp4_kv_replicated llama_kv2_ref 4 --model.n_kv_head 2 --mesh.tp 4 --tp.sequence_parallel --train.micro_batch 8 --train.grad_accum 2
 pp2_dp2_zero3 llama_ref 4 --mesh.pp 2 --mesh.dp 2 --zero.stage 3 --train.micro_batch 4 --train.grad_accum 2
 tp2_dp2_zero3 llama_ref 4 --mesh.tp 2 --mesh.dp 2 --zero.stage 3 --train.micro_batch 4 --train.grad_accum 2
+cp2 llama_ref 2 --mesh.cp 2 --train.micro_batch 8 --train.grad_accum 2
+cp4_dp1 llama_ref 4 --mesh.cp 4 --train.micro_batch 8 --train.grad_accum 2
+cp2_tp2_kv_split llama_ref 4 --mesh.cp 2 --mesh.tp 2 --train.micro_batch 8 --train.grad_accum 2
 EOF
 done
 
