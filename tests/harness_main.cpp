@@ -14,11 +14,14 @@
 #include "meshtrain/comm/emulated_hosts.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/kokkos_compat.hpp"
+#include "meshtrain/core/mpi_threads.hpp"
 #include "meshtrain/mesh/process_mesh.hpp"
 
 int main(int argc, char** argv) {
   int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  // MESHTRAIN_MPI_THREAD_LEVEL=multiple (set by the tests of background checkpoint writes)
+  // asks for MPI_THREAD_MULTIPLE.
+  MPI_Init_thread(&argc, &argv, meshtrain::requested_thread_level(MPI_THREAD_FUNNELED), &provided);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   meshtrain::set_error_rank(rank);

@@ -72,7 +72,8 @@ int run_main(int argc, char** argv) {
   if (sub->name == "train") signals::install_stop_handlers();
   int rc = kExitOk;
   try {
-    Runtime rt(argc, argv);
+    // `train` writes checkpoints from a background thread where MPI allows it.
+    Runtime rt(argc, argv, sub->name == "train" ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED);
     try {
       // Every rank refuses alike (the job's shape and the build), so the error is agreed.
       if (!rt.emulated_hosts_refusal().empty()) throw ConfigError(rt.emulated_hosts_refusal());

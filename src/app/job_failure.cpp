@@ -65,10 +65,12 @@ int settle_among_failed(MPI_Comm comm, int rank, const std::string& prefix, cons
 // A rank that gave up an open parallel HDF5 file (a failed checkpoint write) cannot finalise
 // HDF5 and MPI: the library would flush that file collectively at exit. Once the message is
 // out, the job ends through MPI_Abort with the same code.
-int finish(int code) {
+// The ranks meet first (bounded), so that rank 0's message is out before any rank aborts.
+int finish(const Runtime& rt, int code) {
   if (!io::abandoned_hdf5_files()) return code;
   print(cat("meshtrain: an HDF5 file was left open by the failure: ending the job with MPI_Abort (",
             code, ")"));
+  all_ranks_arrive(rt.error_comm(), kGraceSeconds);
   MPI_Abort(MPI_COMM_WORLD, code);
   return code;
 }
@@ -81,10 +83,10 @@ int fail_job(const Runtime& rt, const std::string& subcommand, const std::except
   const std::string prefix = "meshtrain " + subcommand;
   if (is_agreed(e)) {
     if (rt.rank() == 0) print(cat(prefix, ": error: ", e.what()));
-    return finish(code);
+    return finish(rt, code);
   }
   if (all_ranks_arrive(rt.error_comm(), kGraceSeconds))
-    return finish(settle_among_failed(rt.error_comm(), rt.rank(), prefix, e.what(), code));
+    return finish(rt, settle_among_failed(rt.error_comm(), rt.rank(), prefix, e.what(), code));
   print(cat(prefix, ": error on rank ", rt.rank(), ": ", e.what()));
   print(cat(prefix, ": rank ", rt.rank(), " failed alone (the other ranks did not reach the error "
             "handler within ", kGraceSeconds, " s): aborting the job with exit code ", code));

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "meshtrain/comm/factory.hpp"
+#include "meshtrain/core/agree.hpp"
 #include "meshtrain/core/alloc_tracker.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/timer.hpp"
@@ -22,16 +23,6 @@ double LayoutRun::median_step(int skip) const {
   if (t.empty()) return step_seconds.empty() ? 0.0 : step_seconds.back();
   std::sort(t.begin(), t.end());
   return t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
-}
-
-void quiet_barrier(MPI_Comm comm) {
-  MPI_Request req;
-  MPI_Ibarrier(comm, &req);
-  int done = 0;
-  while (!done) {
-    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
 }
 
 MachineProbe probe_machine(MPI_Comm comm) {

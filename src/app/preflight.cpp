@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "meshtrain/core/agree.hpp"
+#include "meshtrain/core/fault_injection.hpp"
 #include "meshtrain/core/log.hpp"
 
 namespace meshtrain::app {
@@ -166,6 +167,35 @@ void collective_fault_from_env() {
   comm::set_collective_fault(fault);
   logging::info("test hook: rank ", fault.world_rank, " will ", f[0], " operation #", fault.seq,
                 " on '", fault.comm, "'");
+}
+
+namespace {
+
+// A MESHTRAIN_TEST_* step: -1 when unset.
+std::int64_t env_step(const char* name, const char* prefix = "") {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return -1;
+  const std::string text = v, pre = prefix;
+  MESHTRAIN_CONFIG_CHECK(text.rfind(pre, 0) == 0 && text.size() > pre.size() &&
+                             text.find_first_not_of("0123456789", pre.size()) == std::string::npos,
+                         name, "='", text, "' is not of the form ", pre, "<step>");
+  return std::stoll(text.substr(pre.size()));
+}
+
+}  // namespace
+
+void set_fault_hooks() {
+  fault::Hooks& h = fault::hooks();
+  h.crash_at_checkpoint = env_step("MESHTRAIN_TEST_CRASH_AT", "checkpoint:");
+  h.signal_at_step = env_step("MESHTRAIN_TEST_SIGNAL_AT_STEP");
+  if (const char* r = std::getenv("MESHTRAIN_TEST_SIGNAL_RANK")) h.signal_rank = std::atoi(r);
+  h.wait_signal_at_step = env_step("MESHTRAIN_TEST_WAIT_SIGNAL_AT_STEP");
+  h.hold_ckpt_write = env_step("MESHTRAIN_TEST_HOLD_CKPT_WRITE");
+  if (const char* v = std::getenv("MESHTRAIN_TEST_HOLD_AFTER_STOP")) h.hold_after_stop = *v == '1';
+  h.nan_batch = nan_batch_from_env();
+  h.throw_at_step = env_step("MESHTRAIN_TEST_THROW_AT_STEP");
+  if (const char* r = std::getenv("MESHTRAIN_TEST_THROW_RANK")) h.throw_rank = std::atoi(r);
+  collective_fault_from_env();
 }
 
 std::int64_t nan_batch_from_env() {

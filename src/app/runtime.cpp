@@ -4,13 +4,17 @@
 #include "meshtrain/core/kokkos_compat.hpp"
 #include "meshtrain/core/log.hpp"
 #include "meshtrain/core/mpi_check.hpp"
+#include "meshtrain/core/mpi_threads.hpp"
 
 namespace meshtrain::app {
 
-Runtime::Runtime(int& argc, char**& argv) {
+Runtime::Runtime(int& argc, char**& argv, int thread_level) {
   int provided = 0;
-  // FUNNELED: only the main thread calls MPI; Kokkos host threads never do.
-  MESHTRAIN_MPI_CHECK(MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided));
+  // FUNNELED: only the main thread calls MPI; Kokkos host threads never do. `train` asks for
+  // MULTIPLE: its background checkpoint writer calls MPI from its own thread (on its own
+  // communicator); what MPI provided decides whether checkpoints may be asynchronous.
+  MESHTRAIN_MPI_CHECK(MPI_Init_thread(&argc, &argv, requested_thread_level(thread_level),
+                                      &provided));
   MESHTRAIN_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   MESHTRAIN_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
   MESHTRAIN_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));

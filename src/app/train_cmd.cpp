@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "meshtrain/core/memory.hpp"
+#include "meshtrain/app/memory_check.hpp"
 #include "meshtrain/app/option_checks.hpp"
 #include "meshtrain/app/deepspeed_config.hpp"
 #include "meshtrain/app/options.hpp"
@@ -40,32 +41,6 @@ std::unique_ptr<io::Tokenizer> tokenizer_from(const po::variables_map& vm, const
   return io::make_tokenizer(kind, vm["data.vocab_json"].as<std::string>(),
                             vm["data.merges_txt"].as<std::string>());
 }
-
-// Fault injection for tests/cli (MESHTRAIN_TEST_*; see core/fault_injection.hpp). An unset variable
-// leaves the hook off; a malformed one is a configuration error, not a silent no-op.
-std::int64_t env_step(const char* name, const char* prefix = "") {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return -1;
-  const std::string text = v, pre = prefix;
-  MESHTRAIN_CONFIG_CHECK(text.rfind(pre, 0) == 0 && text.size() > pre.size() &&
-                             text.find_first_not_of("0123456789", pre.size()) == std::string::npos,
-                         name, "='", text, "' is not of the form ", pre, "<step>");
-  return std::stoll(text.substr(pre.size()));
-}
-
-void set_fault_hooks() {
-  fault::Hooks& h = fault::hooks();
-  h.crash_at_checkpoint = env_step("MESHTRAIN_TEST_CRASH_AT", "checkpoint:");
-  h.signal_at_step = env_step("MESHTRAIN_TEST_SIGNAL_AT_STEP");
-  if (const char* r = std::getenv("MESHTRAIN_TEST_SIGNAL_RANK")) h.signal_rank = std::atoi(r);
-  h.wait_signal_at_step = env_step("MESHTRAIN_TEST_WAIT_SIGNAL_AT_STEP");
-  if (const char* v = std::getenv("MESHTRAIN_TEST_HOLD_AFTER_STOP")) h.hold_after_stop = *v == '1';
-  h.nan_batch = nan_batch_from_env();
-  h.throw_at_step = env_step("MESHTRAIN_TEST_THROW_AT_STEP");
-  if (const char* r = std::getenv("MESHTRAIN_TEST_THROW_RANK")) h.throw_rank = std::atoi(r);
-  collective_fault_from_env();
-}
-
 
 }  // namespace
 
@@ -257,6 +232,15 @@ int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
   logging::info("resolved configuration:\n", tc.config_text);
   logging::info(kc::configuration_summary());
 
+  parallel::EngineOptions eo = train::engine_options(tc, pc, p.vm["train.recompute"].as<bool>());
+  eo.recompute_mlp_act = p.vm["train.recompute_mlp_act"].as<bool>();
+  eo.head_chunk_tokens = p.vm["train.head_chunk_tokens"].as<int>();
+  MESHTRAIN_CONFIG_CHECK(eo.head_chunk_tokens >= 0, "train.head_chunk_tokens=",
+                         eo.head_chunk_tokens, " must be 0 (auto) or positive");
+  eo.attention = attn;
+  // Before anything large is allocated, agreed: the predicted memory of every rank fits.
+  check_train_memory(rt, p.vm, mc, tc, eo, precision);
+
   const std::string tok_kind = p.vm["data.tokenizer"].as<std::string>();
   // Before step 1, agreed over the ranks: every rank's data and every place it writes.
   preflight_outputs(rt.world(), {out_dir, tc.metrics_file, tc.ckpt.dir});
@@ -284,12 +268,6 @@ int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
   // SIGUSR1 / SIGTERM (Slurm's warning before the time limit, scancel, pre-emption) set a flag
   // that the trainer agrees on at the next step boundary: save, then exit with kExitRequeue.
   signals::install_stop_handlers();
-  parallel::EngineOptions eo = train::engine_options(tc, pc, p.vm["train.recompute"].as<bool>());
-  eo.recompute_mlp_act = p.vm["train.recompute_mlp_act"].as<bool>();
-  eo.head_chunk_tokens = p.vm["train.head_chunk_tokens"].as<int>();
-  MESHTRAIN_CONFIG_CHECK(eo.head_chunk_tokens >= 0, "train.head_chunk_tokens=",
-                         eo.head_chunk_tokens, " must be 0 (auto) or positive");
-  eo.attention = attn;
   bool finished = true;
   if (precision == "fp32")
     finished = train_and_sample<float>(p.vm, mc, tc, data, out_dir, tok_kind,

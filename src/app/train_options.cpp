@@ -7,6 +7,8 @@
 #include "meshtrain/app/options.hpp"
 #include "meshtrain/app/train_cmd.hpp"
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/log.hpp"
+#include "meshtrain/core/mpi_threads.hpp"
 #include "meshtrain/io/hf_checkpoint.hpp"
 #include "meshtrain/kernels/attention.hpp"
 #include "meshtrain/core/profile.hpp"
@@ -127,6 +129,11 @@ po::options_description train_options() {
       ("train.max_skipped_steps", po::value<int>()->default_value(50),
        "stop after this many consecutive steps without an update (inf/nan gradients under loss "
        "scaling, or train.on_nonfinite=skip)")
+      ("train.memory_check", po::value<std::string>()->default_value("error"),
+       "before allocating, compare each rank's predicted memory (the planner's model of this "
+       "layout) with what it has (GPU: free device memory; CPU: the node's MemAvailable / its "
+       "ranks): error (exit 2 with the numbers and what would fit), warn (say so, start "
+       "anyway) or off")
       ("train.recompute", po::value<bool>()->default_value(false)->implicit_value(true),
        "activation checkpointing: recompute each block's forward in backward")
       ("train.recompute_mlp_act",
@@ -181,7 +188,12 @@ po::options_description train_options() {
        "MPI-IO data transfer: automatic (independent where each rank's part of a tensor is one "
        "run of the file, collective otherwise), collective or independent")
       ("ckpt.verify", po::value<bool>()->default_value(true)->implicit_value(true),
-       "verify the per-tensor checksums when restoring");
+       "verify the per-tensor checksums when restoring")
+      ("ckpt.async", po::value<bool>()->default_value(true)->implicit_value(true),
+       "asynchronous saves: each rank copies its part of the state into host staging buffers "
+       "(pinned on GPU builds) and training continues while a background thread writes and "
+       "commits the file; needs MPI_THREAD_MULTIPLE (otherwise saves stay synchronous, with a "
+       "warning); false: every save blocks training until it is committed");
   po::options_description a("Attention [attn]");
   a.add_options()
       ("attn.impl", po::value<std::string>()->default_value("auto"),
@@ -327,6 +339,14 @@ train::TrainConfig train_config(const po::variables_map& vm, const model::GptCon
                          " must be 0 (keep all) or positive");
   tc.ckpt.transfer = parse_transfer(vm["ckpt.io"].as<std::string>());
   tc.ckpt.verify = vm["ckpt.verify"].as<bool>();
+  tc.ckpt.async_write = vm["ckpt.async"].as<bool>();
+  if (tc.ckpt.async_write && !mpi_thread_multiple()) {
+    int level = 0;
+    MPI_Query_thread(&level);
+    logging::warn("ckpt.async=true needs MPI_THREAD_MULTIPLE and this MPI provides ",
+                  thread_level_name(level), ": checkpoints are written synchronously");
+    tc.ckpt.async_write = false;
+  }
   tc.divergence.on_nonfinite = train::parse_on_nonfinite(vm["train.on_nonfinite"].as<std::string>());
   tc.divergence.max_rollbacks = vm["train.max_rollbacks"].as<int>();
   tc.divergence.max_skipped_steps = vm["train.max_skipped_steps"].as<int>();

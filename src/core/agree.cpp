@@ -1,5 +1,8 @@
 #include "meshtrain/core/agree.hpp"
 
+#include <chrono>
+#include <thread>
+
 #include "meshtrain/core/mpi_check.hpp"
 
 namespace meshtrain {
@@ -68,6 +71,17 @@ void broadcast_string(MPI_Comm comm, std::string& s, int root) {
   MESHTRAIN_MPI_CHECK(MPI_Bcast(&n, 1, MPI_UNSIGNED_LONG_LONG, root, comm));
   s.resize(static_cast<std::size_t>(n));
   if (n > 0) MESHTRAIN_MPI_CHECK(MPI_Bcast(s.data(), static_cast<int>(n), MPI_CHAR, root, comm));
+}
+
+void quiet_barrier(MPI_Comm comm) {
+  MPI_Request req;
+  MESHTRAIN_MPI_CHECK(MPI_Ibarrier(comm, &req));
+  int done = 0;
+  for (;;) {
+    MESHTRAIN_MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
 }
 
 bool any_rank(MPI_Comm comm, bool flag) {

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -270,7 +271,9 @@ void CheckpointWriter::write(const CheckpointAttributes& attrs,
   // whole file).
   std::vector<std::vector<std::vector<int>>> plan(groups.size());
   std::vector<std::uint64_t> sums(2 * n * groups.size(), 0);  // [group][tensor] count, checksum
-  agree(comm_, where, [&] {
+  // The checksums take each rank as long as its share of the data: the ranks meet in a quiet
+  // barrier (a background writer waiting for slower ranks leaves its core to training).
+  const auto count_and_sum = [&] {
     for (std::size_t g = 0; g < groups.size(); ++g) {
       const SaveGroup& G = groups[g];
       MESHTRAIN_CHECK(G.data.size() == G.pieces.size(), "checkpoint group '", G.prefix, "' has ",
@@ -291,6 +294,16 @@ void CheckpointWriter::write(const CheckpointAttributes& attrs,
         }
       }
     }
+  };
+  agree(comm_, where, [&] {
+    std::exception_ptr failed;
+    try {
+      count_and_sum();
+    } catch (...) {
+      failed = std::current_exception();
+    }
+    quiet_barrier(comm_);
+    if (failed) std::rethrow_exception(failed);
   });
   MESHTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()),
                                     MPI_UINT64_T, MPI_SUM, comm_));
@@ -340,6 +353,8 @@ void CheckpointWriter::write(const CheckpointAttributes& attrs,
     throw failed(e);
   }
   dsets.clear();
+  if (before_close_) before_close_();
+  quiet_barrier(comm_);  // the close waits for the rank with the most data
   try {
     file.close(where.c_str());  // collective: where buffered metadata reaches the disk
   } catch (const std::exception& e) {
@@ -353,7 +368,12 @@ std::string CheckpointWriter::commit(int keep) {
   // Every rank has closed the file (H5Fclose is collective); rank 0 makes it durable before the
   // rename, so a crash can never leave a final name on incomplete data, and only then points
   // `latest` at it.
-  agree_on_root(comm_, cat("checkpoint commit in '", dir_, "'"), [&] {
+  // The others wait in a quiet barrier while rank 0 works (fsync of a large file takes long),
+  // then every rank learns its outcome.
+  int rank = 0;
+  MESHTRAIN_MPI_CHECK(MPI_Comm_rank(comm_, &rank));
+  std::exception_ptr failed;
+  if (rank == 0) try {
     fsync_path(tmp_, false);
     rename_or_throw(tmp_, final_);
     fsync_path(dir_, true);
@@ -368,6 +388,12 @@ std::string CheckpointWriter::commit(int keep) {
     rename_or_throw(latest + ".tmp", latest);
     fsync_path(dir_, true);
     apply_retention(dir_, keep);
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  quiet_barrier(comm_);
+  agree_on_root(comm_, cat("checkpoint commit in '", dir_, "'"), [&] {
+    if (failed) std::rethrow_exception(failed);
   });
   return final_;
 }

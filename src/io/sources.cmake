@@ -17,11 +17,12 @@ target_sources(meshtrain_lib PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/hf_export.cpp
   ${CMAKE_CURRENT_LIST_DIR}/hf_mixtral.cpp
 )
-# Parallel HDF5 checkpoints (issue 8).
+# Parallel HDF5 checkpoints (issue 8), written in the background (issue 36).
 target_sources(meshtrain_lib PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/hdf5_util.cpp
   ${CMAKE_CURRENT_LIST_DIR}/checkpoint_layout.cpp
   ${CMAKE_CURRENT_LIST_DIR}/checkpoint_common.cpp
   ${CMAKE_CURRENT_LIST_DIR}/checkpoint_write.cpp
   ${CMAKE_CURRENT_LIST_DIR}/checkpoint_read.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/checkpoint_async.cpp
 )

@@ -379,19 +379,27 @@ void ShardedAdamWT<T>::apply_host(View1<T> params, Index params_where,
 
 template <class T>
 void ShardedAdamWT<T>::get_state(StateKind which, HostView1<float> out) const {
-  MESHTRAIN_CHECK(which != StateKind::master || has_master_,
-                  "ShardedAdamW: no fp32 master copy (fp32 device parameters are the master)");
   MESHTRAIN_CHECK(out.extent(0) == shard_size_, "ShardedAdamW::get_state: ", out.extent(0),
                   " elements for a shard of ", shard_size_);
+  get_state(which, 0, out);
+}
+
+template <class T>
+void ShardedAdamWT<T>::get_state(StateKind which, std::size_t offset, HostView1<float> out) const {
+  MESHTRAIN_CHECK(which != StateKind::master || has_master_,
+                  "ShardedAdamW: no fp32 master copy (fp32 device parameters are the master)");
+  const std::size_t n = out.extent(0);
+  MESHTRAIN_CHECK(offset + n <= shard_size_, "ShardedAdamW::get_state: elements [", offset, ", ",
+                  offset + n, ") of a shard of ", shard_size_);
   exec_.fence();
   if (placement_ == StatePlacement::device) {
     const View1<float>& src = which == StateKind::master ? master_
                               : which == StateKind::exp_avg ? m_ : v_;
-    Kokkos::deep_copy(out, src);
+    Kokkos::deep_copy(out, slice(src, offset, n));
   } else {
     const HostView1<float>& src = which == StateKind::master ? hmaster_
                                   : which == StateKind::exp_avg ? hm_ : hv_;
-    Kokkos::deep_copy(out, src);
+    Kokkos::deep_copy(out, slice(src, offset, n));
   }
 }
 

@@ -103,7 +103,7 @@ void Engine<T>::import_hf(const std::string& dir) {
   // so a failure on one is agreed before the scatter's collectives.
   View1<T> full = model_->params();
   if (full.span() == 0) full = zeros<T>("init.params", model_->registry().size());
-  agree(ctx_->mesh().world().get(), cat("model.init_from '", dir, "'"),
+  meshtrain::agree(ctx_->mesh().world().get(), cat("model.init_from '", dir, "'"),
         [&] { io::import_hf_slices(model_->registry(), dir, full); });
   sync_->scatter_params(full);
   zopt_->init_master();

@@ -8,13 +8,12 @@
 // rank writes (replicated tensors on tp ranks != 0, the last stage's tied wte).
 // Restore: each rank reads what its new layout holds: its whole parameter slice (ZeRO-3: its
 // shard), and the master, m and v of its optimizer shard. Nothing depends on the saving layout.
-#include <csignal>
-#include <optional>
 #include <type_traits>
 
-#include "meshtrain/core/fault_injection.hpp"
+#include "meshtrain/core/agree.hpp"
 #include "meshtrain/core/profile.hpp"
 #include "meshtrain/core/log.hpp"
+#include "meshtrain/parallel/checkpoint_staging.hpp"
 #include "meshtrain/parallel/engine.hpp"
 #include "meshtrain/parallel/grad_sync.hpp"
 #include "meshtrain/parallel/zero_optimizer.hpp"
@@ -43,23 +42,26 @@ struct HostState {
 
 std::vector<ShardPiece> whole(std::size_t n) { return {ShardPiece{0, 0, n}}; }
 
-// fp32 host copy of a device buffer of the compute type (16-bit types convert on the device).
+// out = float(src[offset, offset + out.extent(0))) for a device buffer of the compute type
+// (16-bit types convert on the device).
 template <class T>
-HostView1<float> host_float(const ExecSpace& exec, View1<const T> src) {
-  HostView1<float> out("meshtrain::ckpt.host", src.span());
+void copy_to_float(const ExecSpace& exec, View1<const T> src, std::size_t offset,
+                   HostView1<float> out) {
+  const std::size_t n = out.extent(0);
+  MESHTRAIN_CHECK(offset + n <= src.span(), "checkpoint: elements [", offset, ", ", offset + n,
+                  ") of a buffer of ", src.span());
   if constexpr (std::is_same_v<T, float>) {
     exec.fence();
-    Kokkos::deep_copy(out, src);
+    Kokkos::deep_copy(out, slice(src, offset, n));
   } else {
-    View1<float> tmp = alloc<float>("ckpt.convert", src.span());
+    View1<float> tmp = alloc<float>("ckpt.convert", n);
     Kokkos::parallel_for(
         "meshtrain::ckpt_to_float",
-        Kokkos::RangePolicy<ExecSpace>(exec, 0, static_cast<std::int64_t>(src.span())),
-        KOKKOS_LAMBDA(const std::int64_t i) { tmp(i) = static_cast<float>(src(i)); });
+        Kokkos::RangePolicy<ExecSpace>(exec, 0, static_cast<std::int64_t>(n)),
+        KOKKOS_LAMBDA(const std::int64_t i) { tmp(i) = static_cast<float>(src(offset + i)); });
     exec.fence();
     Kokkos::deep_copy(out, tmp);
   }
-  return out;
 }
 
 // dst = T(src) for a device buffer of the compute type.
@@ -104,72 +106,141 @@ void add_pieces(const model::ParameterRegistry& reg, const std::vector<ShardPiec
 }  // namespace
 
 template <class T>
+void Engine<T>::stage_into(CheckpointStaging& st) {
+  const ExecSpace exec = model_->exec();
+  const int zero = ctx_->config().dp.zero_stage;
+  const optim::ShardedAdamWT<T>& opt = zopt_->adamw();
+  const CheckpointPartition& part = st.part;
+  auto host = [](const PinnedView1<float>& v, std::size_t off, std::size_t len) {
+    return HostView1<float>(v.data() + off, len);  // unmanaged: how host code sees pinned memory
+  };
+  const std::vector<ShardPiece>* lists[] = {&part.dense, &part.expert};
+  // Adam's m and v, and the fp32 master where the optimizer keeps one.
+  auto state = [&](optim::StateKind k, const PinnedView1<float>& dst) {
+    if (part.whole_shard) {
+      opt.get_state(k, host(dst, 0, part.staged));
+      return;
+    }
+    for (const auto* l : lists)  // ZeRO 0: the optimizer's shard is the flat buffer
+      for (const auto& r : *l) opt.get_state(k, r.flat, host(dst, r.shard, r.length));
+  };
+  state(optim::StateKind::exp_avg, st.exp_avg);
+  state(optim::StateKind::exp_avg_sq, st.exp_avg_sq);
+  if (opt.has_master()) {
+    state(optim::StateKind::master, st.params);
+  } else if (zero == 3) {  // the shard of parameters is the optimizer's
+    copy_to_float<T>(exec, sync_->shard_params(), 0, host(st.params, 0, part.staged));
+  } else {  // the model's flat buffer, at the flat positions of the ranges
+    for (const auto* l : lists)
+      for (const auto& r : *l)
+        copy_to_float<T>(exec, model_->params(), r.flat, host(st.params, r.shard, r.length));
+  }
+}
+
+template <class T>
+CheckpointPartition Engine<T>::checkpoint_partition_here() const {
+  const optim::ShardedAdamWT<T>& opt = zopt_->adamw();
+  const int zero = ctx_->config().dp.zero_stage;
+  const bool ep_split = zero == 0 && ctx_->ep_size() > 1;
+  return checkpoint_partition(model_->registry().size(), zero, opt.pieces(), opt.shard_size(),
+                              ctx_->replicas().rank(), ctx_->replicas().size(), ep_split,
+                              ep_split ? ctx_->expert_replicas().rank() : 0,
+                              ep_split ? ctx_->expert_replicas().size() : 1);
+}
+
+template <class T>
+void Engine<T>::reserve_checkpoint_staging() {
+  if (staging_) return;
+  auto st = std::make_unique<CheckpointStaging>();
+  st->part = checkpoint_partition_here();
+  const std::size_t n = st->part.staged;
+  // Zero-filled: the pages are touched now, at start-up, not during the first save.
+  auto buf = [&](const char* label) {
+    return PinnedView1<float>(std::string("meshtrain::ckpt.staging_") + label, n);
+  };
+  st->params = buf("params");
+  st->exp_avg = buf("exp_avg");
+  st->exp_avg_sq = buf("exp_avg_sq");
+  staging_ = std::move(st);
+}
+
+template <class T>
+std::size_t Engine<T>::checkpoint_staging_bytes() const {
+  return staging_ ? parallel::checkpoint_staging_bytes(staging_->part) : 0;
+}
+
+template <class T>
+io::StagedCheckpoint Engine<T>::stage_checkpoint(const std::string& dir, std::int64_t steps_done,
+                                                 io::CheckpointAttributes a,
+                                                 io::Transfer transfer, int keep) {
+  MESHTRAIN_CONFIG_CHECK(!dir.empty(), "saving a checkpoint needs ckpt.dir");
+  reserve_checkpoint_staging();
+  const prof::Range save_range("checkpoint save (staged for the background writer)");
+  return stage(*staging_, dir, steps_done, std::move(a), transfer, keep);
+}
+
+template <class T>
+io::StagedCheckpoint Engine<T>::stage(CheckpointStaging& st, const std::string& dir,
+                                      std::int64_t steps_done, io::CheckpointAttributes a,
+                                      io::Transfer transfer, int keep) {
+  const model::ParameterRegistry& reg = model_->registry();
+  {
+    const prof::Range phase("checkpoint: state to host");
+    stage_into(st);
+  }
+  // The pieces of each staged range, with their data in the staging buffers.
+  const CheckpointPartition& part = st.part;
+  std::vector<ShardPiece> ranges = part.dense;
+  ranges.insert(ranges.end(), part.expert.begin(), part.expert.end());
+  auto state = [&](const PinnedView1<float>& v) {
+    return HostState{ranges, HostView1<float>(v.data(), part.staged)};
+  };
+  const HostState params = state(st.params), m = state(st.exp_avg), v = state(st.exp_avg_sq);
+  io::StagedCheckpoint s;
+  s.groups = {{io::kModelPrefix, {}, {}}, {io::kExpAvgPrefix, {}, {}}, {io::kExpAvgSqPrefix, {}, {}}};
+  const HostState* states[] = {&params, &m, &v};
+  for (int g = 0; g < 3; ++g) {
+    auto& G = s.groups[static_cast<std::size_t>(g)];
+    add_pieces(reg, part.dense, true, *states[g], G.pieces, G.data, part.expert_split ? 1 : 0);
+    if (part.expert_split) add_pieces(reg, part.expert, true, *states[g], G.pieces, G.data, 2);
+  }
+  const auto& c = ctx_->config();
+  a.model = cfg_;
+  save_expert_bias(a);
+  a.layout = {c.shape.dp, c.shape.pp, c.shape.tp, c.dp.zero_stage, c.order.str(), c.shape.cp};
+  s.dir = dir;
+  s.step = steps_done;
+  s.attrs = std::move(a);
+  s.transfer = transfer;
+  s.keep = keep;
+  return s;
+}
+
+template <class T>
 std::string Engine<T>::save_checkpoint(const std::string& dir, std::int64_t steps_done,
                                        io::CheckpointAttributes a, io::Transfer transfer,
                                        int keep) {
   MESHTRAIN_CONFIG_CHECK(!dir.empty(), "saving a checkpoint needs ckpt.dir");
+  // Synchronous: staged into buffers of this save alone (the persistent ones may be in use by
+  // a background write), written and committed over the world on this thread.
+  CheckpointStaging st;
+  st.part = checkpoint_partition_here();
+  st.params = PinnedView1<float>("meshtrain::ckpt.host", st.part.staged);
+  st.exp_avg = PinnedView1<float>("meshtrain::ckpt.host", st.part.staged);
+  st.exp_avg_sq = PinnedView1<float>("meshtrain::ckpt.host", st.part.staged);
   const prof::Range save_range("checkpoint save");
-  std::optional<prof::Range> phase;
-  phase.emplace("checkpoint: state to host");
-  const model::ParameterRegistry& reg = model_->registry();
-  const std::size_t n = reg.size();
-  const ExecSpace exec = model_->exec();
-  const int zero = ctx_->config().dp.zero_stage;
-  const optim::ShardedAdamWT<T>& opt = zopt_->adamw();
+  const io::StagedCheckpoint s = stage(st, dir, steps_done, std::move(a), transfer, keep);
+  return io::write_staged(ctx_->mesh().world().get(), s, {}, true);
+}
 
-  // Where each family lives on this rank.
-  const auto shard = [&](optim::StateKind k) {
-    HostView1<float> h = host_zeros(opt.shard_size());
-    opt.get_state(k, h);
-    return HostState{opt.pieces(), h};
-  };
-  HostState params;
-  if (opt.has_master()) params = shard(optim::StateKind::master);
-  else if (zero == 3) params = {opt.pieces(), host_float<T>(exec, sync_->shard_params())};
-  else params = {whole(n), host_float<T>(exec, model_->params())};
-  const HostState m = shard(optim::StateKind::exp_avg), v = shard(optim::StateKind::exp_avg_sq);
-  // The disjoint part of the flat buffer this rank writes.
-  // ZeRO-0: dense parameters split over their replicas (dp x cp); MoE experts (each ep rank's
-  // own, replicated over expert-dp x cp) split over those. ZeRO >= 1: the shard pieces, which already are both.
-  std::vector<ShardPiece> ranges, expert_ranges;
-  auto split = [&](std::size_t d, std::size_t D) {
-    return std::vector<ShardPiece>{ShardPiece{n * d / D, 0, n * (d + 1) / D - n * d / D}};
-  };
-  const bool ep_split = zero == 0 && ctx_->ep_size() > 1;
-  if (zero >= 1) {
-    ranges = opt.pieces();
-  } else {
-    ranges = split(static_cast<std::size_t>(ctx_->replicas().rank()),
-                   static_cast<std::size_t>(ctx_->replicas().size()));
-    if (ep_split)
-      expert_ranges = split(static_cast<std::size_t>(ctx_->expert_replicas().rank()),
-                            static_cast<std::size_t>(ctx_->expert_replicas().size()));
-  }
-  std::vector<io::SaveGroup> groups{{io::kModelPrefix, {}, {}},
-                                    {io::kExpAvgPrefix, {}, {}},
-                                    {io::kExpAvgSqPrefix, {}, {}}};
-  const HostState* states[] = {&params, &m, &v};
-  for (int g = 0; g < 3; ++g) {
-    add_pieces(reg, ranges, true, *states[g], groups[g].pieces, groups[g].data, ep_split ? 1 : 0);
-    if (ep_split)
-      add_pieces(reg, expert_ranges, true, *states[g], groups[g].pieces, groups[g].data, 2);
-  }
+template <class T>
+std::unique_ptr<io::BackgroundWriter> Engine<T>::background_writer() const {
+  return std::make_unique<io::BackgroundWriter>(ctx_->mesh().world().get());
+}
 
-  const auto& c = ctx_->config();
-  a.model = cfg_;
-  save_expert_bias(a);
-  a.layout = {c.shape.dp, c.shape.pp, c.shape.tp, zero, c.order.str(), c.shape.cp};
-  io::CheckpointWriter writer(ctx_->mesh().world().get(), dir, steps_done);
-  phase.reset();
-  phase.emplace("checkpoint: write");
-  writer.write(a, groups, transfer);
-  phase.reset();
-  if (fault::hooks().crash_at_checkpoint == steps_done && world_rank() == 0) {
-    logging::each("test hook: rank 0 kills itself after writing ", writer.tmp_path());
-    std::raise(SIGKILL);
-  }
-  const prof::Range commit_range("checkpoint: commit");
-  return writer.commit(keep);
+template <class T>
+void Engine<T>::agree(const std::string& what, const std::function<void()>& f) const {
+  meshtrain::agree(ctx_->mesh().world().get(), what, f);
 }
 
 template <class T>
@@ -223,6 +294,12 @@ io::CheckpointAttributes Engine<T>::load_checkpoint(const std::string& spec,
 #define MESHTRAIN_ENGINE_CKPT(T)                                                               \
   template std::string Engine<T>::save_checkpoint(const std::string&, std::int64_t,           \
                                                   io::CheckpointAttributes, io::Transfer, int); \
+  template io::StagedCheckpoint Engine<T>::stage_checkpoint(                                  \
+      const std::string&, std::int64_t, io::CheckpointAttributes, io::Transfer, int);         \
+  template void Engine<T>::reserve_checkpoint_staging();                                      \
+  template std::size_t Engine<T>::checkpoint_staging_bytes() const;                           \
+  template std::unique_ptr<io::BackgroundWriter> Engine<T>::background_writer() const;        \
+  template void Engine<T>::agree(const std::string&, const std::function<void()>&) const;     \
   template io::CheckpointAttributes Engine<T>::load_checkpoint(                               \
       const std::string&, const std::string&, bool, io::Transfer);
 MESHTRAIN_ENGINE_CKPT(float)

@@ -279,7 +279,7 @@ io::HfExportStats Engine<T>::export_hf(const std::string& dir, const io::HfExpor
   }
   if (me == 0) guard([&] { writer->finish(); });
   writer.reset();  // an unfinished writer removes its partial files
-  agree(world, cat("exporting the HuggingFace folder '", dir, "'"), [&] {
+  meshtrain::agree(world, cat("exporting the HuggingFace folder '", dir, "'"), [&] {
     if (error) std::rethrow_exception(error);
   });
   return stats;

@@ -2,7 +2,8 @@
 // beside its constructor — the model (model_footprint), ZeRO's shards (zero_shard_bytes,
 // zero_staging_bytes), DpPolicy's pools and the pipeline's message pool (replayed:
 // pools.hpp), the optimizer (sharded_adamw_footprint), the kernels' scratch
-// (kernels::scratch_bytes) and the engine's batch buffers. Nothing here restates a size.
+// (kernels::scratch_bytes), the engine's batch buffers and its checkpoint staging
+// (checkpoint_partition). Nothing here restates a size.
 #include "meshtrain/plan/memory.hpp"
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include "meshtrain/model/gpt.hpp"
 #include "meshtrain/model/registry.hpp"
 #include "meshtrain/optim/sharded_adamw.hpp"
+#include "meshtrain/parallel/checkpoint_staging.hpp"
 #include "meshtrain/parallel/dp_policy.hpp"
 #include "meshtrain/parallel/message_flow.hpp"
 #include "meshtrain/parallel/partition.hpp"
@@ -78,6 +80,7 @@ std::vector<MemoryBreakdown> memory_per_stage(const model::GptConfig& cfg, int s
     ml.sequence_parallel = sp;
     ml.recompute = l.recompute;
     ml.recompute_mlp_act = l.recompute_mlp_act;
+    ml.head_chunk_rows = l.head_chunk_tokens;
     if (l.pp == 1) {  // micro-batches run one after another
       ml.n_slots = 1;
       ml.chunk_slots.clear();
@@ -109,6 +112,14 @@ std::vector<MemoryBreakdown> memory_per_stage(const model::GptConfig& cfg, int s
     m.optimizer = static_cast<double>(of.device_state);
     m.host_optimizer = static_cast<double>(of.host_state);
     m.host_other += static_cast<double>(of.host_staging);
+    // Asynchronous checkpoints stage the rank's partition (dp rank 0's size; the others differ
+    // by at most one element per range).
+    if (l.ckpt_async) {
+      const bool ep_split = l.zero_stage == 0 && l.ep > 1;
+      const auto cp = parallel::checkpoint_partition(n, l.zero_stage, {}, opart.shard_size(), 0,
+                                                     l.dp, ep_split, 0, l.dp / l.ep);
+      m.host_ckpt = static_cast<double>(parallel::checkpoint_staging_bytes(cp));
+    }
 
     // ---- the model's activations, head and scratch ----
     ml.cp_comm = l.cp_all_gather ? model::CpComm::all_gather : model::CpComm::ring;

@@ -99,6 +99,8 @@ Json step_record(const StepMetrics& m, int ranks, std::int64_t tokens_per_step) 
     r["checkpoint"] = 1;
     r["ckpt_ms"] = m.ckpt_ms;
   }
+  // A step that ran while a background checkpoint write was in flight (ckpt.async).
+  if (m.ckpt_writing) r["ckpt_writing"] = 1;
   return r;
 }
 

@@ -68,12 +68,19 @@ TrainerT<T>::TrainerT(parallel::Engine<T>& engine, const TrainConfig& cfg, io::B
   // it continues a restored run, whose earlier records the file keeps.
   metrics_.open(cfg_.metrics_file, engine_.world_rank() == 0, true);
   tensorboard_.open(cfg_.tensorboard_dir, engine_.world_rank() == 0);
+  // Asynchronous saves: the writer's communicator and the staging buffers now, not at the
+  // first save (the memory preflight counted them; pinning takes a while on GPU nodes).
+  if (cfg_.ckpt.async_write && !cfg_.ckpt.dir.empty()) {
+    writer_ = engine_.background_writer();
+    engine_.reserve_checkpoint_staging();
+  }
 }
 
 template <class T>
 StepMetrics TrainerT<T>::step(std::int64_t s, bool read_back) {
   Timer t;
   StepMetrics m;
+  m.ckpt_writing = writer_ && writer_->state() == io::BackgroundWriter::State::writing;
   // Every target of a full window counts, so the global count is known without communication.
   const float loss_scale = cfg_.loss_scaling ? scaler_.scale() : 1.0f;
   // The step's global batch is a function of (seed, batch index) only (invariant 3); the batch
@@ -254,11 +261,12 @@ StepMetrics TrainerT<T>::run() {
     // Every rank takes the same decisions: the stop flag and the step's health are agreed
     // over the world. Nothing is saved from a step that was not finite.
     const Boundary b = agree_at_boundary(done, last);
+    after_boundary(b, done);  // a background write ended: collected, or the run ends here
     const DivergenceAction act = guard_.on_step(s, b.health);
     if (act == DivergenceAction::stop) {  // show the step, then end the run on every rank
       if (!logged) read_back(last);
       log_step(last, 0);
-      diverged();
+      diverged(done);
     }
     if (act == DivergenceAction::rollback && !b.stop) {
       s = roll_back(s) - 1;
@@ -279,15 +287,27 @@ StepMetrics TrainerT<T>::run() {
         logged = true;
       }
       const Timer t;
-      saved = save_checkpoint(done);
+      if (writer_) {
+        start_save(done);
+        // The run ends here: the write completes first (stop signal: then exit 3).
+        if (stop || done == cfg_.steps) finish_save(done, false);
+      } else {
+        save_checkpoint(done);
+      }
+      saved = last_checkpoint_;
       last.ckpt_ms = t.seconds() * 1e3;
     }
     const double per_step = timed ? elapsed / timed : last.step_seconds;
     if (logged) log_step(last, per_step * (cfg_.steps - done));
-    if (save)
+    if (save && writer_ && writer_->in_flight())
+      logging::info("checkpoint of step ", done, " staged in ",
+                    static_cast<long long>(last.ckpt_ms + 0.5), " ms; writing ",
+                    io::checkpoint_file_name(done), " in the background");
+    else if (save)
       logging::info("saved checkpoint ", saved, " (step ", done, ", ",
                     static_cast<long long>(last.ckpt_ms + 0.5), " ms)");
     if (stop) {
+      finish_save(done);  // one still in flight when the stop saved nothing (a rollback's)
       if (capturing_) prof::capture_stop();
       capturing_ = false;
       logging::warn("stop requested (SIGUSR1/SIGTERM) after step ", done, "/", cfg_.steps, ": ",
@@ -298,6 +318,7 @@ StepMetrics TrainerT<T>::run() {
     if (has_val && cfg_.eval_every > 0 && done % cfg_.eval_every == 0 && done != cfg_.steps)
       log_eval(done, evaluate_sources(), false);
   }
+  finish_save(cfg_.steps);  // the end of the run waits for a write still in flight
   if (capturing_) prof::capture_stop();
   capturing_ = false;
   record_memory_per_rank(cfg_.steps);

@@ -16,7 +16,7 @@
 namespace meshtrain::train {
 
 template <class T>
-std::string TrainerT<T>::save_checkpoint(std::int64_t steps_done) {
+io::CheckpointAttributes TrainerT<T>::checkpoint_attributes(std::int64_t steps_done) const {
   io::CheckpointAttributes a;
   a.tokens_seen = steps_done * tokens_per_step();
   a.seed = cfg_.seed;
@@ -27,16 +27,28 @@ std::string TrainerT<T>::save_checkpoint(std::int64_t steps_done) {
   a.extra["train.precision"] = std::is_same_v<T, float> ? "fp32" : "16-bit";
   a.extra["train.tokens_per_step"] = std::to_string(tokens_per_step());
   a.extra["train.loss_scale_hysteresis"] = std::to_string(scaler_.hysteresis());
-  if (!skipped_batches_.empty())
-    a.extra["train.skipped_batches"] = format_batches(skipped_batches_);
+  if (!skipped_batches_.empty()) a.extra["train.skipped_batches"] = format_batches(skipped_batches_);
   a.extra["data.sources"] = data_record(steps_done);  // what each source has supplied
-  last_checkpoint_ = engine_.save_checkpoint(cfg_.ckpt.dir, steps_done, a, cfg_.ckpt.transfer,
-                                             cfg_.ckpt.keep);
+  return a;
+}
+
+template <class T>
+std::string TrainerT<T>::save_checkpoint(std::int64_t steps_done) {
+  if (writer_) {  // the same file, through the writer thread
+    start_save(steps_done);
+    finish_save(steps_done, false);
+    return last_checkpoint_;
+  }
+  last_checkpoint_ = engine_.save_checkpoint(cfg_.ckpt.dir, steps_done,
+                                             checkpoint_attributes(steps_done),
+                                             cfg_.ckpt.transfer, cfg_.ckpt.keep);
   return last_checkpoint_;
 }
 
 template <class T>
 io::CheckpointAttributes TrainerT<T>::restore(const std::string& spec) {
+  // A write in flight first: `latest` may be about to change, and HDF5 serves one thread.
+  finish_save(start_step_);
   const Timer t;
   io::CheckpointAttributes a =
       engine_.load_checkpoint(spec, cfg_.ckpt.dir, cfg_.ckpt.verify, cfg_.ckpt.transfer);
@@ -86,6 +98,7 @@ void TrainerT<T>::signal_test_hooks(std::int64_t steps_done) {
 }
 
 #define MESHTRAIN_TRAINER_CKPT(T)                                                    \
+  template io::CheckpointAttributes TrainerT<T>::checkpoint_attributes(std::int64_t) const; \
   template std::string TrainerT<T>::save_checkpoint(std::int64_t);                   \
   template io::CheckpointAttributes TrainerT<T>::restore(const std::string&);       \
   template void TrainerT<T>::signal_test_hooks(std::int64_t);

@@ -21,14 +21,19 @@ typename TrainerT<T>::Boundary TrainerT<T>::agree_at_boundary(std::int64_t steps
     if (rank == (h.throw_rank < 0 ? size - 1 : h.throw_rank))
       MESHTRAIN_CHECK(false, "test hook: an error on this rank alone after step ", steps_done);
   }
-  // [stop signal, non-finite loss, non-finite gradients], the maximum over every rank.
-  int flags[3] = {signals::stop_requested() ? 1 : 0, engine_.loss_finite_here() ? 0 : 1,
-                  m.skipped ? 1 : 0};
-  engine_.max_over_ranks(flags, 3);
+  // [stop signal, non-finite loss, non-finite gradients, background checkpoint write failed,
+  // still writing], the maximum over every rank.
+  const auto ws = writer_ ? writer_->state() : io::BackgroundWriter::State::idle;
+  int flags[5] = {signals::stop_requested() ? 1 : 0, engine_.loss_finite_here() ? 0 : 1,
+                  m.skipped ? 1 : 0, ws == io::BackgroundWriter::State::failed ? 1 : 0,
+                  ws == io::BackgroundWriter::State::writing ? 1 : 0};
+  engine_.max_over_ranks(flags, 5);
   Boundary b;
   b.stop = flags[0] != 0;
   b.health.loss_finite = flags[1] == 0;
   b.health.grads_finite = flags[2] == 0;
+  b.write_failed = flags[3] != 0;
+  b.write_busy = flags[4] != 0;
   return b;
 }
 
@@ -38,6 +43,7 @@ std::int64_t TrainerT<T>::roll_back(std::int64_t step) {
   std::vector<std::int64_t> skipped = skipped_batches_;
   skipped.push_back(bad);
   MESHTRAIN_CHECK(!cfg_.ckpt.dir.empty(), "train.on_nonfinite=rollback needs ckpt.dir");
+  finish_save(step + 1);  // a write in flight holds a state from before the bad step: keep it
   logging::warn(guard_.reason(), ": restoring the last checkpoint and leaving data batch ", bad,
                 " out");
   try {
@@ -58,7 +64,9 @@ std::int64_t TrainerT<T>::roll_back(std::int64_t step) {
 }
 
 template <class T>
-void TrainerT<T>::diverged() {
+void TrainerT<T>::diverged(std::int64_t steps_done) {
+  // A write in flight holds a finite state from before: it is committed first.
+  finish_save(steps_done);
   // Every rank is here at the same step (the health was agreed): the error is agreed too.
   const std::string saved =
       last_checkpoint_.empty()
@@ -75,7 +83,7 @@ void TrainerT<T>::diverged() {
   template TrainerT<T>::Boundary TrainerT<T>::agree_at_boundary(std::int64_t,              \
                                                                  const StepMetrics&);      \
   template std::int64_t TrainerT<T>::roll_back(std::int64_t);                              \
-  template void TrainerT<T>::diverged();
+  template void TrainerT<T>::diverged(std::int64_t);
 MESHTRAIN_TRAINER_GUARD(float)
 #if MESHTRAIN_HAVE_BF16
 MESHTRAIN_TRAINER_GUARD(bf16)

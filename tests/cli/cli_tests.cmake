@@ -177,7 +177,8 @@ meshtrain_cli_test(train_bad_precision 1 2 "train.precision='fp8' is not one of 
 # 2-rank job several times through tests/cli/test_resume.sh; the launcher line is the one above.
 set(_resume_launch ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${MPIEXEC_PREFLAGS}
     $<TARGET_FILE:meshtrain>)
-foreach(case crash signal kill errors convert convert_llama convert_mixtral)
+foreach(case crash signal kill errors convert convert_llama convert_mixtral async_kill
+        async_signal async_full_disk async_fallback)
   add_test(NAME cli_resume_${case}
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_resume.sh ${case}
             ${CMAKE_BINARY_DIR}/cli_resume/${case} ${CMAKE_BINARY_DIR}/cli_prep/kjv_train_*.bin
@@ -199,6 +200,8 @@ meshtrain_cli_test(train_bad_ckpt_io 1 2
   --train.out_dir ${CMAKE_BINARY_DIR}/cli_resume/bad_io)
 # The planner and its calibration benchmark.
 include(${CMAKE_CURRENT_SOURCE_DIR}/cli/plan_cli_tests.cmake)
+# The memory preflight of train.
+include(${CMAKE_CURRENT_SOURCE_DIR}/cli/memory_cli_tests.cmake)
 
 # Fail loudly, never hang, lose nothing (issue 17): each failure at 2-4 ranks through
 # tests/cli/test_failures.sh, which bounds the run, checks that no rank is left, the exit code

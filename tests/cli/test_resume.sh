@@ -19,6 +19,17 @@
 #            sharded LlamaForCausalLM folder, and `convert` of its last checkpoint writes the
 #            same files byte for byte; `generate` loads it greedily; tests/reference/
 #            check_hf_folder.py (python3, json + struct) checks the index, headers and config
+#   async_kill    (ckpt.async, the default) step 4's background write is held with its file
+#            incomplete (MESHTRAIN_TEST_HOLD_CKPT_WRITE) while training goes on to step 5, where rank 0
+#            waits; kill -9 of rank 1 then: `latest` stays on step 2, the resume continues it
+#            to the uninterrupted run's loss
+#   async_signal  the same held write, then kill -USR1 of the ranks at step 5: the write of step
+#            4 commits, step 5 is saved once more, exit 3, and the resume matches
+#   async_full_disk  step 4's background write goes to a full device (its .tmp is a link to
+#            /dev/full): reported at a following step with the file and the cause, exit 1,
+#            `latest` still step 2, nothing saved after it
+#   async_fallback  an MPI without MPI_THREAD_MULTIPLE (MESHTRAIN_MPI_THREAD_LEVEL=funneled):
+#            one warning, synchronous saves
 # The launcher is the ctest MPI command line for 2 ranks; its last word is the executable.
 # MESHTRAIN_TEST_ARGS adds options to every training run (GPU builds: --train.precision bf16,
 # --zero.stage 3, ...); MESHTRAIN_TEST_LAYOUT_TOL is the relative loss tolerance of the resume
@@ -149,6 +160,74 @@ case $case_name in
     run resume 0 -- "${common[@]}" --train.out_dir a --train.resume latest
     has resume.log "resumed from a/checkpoints/step_00000003.h5 after step 3"
     same_loss "$(loss_at a/metrics.jsonl 8)" "$ref_loss"
+    ;;
+  async_kill | async_signal)
+    reference
+    rc=0
+    MESHTRAIN_TEST_HOLD_CKPT_WRITE=4 MESHTRAIN_TEST_WAIT_SIGNAL_AT_STEP=5 "${launch[@]}" \
+      "${common[@]}" --train.out_dir a --ckpt.every 2 > held.log 2>&1 &
+    pid=$!
+    for _ in $(seq 600); do
+      grep -q "background write of step 4 held before its file is closed" held.log &&
+        grep -q "waiting for a stop signal after step 5" held.log && break
+      kill -0 "$pid" 2> /dev/null || break
+      sleep 0.1
+    done
+    if ! grep -q "waiting for a stop signal after step 5" held.log ||
+       ! grep -q "background write of step 4 held" held.log; then
+      kill "$pid" 2> /dev/null || true; cat held.log; fail "the run never held step 4's write"
+    fi
+    [ -f a/checkpoints/step_00000004.h5.tmp ] || fail "no step 4 .tmp while its write is held"
+    ranks=$(pgrep -P "$pid" || true)
+    [ -n "$ranks" ] || { kill "$pid"; cat held.log; fail "no rank processes under $pid"; }
+    if [ "$case_name" = async_kill ]; then
+      victim=$(echo "$ranks" | tail -n 1)
+      log "kill -9 of rank pid $victim while step 4 is being written in the background"
+      kill -9 "$victim"
+      wait "$pid" || rc=$?
+      [ "$rc" != 0 ] || { cat held.log; fail "the run survived the kill -9 of a rank"; }
+      [ "$(cat a/checkpoints/latest)" = step_00000002.h5 ] ||
+        fail "latest is $(cat a/checkpoints/latest), not step 2"
+      [ ! -e a/checkpoints/step_00000004.h5 ] || fail "step 4 was committed despite the kill"
+      run resume 0 -- "${common[@]}" --train.out_dir a --ckpt.every 2 --train.resume latest
+      has resume.log "resumed from a/checkpoints/step_00000002.h5 after step 2"
+    else
+      log "kill -USR1 of the ranks while step 4 is being written in the background"
+      # shellcheck disable=SC2086  # one pid per word
+      kill -USR1 $ranks
+      wait "$pid" || rc=$?
+      [ "$rc" = 3 ] || { cat held.log; fail "exit code $rc after kill -USR1, expected 3"; }
+      has held.log "saved checkpoint a/checkpoints/step_00000004.h5 \(step 4, written in the background"
+      has held.log "stop requested \(SIGUSR1/SIGTERM\) after step 5/8: checkpoint saved"
+      [ "$(cat a/checkpoints/latest)" = step_00000005.h5 ] || fail "latest is not step 5"
+      run resume 0 -- "${common[@]}" --train.out_dir a --train.resume latest
+      has resume.log "resumed from a/checkpoints/step_00000005.h5 after step 5"
+    fi
+    has resume.log "step +8/8"
+    same_loss "$(loss_at a/metrics.jsonl 8)" "$ref_loss"
+    ;;
+  async_full_disk)
+    run first 0 -- "${model[@]}" --train.micro_batch 2 --train.out_dir a --train.steps 2
+    [ "$(cat a/checkpoints/latest)" = step_00000002.h5 ] || fail "latest is not step 2"
+    ln -s /dev/full a/checkpoints/step_00000004.h5.tmp
+    run full 1 -- "${common[@]}" --train.out_dir a --ckpt.every 2 --train.resume latest
+    has full.log "checkpoint of step 4 staged in [0-9]+ ms; writing step_00000004.h5 in the background"
+    has full.log "the checkpoint of step 4 could not be written in the background \(reported after step [56]\): .*step_00000004.h5.tmp': writing failed: .*(No space left on device|space)"
+    has full.log "a/checkpoints/latest was not changed: it still names a/checkpoints/step_00000002.h5"
+    ! grep -Eq "step +[78]/8" full.log || { cat full.log; fail "training went on after the failure"; }
+    [ "$(cat a/checkpoints/latest)" = step_00000002.h5 ] || fail "latest is not step 2"
+    if [ -e a/checkpoints/step_00000004.h5 ] || [ -e a/checkpoints/step_00000006.h5 ]; then
+      fail "a checkpoint after the failed write was committed"
+    fi
+    ;;
+  async_fallback)
+    run fallback 0 MESHTRAIN_MPI_THREAD_LEVEL=funneled -- "${common[@]}" --train.out_dir a \
+      --ckpt.every 4
+    has fallback.log "ckpt.async=true needs MPI_THREAD_MULTIPLE and this MPI provides MPI_THREAD_FUNNELED: checkpoints are written synchronously"
+    [ "$(grep -c "needs MPI_THREAD_MULTIPLE" fallback.log)" = 1 ] || fail "the warning is not once"
+    has fallback.log "saved checkpoint a/checkpoints/step_00000004.h5 \(step 4, [0-9]+ ms\)"
+    ! grep -q "in the background" fallback.log || fail "a background write without MULTIPLE"
+    [ "$(cat a/checkpoints/latest)" = step_00000008.h5 ] || fail "latest is not step 8"
     ;;
   errors)
     run save 0 -- "${model[@]}" --train.micro_batch 2 --train.out_dir a --train.steps 2

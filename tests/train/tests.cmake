@@ -23,3 +23,10 @@ meshtrain_add_test(NAME test_cp_layouts SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_c
 # Issue 37: the profiler ranges (what NVTX shows) through a recording sink, at pp 2 and dp 2.
 meshtrain_add_test(NAME test_profile_ranges SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_profile_ranges.cpp
   RANKS 2)
+# Asynchronous checkpoints (issue 36): the background writer needs MPI_THREAD_MULTIPLE.
+meshtrain_add_test(NAME test_ckpt_async SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ckpt_async.cpp
+  RANKS 2)
+if(TEST test_ckpt_async_np2)
+  set_property(TEST test_ckpt_async_np2 APPEND PROPERTY ENVIRONMENT
+    MESHTRAIN_MPI_THREAD_LEVEL=multiple)
+endif()

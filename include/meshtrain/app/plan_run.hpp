@@ -8,6 +8,7 @@
 
 #include <mpi.h>
 
+#include "meshtrain/core/agree.hpp"
 #include "meshtrain/io/dataset.hpp"
 #include "meshtrain/model/config.hpp"
 #include "meshtrain/plan/layout.hpp"
@@ -32,8 +33,7 @@ struct MachineProbe {
   double alone_s = 0, together_s = 0;  // the slowest rank's time for `together`
 };
 MachineProbe probe_machine(MPI_Comm world);
-// MPI_Barrier without busy-polling (sleeps between tests).
-void quiet_barrier(MPI_Comm comm);
+// MPI_Barrier without busy-polling: core/agree.hpp's quiet_barrier.
 
 // Collective over `world` (whose size must be l.world()). The dataset's windows must be
 // seq_len long. Random initialisation from `seed`; every step is a real training step.

@@ -54,5 +54,8 @@ comm::WatchdogConfig watchdog_config(const po::variables_map& vm, const std::str
 // MESHTRAIN_TEST_NAN_BATCH=<batch>. Malformed values are ConfigErrors.
 void collective_fault_from_env();
 std::int64_t nan_batch_from_env();
+// Every hook of core/fault_injection.hpp from its MESHTRAIN_TEST_* variable (an unset variable
+// leaves the hook off; a malformed one is a ConfigError, not a silent no-op).
+void set_fault_hooks();
 
 }  // namespace meshtrain::app

@@ -11,7 +11,8 @@ namespace meshtrain::app {
 
 class Runtime {
  public:
-  Runtime(int& argc, char**& argv);
+  // `thread_level`: what MPI_Init_thread asks for (core/mpi_threads.hpp's override applies).
+  Runtime(int& argc, char**& argv, int thread_level = MPI_THREAD_FUNNELED);
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;

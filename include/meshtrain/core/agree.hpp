@@ -37,6 +37,11 @@ void agree_on_root(MPI_Comm comm, const std::string& what, const std::function<v
 // Collective: true on every rank iff `flag` is true on any rank.
 bool any_rank(MPI_Comm comm, bool flag);
 
+// MPI_Barrier that sleeps between tests of an MPI_Ibarrier instead of spinning, so that a rank
+// waiting for slower ones (a checkpoint writer while rank 0 syncs the file) leaves its core to
+// the threads that compute.
+void quiet_barrier(MPI_Comm comm);
+
 // Rank `root`'s `s` on every rank of `comm`.
 void broadcast_string(MPI_Comm comm, std::string& s, int root = 0);
 

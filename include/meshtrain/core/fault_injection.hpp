@@ -16,6 +16,11 @@ struct Hooks {
   bool hold_after_stop = false;           // ...and then holds (up to 120 s) as a slow save
                                           // would, so that a second signal meets a rank still
                                           // busy with the first
+  std::int64_t hold_ckpt_write = -1;       // the background write of that step's checkpoint
+                                          // holds on every rank with its data written and
+                                          // its .tmp still open (incomplete), until the
+                                          // trainer waits for it (the next save, a stop, the
+                                          // end; at most 120 s)
   std::int64_t nan_batch = -1;            // the gradients of data batch N are NaN on every
                                           // rank (a bad batch), wherever it is trained
   std::int64_t throw_at_step = -1;        // world rank throw_rank (-1: the last) throws an

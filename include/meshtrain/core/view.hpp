@@ -12,6 +12,16 @@ template <class T>
 using View1 = Kokkos::View<T*, MemSpace>;
 template <class T>
 using HostView1 = Kokkos::View<T*, Kokkos::HostSpace>;
+// Host memory the device copies into at full speed (page-locked on CUDA builds: cudaMallocHost
+// through Kokkos; plain host memory elsewhere). Host-accessible: an unmanaged HostView1 over its
+// data() is how host code and deep_copy see it.
+#if defined(KOKKOS_ENABLE_CUDA)
+using PinnedHostSpace = Kokkos::CudaHostPinnedSpace;
+#else
+using PinnedHostSpace = Kokkos::HostSpace;
+#endif
+template <class T>
+using PinnedView1 = Kokkos::View<T*, PinnedHostSpace>;
 // A device scalar (rank-0 View): keeps values like the gradient norm on the device, so a step
 // needs no host synchronisation.
 template <class T>

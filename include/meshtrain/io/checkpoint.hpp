@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -146,6 +147,10 @@ class CheckpointWriter {
   // beyond the newest `keep`. Returns the final path.
   std::string commit(int keep = 0);
 
+  // Runs on every rank once its data is written, before the collective close (test hooks: a
+  // background write held while its file is incomplete).
+  void set_before_close(std::function<void()> f) { before_close_ = std::move(f); }
+
   const std::string& tmp_path() const { return tmp_; }
   const std::string& path() const { return final_; }
 
@@ -154,6 +159,7 @@ class CheckpointWriter {
   std::string dir_, final_, tmp_;
   std::int64_t step_;
   bool written_ = false;
+  std::function<void()> before_close_;
 };
 
 // write + commit. Collective over `comm`. Returns the path of the committed file.

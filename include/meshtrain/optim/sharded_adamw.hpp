@@ -81,6 +81,9 @@ class ShardedAdamWT {
   // Copies of one state buffer over the whole shard (shard order, shard_size() elements) to and
   // from host memory, wherever the state lives. Fences the instance.
   void get_state(StateKind which, HostView1<float> out) const;
+  // Elements [shard_offset, shard_offset + out.extent(0)) of one state buffer (a checkpoint's
+  // partition of it). Fences the instance.
+  void get_state(StateKind which, std::size_t shard_offset, HostView1<float> out) const;
   void set_state(StateKind which, HostView1<const float> in);
 
   // Bytes actually allocated: fp32 master + m + v on the device or host, host staging buffers.

@@ -22,11 +22,13 @@
 #include <mpi.h>
 
 #include "meshtrain/io/checkpoint.hpp"
+#include "meshtrain/io/checkpoint_async.hpp"
 #include "meshtrain/io/hf_export.hpp"
 #include "meshtrain/kernels/attention.hpp"
 #include "meshtrain/model/config.hpp"
 #include "meshtrain/model/gpt.hpp"
 #include "meshtrain/optim/adamw.hpp"
+#include "meshtrain/parallel/checkpoint_staging.hpp"
 #include "meshtrain/parallel/context.hpp"
 
 namespace meshtrain::comm {
@@ -127,6 +129,22 @@ class Engine {
   // commits it, keeping the `keep` newest (0: all). Returns the committed file.
   std::string save_checkpoint(const std::string& dir, std::int64_t steps_done,
                               io::CheckpointAttributes attrs, io::Transfer transfer, int keep);
+  // Asynchronous saves (issue 36), in two steps. stage_checkpoint copies the same part of the
+  // state into host staging buffers kept for the run (page-locked on CUDA builds; allocated on
+  // first use or by reserve_checkpoint_staging) and returns it with its attributes, ready for
+  // io::write_staged on any thread and communicator over the world's ranks (the file is the one
+  // save_checkpoint writes, byte for byte). Collective (expert biases). The buffers are reused:
+  // the write of the previous staged checkpoint must have ended.
+  io::StagedCheckpoint stage_checkpoint(const std::string& dir, std::int64_t steps_done,
+                                        io::CheckpointAttributes attrs, io::Transfer transfer,
+                                        int keep);
+  void reserve_checkpoint_staging();
+  // Host bytes of the staging buffers held (0 before the first stage or reserve): what the
+  // planner counts as MemoryBreakdown::host_ckpt.
+  std::size_t checkpoint_staging_bytes() const;
+  // Collective: a writer thread with its own duplicate of the world (io/checkpoint_async.hpp).
+  // Needs MPI_THREAD_MULTIPLE.
+  std::unique_ptr<io::BackgroundWriter> background_writer() const;
   // Reads what this rank's layout holds from the checkpoint `spec` names (whatever layout saved
   // it). ConfigError on every rank for a missing or corrupt file or another model.
   io::CheckpointAttributes load_checkpoint(const std::string& spec, const std::string& dir,
@@ -151,6 +169,8 @@ class Engine {
   bool any_rank(bool flag) const;
   // Collective: flags[i] = the maximum over the world (one all-reduce).
   void max_over_ranks(int* flags, int n) const;
+  // Collective: core/agree.hpp's agree over the world.
+  void agree(const std::string& what, const std::function<void()>& f) const;
   // Whether this rank's share of the last forward_backward's loss is finite (0 where the rank
   // computes no loss). Reads one scalar back.
   bool loss_finite_here() const;
@@ -188,6 +208,12 @@ class Engine {
   // each stage's first rank contributes its blocks), and back from a loaded file's attributes.
   void save_expert_bias(io::CheckpointAttributes& attrs);
   void restore_expert_bias(const io::CheckpointAttributes& attrs);
+  // Checkpoint staging (engine_checkpoint.cpp): this rank's partition, the copy into buffers,
+  // and the staged pieces over them.
+  CheckpointPartition checkpoint_partition_here() const;
+  void stage_into(CheckpointStaging& st);
+  io::StagedCheckpoint stage(CheckpointStaging& st, const std::string& dir, std::int64_t steps_done,
+                             io::CheckpointAttributes a, io::Transfer transfer, int keep);
   // In-place MPI_Allreduce over the world, recorded for the watchdog ("world.host").
   void world_all_reduce(void* buf, int count, MPI_Datatype type, MPI_Op op) const;
   void fill_batch(const BatchSource& batch, int first);
@@ -200,6 +226,7 @@ class Engine {
   std::unique_ptr<ZeroOptimizer<T>> zopt_;
   std::unique_ptr<PipelineRunner<T>> runner_;
   View1<std::int32_t> inputs_, targets_;  // one micro-batch, filled when the model reads it
+  std::unique_ptr<CheckpointStaging> staging_;  // asynchronous saves' buffers
   HostView1<std::int32_t> h_inputs_, h_targets_;  // whole sequences, as the data gives them
   HostView1<std::int32_t> h_local_inputs_, h_local_targets_;  // cp > 1: this rank's rows
   mutable std::unique_ptr<comm::FlightRecorder> host_recorder_;  // world_all_reduce's

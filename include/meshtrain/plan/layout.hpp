@@ -31,6 +31,8 @@ struct Layout {
   bool recompute_mlp_act = false;    // train.recompute_mlp_act (not searched: set by the user)
   Precision precision = Precision::fp32;
   std::size_t bucket_bytes = 25u << 20;  // dp.bucket_mb
+  int head_chunk_tokens = 0;         // train.head_chunk_tokens (0: auto; not searched)
+  bool ckpt_async = false;           // ckpt.async: host staging buffers of the checkpoint
 
   long world() const { return static_cast<long>(dp) * cp * pp * tp; }
   long global_batch() const { return static_cast<long>(micro_batch) * n_micro * dp; }

@@ -15,7 +15,9 @@
 //    message buffers (replaying its schedule);
 //  - workspace of the kernels (attention score blocks on the host, column-sum partials on GPUs),
 //    the trainer's batch buffers, and a runtime overhead (CUDA context, library workspaces) that
-//    comes from the calibration.
+//    comes from the calibration;
+//  - with asynchronous checkpoints, the host buffers a save is staged in
+//    (parallel::checkpoint_partition).
 // Stages differ (embedding, head, tied wte copy); tp and dp ranks of one stage do not.
 #include <cstddef>
 #include <string>
@@ -49,6 +51,7 @@ struct MemoryBreakdown {
   double runtime = 0;                // from the calibration
   double host_optimizer = 0;         // offload: fp32 master + m + v in host memory
   double host_other = 0;             // offload staging, host mirrors of batches (GPU builds)
+  double host_ckpt = 0;              // ckpt.async: the checkpoint's staging buffers (pinned)
   int slots = 1;                     // activation sets per chunk
   std::size_t registry_elems = 0;    // the stage's flat buffer (elements, padding included)
   double psi = 0;                    // parameters on this rank (registry elements, no padding)
@@ -58,7 +61,7 @@ struct MemoryBreakdown {
     return params + grads + optimizer + activations + head + scratch + comm_buffers + workspace +
            runtime;
   }
-  double host() const { return host_optimizer + host_other; }
+  double host() const { return host_optimizer + host_other + host_ckpt; }
   // What one process allocates in total (device + host): the CPU build's figure.
   double total() const { return device() + host(); }
 };

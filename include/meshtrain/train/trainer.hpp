@@ -6,10 +6,13 @@
 // Checkpoints (DESIGN "Training under a layout"): at a step boundary the trainer saves the fp32
 // parameters and Adam's moments, each data-parallel rank writing only its partition, and any
 // layout restores them; a stop signal (SIGUSR1/SIGTERM, agreed over the world at every step
-// boundary) saves a checkpoint and ends run() early with stopped() set.
+// boundary) saves a checkpoint and ends run() early with stopped() set. With ckpt.async a save
+// costs the training thread only the copy into host staging buffers; a background thread writes
+// and commits it while the next steps run (trainer_async.cpp).
 #include <cstdint>
-#include <vector>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "meshtrain/io/blend.hpp"
 #include "meshtrain/io/checkpoint.hpp"
@@ -30,6 +33,10 @@ struct CheckpointConfig {
   int keep = 0;               // keep the N newest checkpoints; 0: all
   io::Transfer transfer = io::Transfer::automatic;
   bool verify = true;         // verify the per-tensor checksums on restore
+  // ckpt.async: stage each save in host buffers and write it on a background thread while
+  // training goes on (needs MPI_THREAD_MULTIPLE: the caller checks). At most one write is in
+  // flight; the next save, a stop, a rollback and the end of run() wait for it.
+  bool async_write = false;
 };
 
 struct TrainConfig {
@@ -73,7 +80,10 @@ struct StepMetrics {
   // the share of it hidden behind backward, tensor-parallel communication (host wall time).
   double bubble = 0, dp_comm_ms = 0, dp_hidden = 0, tp_comm_ms = 0;
   bool comm_reported = false, pipelined = false;  // which of those the progress line shows
-  double ckpt_ms = 0;     // a checkpoint was saved after this step, taking this long
+  double ckpt_ms = 0;     // a checkpoint was saved after this step, taking the training
+                          // thread this long (ckpt.async: staging it, and waiting for the
+                          // previous write if it was still in flight)
+  bool ckpt_writing = false;  // a background checkpoint write was in flight when it started
   // Mixture of Experts (logged steps): per MoE block, and the router losses summed over blocks
   // (the mean over the global batch's micro-batches; added to the objective, not to `loss`).
   std::vector<parallel::MoeLayerMetrics> moe;
@@ -111,8 +121,8 @@ class TrainerT {
   // scaler; run() then continues at the saved step. Returns the saved attributes.
   // ConfigError (on every rank) for a missing or corrupt file or another model configuration.
   io::CheckpointAttributes restore(const std::string& spec);
-  // Collective: saves the state after `steps_done` completed steps into cfg.ckpt.dir. Returns
-  // the committed file.
+  // Collective: saves the state after `steps_done` completed steps into cfg.ckpt.dir and waits
+  // until it is committed (with ckpt.async, through the background writer). Returns the file.
   std::string save_checkpoint(std::int64_t steps_done);
   std::int64_t start_step() const { return start_step_; }
   bool stopped() const { return stopped_; }
@@ -135,10 +145,21 @@ class TrainerT {
   struct Boundary {
     bool stop = false;
     StepHealth health;
+    bool write_failed = false, write_busy = false;  // background checkpoint write, any rank
   };
   Boundary agree_at_boundary(std::int64_t steps_done, const StepMetrics& m);
+  // trainer_async.cpp: asynchronous saves (ckpt.async). start_save stages the state and hands
+  // it to the background writer (waiting for the previous write first); finish_save waits,
+  // agreed over the world, until the write in flight has ended on every rank; after_boundary
+  // collects a write that every rank has finished, or ends the run when one failed.
+  void start_save(std::int64_t steps_done);
+  void finish_save(std::int64_t steps_done, bool log = true);
+  void after_boundary(const Boundary& b, std::int64_t steps_done);
+  void collect_write(bool log);
+  [[noreturn]] void write_failed(std::int64_t steps_done);
+  io::CheckpointAttributes checkpoint_attributes(std::int64_t steps_done) const;
   std::int64_t roll_back(std::int64_t step);  // returns the step to continue from
-  [[noreturn]] void diverged();
+  [[noreturn]] void diverged(std::int64_t steps_done);
   void signal_test_hooks(std::int64_t steps_done);
   // trainer_data.cpp: the data sources' side of the loop.
   void describe_data() const;
@@ -159,6 +180,7 @@ class TrainerT {
   DivergenceGuard guard_;
   std::vector<std::int64_t> skipped_batches_;  // data batches left out by rollbacks (sorted)
   std::string last_checkpoint_;                // saved or restored by this run, for messages
+  std::unique_ptr<io::BackgroundWriter> writer_;  // ckpt.async
 };
 
 using Trainer = TrainerT<float>;
