@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <deque>
 #include <limits>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/parallel/receive_posting.hpp"
@@ -189,8 +192,21 @@ int predicted_message_buffers(const ScheduleSpec& spec, int stage, PostPolicy po
 }
 
 int message_pool_cap(const ScheduleSpec& spec, int stage) {
+  // A pure function of the schedule that the planner asks for under many layouts.
+  static std::mutex mutex;
+  static std::map<std::tuple<int, int, int, int, int>, int> memo;
+  const auto key = std::make_tuple(static_cast<int>(spec.kind), spec.pp, spec.n_micro,
+                                   spec.chunks, stage);
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    const auto it = memo.find(key);
+    if (it != memo.end()) return it->second;
+  }
   const int grown = replay_pool(spec, stage, PostPolicy::at_use, 0, 0);
-  return grown == 0 ? 0 : std::max(2, grown);
+  const int cap = grown == 0 ? 0 : std::max(2, grown);
+  const std::lock_guard<std::mutex> lock(mutex);
+  memo.emplace(key, cap);
+  return cap;
 }
 
 }  // namespace meshtrain::parallel

@@ -1,6 +1,9 @@
 #include "meshtrain/parallel/receive_posting.hpp"
 
 #include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
 #include <utility>
 
 #include "meshtrain/core/error.hpp"
@@ -25,14 +28,18 @@ struct Stage {
 // `stuck` with each stage's position (the compute it waits at; actions.size() when done).
 bool replay(std::vector<Stage>& st, std::vector<std::size_t>& stuck) {
   const std::size_t S = st.size();
-  // issued[(from, to)] = messages of that direction issued by the sender / by the receiver.
-  std::map<std::pair<int, int>, int> sent, posted;
+  // Per direction from * S + to: messages of that direction issued by the sender / by the
+  // receiver (flat, not a map: the planner replays long schedules for many layouts).
+  std::vector<int> sent(S * S, 0), posted(S * S, 0);
   std::vector<std::size_t> pos(S, 0);
-  // Per stage: the messages it issued that are not known complete, as (from, to, k).
-  std::vector<std::vector<std::pair<std::pair<int, int>, int>>> pending(S);
+  // Per stage: the messages it issued that are not known complete, as (direction, k).
+  std::vector<std::vector<std::pair<std::size_t, int>>> pending(S);
   std::vector<std::size_t> next_recv(S, 0);  // receives issued so far (list order)
-  auto done = [&](const std::pair<std::pair<int, int>, int>& m) {
+  auto done = [&](const std::pair<std::size_t, int>& m) {
     return sent[m.first] > m.second && posted[m.first] > m.second;
+  };
+  auto direction = [S](int from, int to) {
+    return static_cast<std::size_t>(from) * S + static_cast<std::size_t>(to);
   };
   for (bool moved = true; moved;) {
     moved = false;
@@ -43,9 +50,9 @@ bool replay(std::vector<Stage>& st, std::vector<std::size_t>& stuck) {
         // Receives posted before action i (in list order).
         while (next_recv[s] < g.recv_at.size() && g.post[next_recv[s]] <= i) {
           const std::size_t r = next_recv[s]++;
-          const int from = g.actions[g.recv_at[r]].peer, me = static_cast<int>(s);
-          const int k = posted[{from, me}]++;
-          pending[s].push_back({{from, me}, k});
+          const std::size_t d = direction(g.actions[g.recv_at[r]].peer, static_cast<int>(s));
+          const int k = posted[d]++;
+          pending[s].push_back({d, k});
           moved = true;
         }
         const Action& a = g.actions[i];
@@ -56,9 +63,9 @@ bool replay(std::vector<Stage>& st, std::vector<std::size_t>& stuck) {
           if (!all) break;
           pending[s].clear();
         } else if (is_send(a.op)) {
-          const std::pair<int, int> key{static_cast<int>(s), a.peer};
-          const int k = sent[key]++;
-          pending[s].push_back({key, k});
+          const std::size_t d = direction(static_cast<int>(s), a.peer);
+          const int k = sent[d]++;
+          pending[s].push_back({d, k});
         }
         ++pos[s];
         moved = true;
@@ -71,9 +78,9 @@ bool replay(std::vector<Stage>& st, std::vector<std::size_t>& stuck) {
   return true;
 }
 
-}  // namespace
+using Postings = std::vector<std::vector<std::size_t>>;  // per stage
 
-std::vector<std::size_t> receive_posting(const ScheduleSpec& spec, int stage) {
+Postings all_stages(const ScheduleSpec& spec) {
   std::vector<Stage> st(static_cast<std::size_t>(spec.pp));
   for (int s = 0; s < spec.pp; ++s) {
     Stage& g = st[static_cast<std::size_t>(s)];
@@ -114,7 +121,34 @@ std::vector<std::size_t> receive_posting(const ScheduleSpec& spec, int stage) {
                     schedule_name(spec.kind), " schedule (pp ", spec.pp, ", ", spec.n_micro,
                     " micro-batches, ", spec.chunks, " chunks) completes a step on NCCL");
   }
-  return st[static_cast<std::size_t>(stage)].post;
+  Postings out;
+  for (Stage& g : st) out.push_back(std::move(g.post));
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::size_t> receive_posting(const ScheduleSpec& spec, int stage) {
+  // Every stage's answer comes from one replay of all stages, and the planner asks for the same
+  // schedules under many layouts: each schedule is replayed once per process.
+  static std::mutex mutex;
+  static std::map<std::tuple<int, int, int, int>, std::shared_ptr<const Postings>> memo;
+  const auto key = std::make_tuple(static_cast<int>(spec.kind), spec.pp, spec.n_micro,
+                                   spec.chunks);
+  std::shared_ptr<const Postings> p;
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    const auto it = memo.find(key);
+    if (it != memo.end()) p = it->second;
+  }
+  if (!p) {
+    p = std::make_shared<const Postings>(all_stages(spec));
+    const std::lock_guard<std::mutex> lock(mutex);
+    memo.emplace(key, p);
+  }
+  MESHTRAIN_CHECK(stage >= 0 && stage < spec.pp, "receive_posting: stage ", stage,
+                  " outside pp ", spec.pp);
+  return (*p)[static_cast<std::size_t>(stage)];
 }
 
 }  // namespace meshtrain::parallel

@@ -384,6 +384,8 @@ TEST_CASE("an exported Mixtral imports under ep, tp and pp layouts to the same m
   const model::GptConfig back = io::read_hf_config(dir, cfg.vocab_pad);
   model::GptConfig same = cfg;
   same.name = back.name;
+  CHECK(back.moe.aux_loss_scope == "global");  // not in config.json: the default
+  same.moe.aux_loss_scope = back.moe.aux_loss_scope;
   REQUIRE(back.key() == same.key());
   const Json j = json::parse(
       [&] {
@@ -398,9 +400,11 @@ TEST_CASE("an exported Mixtral imports under ep, tp and pp layouts to the same m
   CHECK(j["output_router_logits"] == false);
   CHECK(j["sliding_window"].is_null());
   // Training from the folder: the router in fp64 (a training option, not in the folder), so
-  // that top-k choices are a function of the router input, not of its GEMM's rounding.
+  // that top-k choices are a function of the router input, not of its GEMM's rounding; and the
+  // statistics scope these layouts share (another training option, see tiny_mixtral).
   model::GptConfig run = back;
   run.moe.router_fp64 = true;
+  run.moe.aux_loss_scope = cfg.moe.aux_loss_scope;
   {
     parallel::Engine<float> e(MPI_COMM_SELF, run, options(single));
     e.import_hf(dir);
