@@ -9,6 +9,7 @@ target_sources(meshtrain_lib PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/cross_entropy.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cross_entropy_vp.cpp
   ${CMAKE_CURRENT_LIST_DIR}/embedding.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/fp8_cast.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gelu.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm_ex.cpp
