@@ -13,6 +13,7 @@ target_sources(meshtrain_lib PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/gelu.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm_ex.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gemm_fp8.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm_varying.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layernorm.cpp
   ${CMAKE_CURRENT_LIST_DIR}/linear.cpp

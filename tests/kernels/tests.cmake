@@ -20,3 +20,4 @@ endif()
 # Issue 35: FP8 formats, current-scaling casts and the emulated FP8 GEMM (the CUDA FP8 GEMM's oracle).
 meshtrain_add_test(NAME test_kernels_fp8_format SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_fp8_format.cpp)
 meshtrain_add_test(NAME test_kernels_fp8_cast SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_fp8_cast.cpp)
+meshtrain_add_test(NAME test_kernels_gemm_fp8 SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gemm_fp8.cpp)
