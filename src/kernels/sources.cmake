@@ -17,6 +17,7 @@ target_sources(meshtrain_lib PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/gemm_varying.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layernorm.cpp
   ${CMAKE_CURRENT_LIST_DIR}/linear.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/linear_fp8.cpp
   ${CMAKE_CURRENT_LIST_DIR}/residual.cpp
   ${CMAKE_CURRENT_LIST_DIR}/rmsnorm.cpp
   ${CMAKE_CURRENT_LIST_DIR}/rotary.cpp
