@@ -5,11 +5,10 @@
 // every rank. Runs at 1 and 2 ranks.
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <vector>
 
-#include "harness.hpp"
+#include "kernel_test_util.hpp"
 #include "meshtrain/comm/factory.hpp"
 #include "meshtrain/kernels/fp8_cast.hpp"
 #include "meshtrain/model/fp8_amax.hpp"
@@ -40,25 +39,9 @@ std::vector<float> block(const std::vector<float>& x, int r0, int r1, int c0, in
   return b;
 }
 
-template <class T>
-View1<T> device(const std::vector<T>& h) {
-  View1<T> d("test", h.size());
-  auto m = Kokkos::create_mirror_view(d);
-  for (std::size_t i = 0; i < h.size(); ++i) m(i) = h[i];
-  Kokkos::deep_copy(d, m);
-  return d;
-}
-template <class V>
-auto host(const V& d) {
-  auto m = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), d);
-  std::vector<typename V::non_const_value_type> h(d.extent(0));
-  for (std::size_t i = 0; i < h.size(); ++i) h[i] = m(i);
-  return h;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using kt::bitwise_equal;
+using kt::to_host;
+using kt::to_device;
 
 }  // namespace
 
@@ -74,16 +57,17 @@ TEST_CASE("agree_amax gives every rank the whole tensor's amax and cast", "[fp8]
     for (Fp8Scaling sc : {Fp8Scaling::tensorwise, Fp8Scaling::rowwise}) {
       INFO(fp8_format_name(f) << " " << fp8_scaling_name(sc) << " ranks " << P);
       Fp8Tensor ref = make_fp8_tensor("whole", kRows, kCols, f, sc);
-      fp8_quantize<float>(ExecSpace(), ref, device(x));
-      const auto ref_amax = host(ref.amax), ref_scale = host(ref.scale);
-      const auto ref_codes = host(ref.data);
+      fp8_quantize<float>(ExecSpace(), ref, to_device(x));
+      const auto ref_amax = to_host(ref.amax), ref_scale = to_host(ref.scale);
+      const auto ref_codes = to_host(ref.data);
 
       // Column split (tp splits K): rows keep their length only after agreement.
       const int w = kCols / P;
       Fp8Tensor q = make_fp8_tensor("cols", kRows, w, f, sc);
-      fp8_quantize<float>(ExecSpace(), q, device(block(x, 0, kRows, r * w, (r + 1) * w)), agree);
-      bool ok = same_bits(host(q.amax), ref_amax) && same_bits(host(q.scale), ref_scale);
-      const auto codes = host(q.data);
+      fp8_quantize<float>(ExecSpace(), q, to_device(block(x, 0, kRows, r * w, (r + 1) * w)), agree);
+      bool ok = bitwise_equal(to_host(q.amax), ref_amax) &&
+                bitwise_equal(to_host(q.scale), ref_scale);
+      const auto codes = to_host(q.data);
       for (int i = 0; i < kRows; ++i)
         for (int c = 0; c < w; ++c)
           ok = ok && codes[std::size_t(i) * w + c] == ref_codes[std::size_t(i) * kCols + r * w + c];
@@ -92,14 +76,14 @@ TEST_CASE("agree_amax gives every rank the whole tensor's amax and cast", "[fp8]
       // Row split (sp splits tokens): tensorwise agrees; rowwise needs no agreement.
       const int h = kRows / P;
       Fp8Tensor p = make_fp8_tensor("rows", h, kCols, f, sc);
-      fp8_quantize<float>(ExecSpace(), p, device(block(x, r * h, (r + 1) * h, 0, kCols)),
+      fp8_quantize<float>(ExecSpace(), p, to_device(block(x, r * h, (r + 1) * h, 0, kCols)),
                           sc == Fp8Scaling::tensorwise ? agree : AmaxHook{});
-      const auto pa = host(p.amax);
+      const auto pa = to_host(p.amax);
       ok = sc == Fp8Scaling::tensorwise
-               ? same_bits(pa, ref_amax)
-               : same_bits(pa, std::vector<float>(ref_amax.begin() + r * h,
+               ? bitwise_equal(pa, ref_amax)
+               : bitwise_equal(pa, std::vector<float>(ref_amax.begin() + r * h,
                                                   ref_amax.begin() + (r + 1) * h));
-      const auto pc = host(p.data);
+      const auto pc = to_host(p.data);
       for (std::size_t i = 0; i < pc.size(); ++i)
         ok = ok && pc[i] == ref_codes[std::size_t(r * h) * kCols + i];
       REQUIRE(mt_test::all_ranks(ok));
@@ -115,10 +99,10 @@ TEST_CASE("agree_amax carries NaN and inf from one rank to all", "[fp8][mpi]") {
   std::vector<float> a{float(r + 1), r == P - 1 ? inf : 1.0f,
                        r == P - 1 ? std::nanf("") : 2.0f, r == 0 ? std::nanf("") : 0.5f};
   if (P > 1 && r == P - 1) a[3] = inf;
-  View1<float> d = device(a);
+  View1<float> d = to_device(a);
   // As fp8_amax would write them (the sign bit clear), then agreed.
   model::agree_amax(*group, ExecSpace(), d, a.size());
-  const auto got = host(d);
+  const auto got = to_host(d);
   const bool ok = got[0] == float(P) && got[1] == inf && std::isnan(got[2]) && std::isnan(got[3]);
   REQUIRE(mt_test::all_ranks(ok));
   REQUIRE_THROWS_WITH(model::agree_amax(*group, ExecSpace(), d, 5),
