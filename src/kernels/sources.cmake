@@ -9,12 +9,15 @@ target_sources(meshtrain_lib PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/cross_entropy.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cross_entropy_vp.cpp
   ${CMAKE_CURRENT_LIST_DIR}/embedding.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/fp8_cast.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gelu.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm_ex.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gemm_fp8.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gemm_varying.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layernorm.cpp
   ${CMAKE_CURRENT_LIST_DIR}/linear.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/linear_fp8.cpp
   ${CMAKE_CURRENT_LIST_DIR}/residual.cpp
   ${CMAKE_CURRENT_LIST_DIR}/rmsnorm.cpp
   ${CMAKE_CURRENT_LIST_DIR}/rotary.cpp

@@ -17,3 +17,8 @@ meshtrain_add_test(NAME test_kernels_attention_gqa SOURCES ${CMAKE_CURRENT_LIST_
 if(MESHTRAIN_ENABLE_CUDNN)
   meshtrain_add_test(NAME test_kernels_attention_cudnn SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_attention_cudnn.cpp)
 endif()
+# Issue 35: FP8 formats, current-scaling casts and the emulated FP8 GEMM (the CUDA FP8 GEMM's oracle).
+meshtrain_add_test(NAME test_kernels_fp8_format SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_fp8_format.cpp)
+meshtrain_add_test(NAME test_kernels_fp8_cast SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_fp8_cast.cpp)
+meshtrain_add_test(NAME test_kernels_gemm_fp8 SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gemm_fp8.cpp)
+meshtrain_add_test(NAME test_kernels_linear_fp8 SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_linear_fp8.cpp)

@@ -20,3 +20,6 @@ meshtrain_add_test(NAME test_recompute_mlp_act
 meshtrain_add_test(NAME test_ring_attention
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ring_attention.cpp RANKS 1 2 3 4)
 target_include_directories(test_ring_attention PRIVATE ${PROJECT_SOURCE_DIR}/tests/kernels)
+# Issue 35: FP8 amaxes agreed over the group that splits a tensor.
+meshtrain_add_test(NAME test_fp8_amax SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_fp8_amax.cpp RANKS 1 2)
+target_include_directories(test_fp8_amax PRIVATE ${PROJECT_SOURCE_DIR}/tests/kernels)

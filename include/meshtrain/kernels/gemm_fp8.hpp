@@ -1,0 +1,29 @@
+#pragma once
+// The FP8 GEMM's contract, and its emulation in fp32: what Hopper's cuBLASLt FP8 matmul (FP8
+// operands, fp32 accumulation, scale pointers) computes, row-major,
+//
+//   C[m,n] = alpha * sa(m) * sb(n) * sum_k qa(m,k) qb(k,n)  +  beta * C[m,n],
+//
+// where qa / qb are the decoded FP8 codes of op(A) / op(B) (exact in fp32, as are their
+// products) and sa / sb the operands' scale_inv: one value each tensorwise; rowwise one per row
+// of op(A) and one per column of op(B) (cuBLASLt's outer-vector scaling). gemm_fp8_emulated
+// decodes both operands to fp32, runs the gemm dispatch (kernels/gemm.hpp) with fp32
+// accumulation and applies the scales and beta in one epilogue kernel: the oracle a CUDA FP8
+// GEMM must match within fp32 summation-order rounding, and the FP8 path of host builds.
+//
+// Operands as stored: A.data is the row-major [A.rows, A.cols] tensor (or its transpose when
+// A.transposed), read as op(A) [M, K] through ta, as gemm reads a stored matrix; likewise B.
+// Rowwise scales follow source rows, so a rowwise A needs ta == N (A is [M, K]) and a rowwise B
+// needs tb == T (B is [N, K]): the K-contiguous "TN" form of Hopper's FP8 tensor cores, the
+// forward linear y = x W^T. Temporaries are allocated per call (an emulation, not a hot path).
+#include "meshtrain/kernels/fp8_cast.hpp"
+#include "meshtrain/kernels/gemm.hpp"
+
+namespace meshtrain::kernels {
+
+template <class T>
+void gemm_fp8_emulated(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K,
+                       float alpha, const Fp8Tensor& A, const Fp8Tensor& B, float beta, T* C,
+                       int ldc);
+
+}  // namespace meshtrain::kernels

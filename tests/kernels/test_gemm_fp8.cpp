@@ -1,0 +1,154 @@
+// The emulated FP8 GEMM (kernels/gemm_fp8.hpp) against an fp64 GEMM of the dequantized
+// operands (decode(q) * scale_inv in double): every transpose form tensorwise, the TN form
+// rowwise, E4M3 x E4M3 and E5M2 x E4M3 (gradient x weight), beta = 0 (C poisoned) and beta != 0,
+// a padded ldc. Also the quantization error against the unquantized product, as a sanity bound.
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "kernel_test_util.hpp"
+#include "meshtrain/kernels/gemm_fp8.hpp"
+
+using namespace meshtrain;
+using namespace meshtrain::kernels;
+
+namespace {
+
+struct Case {
+  Trans ta, tb;
+  int M, N, K;
+  Fp8Format fa, fb;
+  Fp8Scaling sa, sb;
+  bool a_transposed;  // A quantized with a transposed cast (tensorwise only)
+  float alpha, beta;
+};
+
+// A quantized operand whose stored matrix is [sr, sc]; x is the source [rows, cols] it came from.
+struct Operand {
+  std::vector<float> x;  // source, row-major
+  Fp8Tensor q;
+  std::vector<double> deq;  // stored matrix, dequantized in double
+};
+
+Operand make_operand(int rows, int cols, Fp8Format f, Fp8Scaling s, bool transposed,
+                     std::uint32_t seed) {
+  Operand o;
+  o.x = kt::random_vector<float>(std::size_t(rows) * cols, seed, -3.0, 3.0);
+  // A few rows of a different magnitude, so rowwise scales differ.
+  for (int r = 0; r < rows; r += 3)
+    for (int c = 0; c < cols; ++c) o.x[std::size_t(r) * cols + c] *= 0.01f;
+  o.q = make_fp8_tensor("operand", rows, cols, f, s, transposed);
+  fp8_quantize<float>(ExecSpace(), o.q, kt::to_device(o.x));
+  const auto codes = kt::to_host(o.q.data);
+  const auto sinv = kt::to_host(o.q.scale_inv);
+  o.deq.resize(codes.size());
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) {
+      const std::size_t src = std::size_t(r) * cols + c;
+      const std::size_t st = transposed ? std::size_t(c) * rows + r : src;
+      o.deq[st] = double(fp8_decode(codes[st], f)) * double(sinv[s == Fp8Scaling::rowwise ? r : 0]);
+    }
+  return o;
+}
+
+double op_at(const std::vector<double>& X, Trans t, int ld, int r, int c) {
+  return t == Trans::N ? X[std::size_t(r) * ld + c] : X[std::size_t(c) * ld + r];
+}
+
+void check_case(const Case& g) {
+  INFO("ta=" << (g.ta == Trans::N ? "N" : "T") << " tb=" << (g.tb == Trans::N ? "N" : "T")
+             << " M=" << g.M << " N=" << g.N << " K=" << g.K << " A " << fp8_format_name(g.fa)
+             << " " << fp8_scaling_name(g.sa) << (g.a_transposed ? " (transposed cast)" : "")
+             << " B " << fp8_format_name(g.fb) << " " << fp8_scaling_name(g.sb) << " alpha "
+             << g.alpha << " beta " << g.beta);
+  // Stored shapes; with a transposed cast, A's source is the transpose of its stored matrix.
+  const int a_sr = g.ta == Trans::N ? g.M : g.K, a_sc = g.ta == Trans::N ? g.K : g.M;
+  const int b_sr = g.tb == Trans::N ? g.K : g.N, b_sc = g.tb == Trans::N ? g.N : g.K;
+  const Operand A = g.a_transposed ? make_operand(a_sc, a_sr, g.fa, g.sa, true, 41)
+                                   : make_operand(a_sr, a_sc, g.fa, g.sa, false, 41);
+  const Operand B = make_operand(b_sr, b_sc, g.fb, g.sb, false, 42);
+  // The unquantized stored matrices, for the quantization-error bound.
+  std::vector<double> xa(A.deq.size()), xb(B.x.begin(), B.x.end());
+  for (int r = 0; r < a_sr; ++r)
+    for (int c = 0; c < a_sc; ++c)
+      xa[std::size_t(r) * a_sc + c] =
+          g.a_transposed ? A.x[std::size_t(c) * a_sr + r] : A.x[std::size_t(r) * a_sc + c];
+
+  const int ldc = g.N + 3;
+  const float sentinel = 777.0f;
+  auto c0 = kt::random_vector<float>(std::size_t(g.M) * ldc, 43);
+  for (int i = 0; i < g.M; ++i)
+    for (int j = 0; j < ldc; ++j)
+      if (j >= g.N) c0[std::size_t(i) * ldc + j] = sentinel;
+      else if (g.beta == 0.0f) c0[std::size_t(i) * ldc + j] = std::nanf("");  // must not be read
+  View1<float> C = kt::to_device(c0);
+  gemm_fp8_emulated<float>(ExecSpace(), g.ta, g.tb, g.M, g.N, g.K, g.alpha, A.q, B.q, g.beta,
+                           C.data(), ldc);
+  const auto got = kt::to_host(C);
+
+  std::vector<double> want(got.size()), tol(got.size());
+  double q_err = 0, q_mag = 0;  // quantization error against the unquantized product
+  for (int i = 0; i < g.M; ++i)
+    for (int j = 0; j < ldc; ++j) {
+      const std::size_t ij = std::size_t(i) * ldc + j;
+      if (j >= g.N) {
+        want[ij] = sentinel;
+        continue;
+      }
+      double s = 0, mag = 0, exact = 0;
+      for (int k = 0; k < g.K; ++k) {
+        const double p = op_at(A.deq, g.ta, a_sc, i, k) * op_at(B.deq, g.tb, b_sc, k, j);
+        s += p;
+        mag += std::fabs(p);
+        exact += op_at(xa, g.ta, a_sc, i, k) * op_at(xb, g.tb, b_sc, k, j);
+      }
+      const double c = g.beta != 0.0f ? double(c0[ij]) : 0.0;
+      want[ij] = g.alpha * s + g.beta * c;
+      // fp32 accumulation over K and the fp32 scale product: a few ulps of the magnitude.
+      tol[ij] = 1e-5 * (std::fabs(g.alpha) * mag + std::fabs(g.beta * c)) + 1e-30;
+      q_err = std::max(q_err, std::fabs(g.alpha * s - g.alpha * exact));
+      q_mag = std::max(q_mag, std::fabs(g.alpha) * mag);
+    }
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    INFO("element " << i << " got " << got[i] << " want " << want[i] << " tol " << tol[i]);
+    REQUIRE(std::fabs(double(got[i]) - want[i]) <= tol[i]);
+  }
+  // Each operand element is off by at most a relative 2^-(M+1) (plus subnormal steps):
+  // E4M3 x E4M3 within ~2 * 2^-4, with E5M2 ~2^-3 + 2^-4, of the magnitude.
+  const double bound = (g.fa == Fp8Format::e5m2 || g.fb == Fp8Format::e5m2) ? 0.2 : 0.14;
+  REQUIRE(q_err <= bound * q_mag);
+}
+
+}  // namespace
+
+TEST_CASE("gemm_fp8_emulated equals an fp64 GEMM of the dequantized operands", "[fp8][gemm]") {
+  const auto tw = Fp8Scaling::tensorwise, rw = Fp8Scaling::rowwise;
+  const auto e4 = Fp8Format::e4m3, e5 = Fp8Format::e5m2;
+  for (Trans ta : {Trans::N, Trans::T})
+    for (Trans tb : {Trans::N, Trans::T}) {
+      check_case({ta, tb, 13, 17, 29, e4, e4, tw, tw, false, 1.0f, 0.0f});
+      check_case({ta, tb, 8, 5, 64, e5, e4, tw, tw, false, 0.5f, 1.0f});
+    }
+  // Rowwise: the TN form (A [M, K], B [N, K]), as the forward linear y = x W^T.
+  check_case({Trans::N, Trans::T, 19, 11, 48, e4, e4, rw, rw, false, 1.0f, 0.0f});
+  check_case({Trans::N, Trans::T, 7, 9, 33, e5, e4, rw, tw, false, 2.0f, 0.5f});
+  check_case({Trans::N, Trans::T, 7, 9, 33, e4, e4, tw, rw, false, 1.0f, 0.0f});
+  // A from a transposed cast (the backward's K-contiguous copy): stored [M, K] read with ta = N,
+  // and stored [K, M] read with ta = T.
+  check_case({Trans::N, Trans::N, 12, 10, 20, e5, e4, tw, tw, true, 1.0f, 0.0f});
+  check_case({Trans::T, Trans::N, 12, 10, 20, e5, e4, tw, tw, true, 1.0f, 0.0f});
+}
+
+TEST_CASE("gemm_fp8_emulated refuses shapes and rowwise layouts it cannot scale", "[fp8][gemm]") {
+  const Fp8Tensor a = make_fp8_tensor("a", 4, 8, Fp8Format::e4m3, Fp8Scaling::rowwise);
+  const Fp8Tensor b = make_fp8_tensor("b", 8, 6, Fp8Format::e4m3, Fp8Scaling::rowwise);
+  View1<float> c("c", 4 * 6);
+  // B stored [K, N] rowwise: its scales run along K, not along op(B)'s columns.
+  REQUIRE_THROWS_WITH(gemm_fp8_emulated<float>(ExecSpace(), Trans::N, Trans::N, 4, 6, 8, 1.0f,
+                                               a, b, 0.0f, c.data(), 6),
+                      mt_test::contains("rowwise B"));
+  // A's stored shape does not fit M x K.
+  REQUIRE_THROWS_WITH(gemm_fp8_emulated<float>(ExecSpace(), Trans::N, Trans::N, 5, 6, 8, 1.0f,
+                                               a, b, 0.0f, c.data(), 6),
+                      mt_test::contains("A is stored [4, 8]"));
+}
