@@ -3,13 +3,18 @@
 // forwards and backwards in schedule order, activations and their gradients exchanged with the
 // neighbouring stages through non-blocking point-to-point messages on the pp communicator.
 //
-// Communication overlaps compute: receives are posted ahead of the action that needs them (in
-// list order, which matches the peer's send order — NCCL has no tags), sends never block the
-// schedule. Which buffer each message uses and when it is issued and waited for is
-// MessageFlow's (a pure policy the planner replays); the runner executes it. On NCCL the pp
+// Communication overlaps compute. Receives are issued in list order, which matches the peer's
+// send order (NCCL has no tags); sends never block the schedule. When a receive is posted is
+// MessageFlow's PostPolicy: on MPI (host progress) recv_ahead receives are kept posted ahead of
+// the one being waited for; on NCCL (stream-ordered, Communicator::stream_ordered) a receive
+// posted ahead is a kernel that spins until its data come, and any device synchronisation
+// inside a compute (freeing memory does one) would wait for it, so receives are posted at their
+// use, or earlier where receive_posting's replay of all stages shows a crossing send needs it
+// (interleaved schedules). Which buffer each message uses and when it is issued and waited for
+// is MessageFlow's (a pure policy the planner replays); the runner executes it. On NCCL the pp
 // communicator gives each direction of each neighbour pair a stream of its own
-// (Communicator::prepare_p2p), without which a receive posted ahead would hold back this rank's
-// own sends and two neighbours would wait for each other. Buffers:
+// (Communicator::prepare_p2p), so a posted receive does not hold back this rank's own sends.
+// Buffers:
 //  - an activation is sent straight from the model's output view of (chunk, slot), valid until
 //    that slot's next forward; its request is waited before this slot's next compute, by which
 //    time the next stage has already received it;
@@ -57,7 +62,8 @@ class PipelineRunner : private PipelineExecutor {
  public:
   // `pp`: the pipeline communicator (rank = stage, size = spec.pp). The model must hold this
   // stage's chunks (pipeline_layout) with at least slots_needed(spec, stage) slots. Both must
-  // outlive the runner. recv_ahead: receives kept posted ahead of the one being waited for.
+  // outlive the runner. recv_ahead: receives kept posted ahead of the one being waited for
+  // (host-progress backends; NCCL posts at use).
   // Collective over the stage and its pipeline neighbours (Communicator::prepare_p2p).
   PipelineRunner(model::GptT<T>& model, comm::Communicator& pp, const ScheduleSpec& spec,
                  int stage, int recv_ahead = 2);
