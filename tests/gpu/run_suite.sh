@@ -141,14 +141,33 @@ case_resume_8() { catch2 test_resume 8; }
 case_moe_resume_8() { catch2 test_moe_resume 8; }
 case_hf_export_2() { catch2 test_hf_export 2; }
 case_hf_export_4() { catch2 test_hf_export 4; }
+case_ring_attention_2() { catch2 test_ring_attention 2; }
+case_ring_attention_4() { catch2 test_ring_attention 4; }
+case_cp_layouts_2() { catch2 test_cp_layouts 2; }
+case_cp_layouts_4() { catch2 test_cp_layouts 4; }
+# FP8 groundwork (issue 35): the codec, casts and emulated GEMMs in device kernels at one rank;
+# the amax agreement over NCCL at 2.
+case_fp8_kernels_1() {
+  local t rc=0
+  for t in test_kernels_fp8_format test_kernels_fp8_cast test_kernels_gemm_fp8 \
+           test_kernels_linear_fp8; do
+    "$(exe "$t")" --durations yes || rc=$?
+  done
+  if [ $rc = 0 ]; then result PASS fp8_kernels - - - -; else result FAIL fp8_kernels - - - "exit_$rc"; fi
+}
+case_fp8_amax_2() { catch2 test_fp8_amax 2; }
 # The collectives and the pipeline runner always; the CPU suite's layout matrices (hundreds of
 # NCCL communicators and steps: ~10 minutes each at 8 ranks on one GPU) with SUITE_MATRICES=1.
 for c in comm_2 pipeline_runner_2; do add "$c" 2; done
 add all_to_all_4 4
+add ring_attention_2 2
+add fp8_kernels_1 1
+add fp8_amax_2 2
 if [ "${SUITE_MATRICES:-0}" = 1 ]; then
-  for c in comm_4 hf_export_2 dp_training_2 tensor_parallel_2 layouts_2 moe_layouts_2; do add "$c" 2; done
+  for c in comm_4 hf_export_2 dp_training_2 tensor_parallel_2 layouts_2 moe_layouts_2 \
+           cp_layouts_2; do add "$c" 2; done
   for c in pipeline_runner_4 dp_pipeline_4 dp_training_4 tensor_parallel_4 layouts_4 \
-           moe_layouts_4 hf_export_4; do add "$c" 4; done
+           moe_layouts_4 hf_export_4 ring_attention_4 cp_layouts_4; do add "$c" 4; done
   for c in layouts_8 moe_layouts_8 resume_8 moe_resume_8; do add "$c" 8; done
 fi
 
