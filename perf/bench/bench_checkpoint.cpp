@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "meshtrain/comm/flight_recorder.hpp"
 #include "meshtrain/io/checkpoint.hpp"
 
 using namespace meshtrain;
@@ -93,6 +94,7 @@ const char* kPrefixes[] = {io::kModelPrefix, io::kExpAvgPrefix, io::kExpAvgSqPre
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
+  meshtrain::comm::set_flight_world(MPI_COMM_WORLD);  // world ranks in flight dumps
   const MPI_Comm world = MPI_COMM_WORLD;
   int rank = 0, size = 1;
   MPI_Comm_rank(world, &rank);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "meshtrain/comm/factory.hpp"
+#include "meshtrain/comm/flight_recorder.hpp"
 #include "meshtrain/core/kokkos_compat.hpp"
 #include "meshtrain/core/timer.hpp"
 #include "meshtrain/mesh/process_mesh.hpp"
@@ -125,6 +126,7 @@ void run(comm::Communicator& c, MPI_Comm mpi, const Args& a) {
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
+  meshtrain::comm::set_flight_world(MPI_COMM_WORLD);  // world ranks in flight dumps
   {
     const Args a = parse(argc, argv);
     auto node = mesh::node_local_rank(MPI_COMM_WORLD);

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "meshtrain/comm/factory.hpp"
+#include "meshtrain/comm/flight_recorder.hpp"
 #include "meshtrain/core/kokkos_compat.hpp"
 #include "meshtrain/core/rng.hpp"
 #include "meshtrain/core/timer.hpp"
@@ -247,6 +248,7 @@ void run_memory(const Args& a) {
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
+  meshtrain::comm::set_flight_world(MPI_COMM_WORLD);  // world ranks in flight dumps
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   kc::initialize(-1);

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "meshtrain/comm/factory.hpp"
+#include "meshtrain/comm/flight_recorder.hpp"
 #include "meshtrain/core/json.hpp"
 #include "meshtrain/core/kokkos_compat.hpp"
 #include "meshtrain/core/rng.hpp"
@@ -86,6 +87,7 @@ Json fixed(double v, int decimals) {
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
+  meshtrain::comm::set_flight_world(MPI_COMM_WORLD);  // world ranks in flight dumps
   {
     const Args a = parse(argc, argv);
     kc::initialize(-1);

@@ -35,6 +35,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "meshtrain/comm/flight_recorder.hpp"
 #include "meshtrain/core/alloc_tracker.hpp"
 #include "meshtrain/core/kokkos_compat.hpp"
 #include "meshtrain/core/rng.hpp"
@@ -346,6 +347,7 @@ void run(const Args& a) {
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
+  meshtrain::comm::set_flight_world(MPI_COMM_WORLD);  // world ranks in flight dumps
   {
     const Args a = parse(argc, argv);
     kc::initialize(-1);
