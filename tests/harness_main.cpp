@@ -12,6 +12,7 @@
 #include <cstdio>
 
 #include "meshtrain/comm/emulated_hosts.hpp"
+#include "meshtrain/comm/flight_recorder.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/kokkos_compat.hpp"
 #include "meshtrain/core/mpi_threads.hpp"
@@ -25,6 +26,7 @@ int main(int argc, char** argv) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   meshtrain::set_error_rank(rank);
+  meshtrain::comm::set_flight_world(MPI_COMM_WORLD);  // as app/'s Runtime does
   auto node = meshtrain::mesh::node_local_rank(MPI_COMM_WORLD);
   int size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &size);

@@ -9,7 +9,7 @@ each run's JSON-lines metrics into one CSV with strong/weak scaling efficiency, 
   scaling.py plan  STUDY [sweep options]   lists the runs without running anything
 
 Example (perf/README.md, "Scaling studies"):
-  perf/scaling/scaling.py run perf/results/scaling-cpu --ranks 1,2,4,8 --layouts '*x1x1' \\
+  perf/scaling/scaling.py run /tmp/scaling-cpu --ranks 1,2,4,8 --layouts '*x1x1' \\
       --config inputs/cpu-bench.ini --micro-batch 4 --steps 12 --warmup 4
 Python 3 standard library only; plots need gnuplot.
 """

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "meshtrain/core/agree.hpp"
+#include "meshtrain/core/mpi_check.hpp"
 #include "meshtrain/core/fault_injection.hpp"
 #include "meshtrain/core/log.hpp"
 
@@ -139,13 +140,14 @@ io::BlendedDataset TrainData::dataset() const {
 }
 
 comm::WatchdogConfig watchdog_config(const po::variables_map& vm, const std::string& out_dir,
-                                     int world_rank) {
+                                     MPI_Comm world) {
   comm::WatchdogConfig c;
   c.timeout_s = vm["comm.timeout"].as<double>();
   MESHTRAIN_CONFIG_CHECK(c.timeout_s >= 0, "comm.timeout=", c.timeout_s,
                          " must be 0 (no watchdog) or a number of seconds");
   c.dump_dir = out_dir;
-  c.world_rank = world_rank;
+  c.world = world;
+  MESHTRAIN_MPI_CHECK(MPI_Comm_rank(world, &c.world_rank));
   comm::set_flight_recording(c.timeout_s > 0);
   return c;
 }

@@ -1,6 +1,7 @@
 #include "meshtrain/app/runtime.hpp"
 
 #include "meshtrain/comm/emulated_hosts.hpp"
+#include "meshtrain/comm/flight_recorder.hpp"
 #include "meshtrain/core/kokkos_compat.hpp"
 #include "meshtrain/core/log.hpp"
 #include "meshtrain/core/mpi_check.hpp"
@@ -20,6 +21,8 @@ Runtime::Runtime(int& argc, char**& argv, int thread_level) {
   MESHTRAIN_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
   MESHTRAIN_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &error_comm_));
   MESHTRAIN_MPI_CHECK(MPI_Comm_set_errhandler(error_comm_, MPI_ERRORS_RETURN));
+  // comm/ names processes by their ranks in the world it is handed (flight recorders, watchdog).
+  comm::set_flight_world(MPI_COMM_WORLD);
   set_error_rank(rank_);
   logging::Context ctx;
   ctx.world_rank = rank_;

@@ -263,7 +263,7 @@ int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
   }
   const io::BlendedDataset data = loaded.dataset();
   // Watches every communicator from here on (comm.timeout).
-  const comm::Watchdog watchdog(watchdog_config(p.vm, out_dir, rt.rank()));
+  const comm::Watchdog watchdog(watchdog_config(p.vm, out_dir, rt.world()));
 
   // SIGUSR1 / SIGTERM (Slurm's warning before the time limit, scancel, pre-emption) set a flag
   // that the trainer agrees on at the next step boundary: save, then exit with kExitRequeue.

@@ -20,6 +20,9 @@ std::vector<FlightRecorder*> g_recorders;
 
 const auto g_t0 = std::chrono::steady_clock::now();
 
+// Set once by the main thread at start-up, before any recorder or the watchdog exists.
+MPI_Comm g_world = MPI_COMM_NULL;
+
 std::string comm_name(MPI_Comm comm) {
   char buf[MPI_MAX_OBJECT_NAME] = {};
   int len = 0;
@@ -57,15 +60,18 @@ void set_collective_fault(const CollectiveFault& f) {
 void set_flight_recording(bool on) { g_recording = on; }
 bool flight_recording() { return g_recording; }
 
+void set_flight_world(MPI_Comm world) { g_world = world; }
+
 FlightRecorder::FlightRecorder(MPI_Comm comm, std::string name, std::size_t capacity)
     : name_(name.empty() ? comm_name(comm) : std::move(name)), ring_(capacity > 0 ? capacity : 1) {
+  const MPI_Comm world_comm = g_world != MPI_COMM_NULL ? g_world : comm;
   MPI_Comm_rank(comm, &rank_);
-  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
+  MPI_Comm_rank(world_comm, &world_rank_);
   int size = 1;
   MPI_Comm_size(comm, &size);
   MPI_Group group, world;
   MPI_Comm_group(comm, &group);
-  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  MPI_Comm_group(world_comm, &world);
   std::vector<int> mine(static_cast<std::size_t>(size));
   for (int i = 0; i < size; ++i) mine[static_cast<std::size_t>(i)] = i;
   world_ranks_.assign(static_cast<std::size_t>(size), -1);

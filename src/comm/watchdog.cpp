@@ -212,7 +212,7 @@ void Watchdog::fire(FlightRecorder& r, const FlightEntry& e, double age,
   }
   say(cat("meshtrain: watchdog on rank ", me, ": aborting the job (exit 1)"));
   for_each_recorder([](FlightRecorder& x) { x.abort(); });
-  MPI_Abort(MPI_COMM_WORLD, 1);
+  MPI_Abort(cfg_.world != MPI_COMM_NULL ? cfg_.world : MPI_COMM_SELF, 1);
   std::_Exit(1);
 }
 

@@ -3,8 +3,8 @@
 //
 // Why a host path: the portable kernels of attention.cpp do one scalar dot product of length HS
 // per (query, key) pair, a serial reduction that a CPU core cannot vectorise; on cpu-bench they
-// took a third of the training step (perf/README.md). Here a block of kBlock query rows of one
-// head is one GEMM against the keys it can see (0 .. end of the block), so the products run at
+// took a third of the training step (perf/archive/journal.md). Here a block of kBlock query rows of
+// one head is one GEMM against the keys it can see (0 .. end of the block), so the products run at
 // BLAS speed and most of the masked upper triangle is never computed. The score buffer is
 // kBlock x T (never T x T). Heads run one after another on the calling thread, like gemm's
 // CBLAS calls; every dk/dv row is accumulated over query blocks in a fixed order, so the

@@ -31,7 +31,8 @@ KOKKOS_INLINE_FUNCTION acc_t<T> acc(const T& x) {
 }
 
 // A Kokkos Tools region around work Kokkos does not launch itself (cuBLAS calls, raw CUDA
-// kernels), so that a profiling tool (perf/bench_train_step's, or any KokkosP library) sees it.
+// kernels), so that a profiling tool (perf/bench/bench_train_step's, or any KokkosP library)
+// sees it.
 // The label is built only while a tool is loaded: without one this is one flag test.
 class ToolRegion {
  public:

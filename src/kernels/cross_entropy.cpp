@@ -127,7 +127,7 @@ void cross_entropy_forward_backward_portable(const ExecSpace& exec, View1<float>
   const float nan = std::numeric_limits<float>::quiet_NaN();
   if constexpr (kDeviceIsHost && std::is_same_v<T, float>) {
     kc::fence(exec, "meshtrain::cross_entropy_forward_backward: host loop");
-    // Not a Kokkos kernel: a region keeps it visible to Kokkos Tools (perf/bench_train_step).
+    // Not a Kokkos kernel: a region keeps it visible to Kokkos Tools (perf/bench/bench_train_step).
     Kokkos::Profiling::pushRegion("meshtrain::cross_entropy_forward_backward");
     for (Index row = 0; row < N; ++row) {
       float* x = logits.data() + row * Vp;
@@ -184,7 +184,7 @@ void cross_entropy_forward_portable(const ExecSpace& exec, View1<float> losses,
   const float nan = std::numeric_limits<float>::quiet_NaN();
   if constexpr (kDeviceIsHost && std::is_same_v<T, float>) {
     kc::fence(exec, "meshtrain::cross_entropy_forward: host loop");
-    // Not a Kokkos kernel: a region keeps it visible to Kokkos Tools (perf/bench_train_step).
+    // Not a Kokkos kernel: a region keeps it visible to Kokkos Tools (perf/bench/bench_train_step).
     Kokkos::Profiling::pushRegion("meshtrain::cross_entropy_forward");
     for (Index row = 0; row < N; ++row) {
       const float* x = logits.data() + row * Vp;

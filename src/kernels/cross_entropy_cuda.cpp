@@ -29,7 +29,7 @@
 // differ between the forms (the tests hold each to the portable kernels' tolerances). On an H200
 // at GPT-2 124M's [16384, 50304] the fused forward and backward take 0.813 ms against the
 // register form's 1.708 (4053 against 1929 GB/s) and 1.427 for the shared-memory form before it
-// used cp.async (perf/README.md).
+// used cp.async (perf/archive/journal.md).
 #include "rowwise_cuda.hpp"
 
 #if defined(KOKKOS_ENABLE_CUDA)

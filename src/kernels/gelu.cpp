@@ -26,7 +26,7 @@ void gelu_forward(const ExecSpace& exec, View1<T> out, View1<const T> inp, std::
     // Host fp32: a plain loop with the vectorisable exp (glibc's expf call is what blocks
     // vectorisation); the same formula as the kernel below.
     kc::fence(exec, "meshtrain::gelu_forward: host loop");
-    // Not a Kokkos kernel: a region keeps it visible to Kokkos Tools (perf/bench_train_step).
+    // Not a Kokkos kernel: a region keeps it visible to Kokkos Tools (perf/bench/bench_train_step).
     Kokkos::Profiling::pushRegion("meshtrain::gelu_forward");
     float* __restrict o = out.data();
     const float* __restrict x = inp.data();
@@ -72,7 +72,7 @@ void gelu_backward(const ExecSpace& exec, View1<T> dinp, View1<const T> inp, Vie
   detail::check_extent(dout, n, "gelu_backward", "dout");
   if constexpr (kDeviceIsHost && std::is_same_v<T, float>) {
     kc::fence(exec, "meshtrain::gelu_backward: host loop");
-    // Not a Kokkos kernel: a region keeps it visible to Kokkos Tools (perf/bench_train_step).
+    // Not a Kokkos kernel: a region keeps it visible to Kokkos Tools (perf/bench/bench_train_step).
     Kokkos::Profiling::pushRegion("meshtrain::gelu_backward");
     float* __restrict di = dinp.data();
     const float* __restrict x = inp.data();

@@ -123,7 +123,8 @@ void gemm(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K, float 
     // BLAS runs on this host thread, outside the instance's queue: wait for the producers.
     kc::fence(exec, "meshtrain::gemm: before cblas");
     // BLAS is no Kokkos kernel: a region makes it visible to Kokkos Tools (and to
-    // perf/bench_train_step's time shares). Without a tool loaded this is a null-pointer check.
+    // perf/bench/bench_train_step's time shares). Without a tool loaded this is a null-pointer
+    // check.
     Kokkos::Profiling::pushRegion("meshtrain::gemm");
     if constexpr (std::is_same_v<T, float>)
       cblas_sgemm(CblasRowMajor, cblas_op(ta), cblas_op(tb), M, N, K, alpha, A, lda, B, ldb, beta,

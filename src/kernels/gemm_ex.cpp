@@ -198,7 +198,7 @@ inline constexpr bool kLtType = std::is_same_v<T, float>
 #endif
     ;
 
-// "meshtrain::gemm NT 16384x2304x768 gelu_bias": perf/bench_train_step sums the regions named
+// "meshtrain::gemm NT 16384x2304x768 gelu_bias": perf/bench/bench_train_step sums the regions named
 // "meshtrain::gemm*" as GEMM time, and a fused epilogue is part of its GEMM.
 std::string region_label(Trans ta, Trans tb, int M, int N, int K, const char* what) {
   return std::string("meshtrain::gemm ") + (ta == Trans::N ? "N" : "T") +

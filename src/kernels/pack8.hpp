@@ -1,8 +1,8 @@
 #pragma once
 // Private to src/kernels/: eight 16-bit elements per 16-byte load and store for the element-wise
 // kernels on a GPU (GELU, SwiGLU). Their scalar form reached ~0.8 TB/s on an H200 for the MoE
-// experts' activations (12 x 16384 x 3072 elements a step, perf/README.md), passes that are all
-// memory traffic; 16-byte accesses are what a GPU needs to approach its bandwidth.
+// experts' activations (12 x 16384 x 3072 elements a step, perf/archive/journal.md), passes that
+// are all memory traffic; 16-byte accesses are what a GPU needs to approach its bandwidth.
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>

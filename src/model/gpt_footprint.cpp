@@ -44,7 +44,7 @@ double moe_state_bytes(const GptConfig& cfg, std::size_t N, std::size_t C, std::
 
 // A chunk's logits at most this size. Each extra chunk re-reads and re-writes the head's weight
 // gradient once (beta = 1), so the chunks should stay few; the time it costs against the memory
-// it saves is measured in perf/README.md ("The LM head in chunks of rows").
+// it saves is measured in perf/archive/journal.md ("The LM head in chunks of rows").
 constexpr std::size_t kHeadChunkLogitsBytes = std::size_t(256) << 20;
 
 int head_chunk_rows(int requested, int rows, int vocab_local, std::size_t elem_bytes) {

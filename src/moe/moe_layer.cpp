@@ -46,7 +46,7 @@ std::vector<std::int64_t> exchange_chunk_counts(const ExecSpace& exec, comm::Com
 // dst rows of chunk c = src rows of chunk c, chunks starting at from(c) and to(c). First the
 // source row of every destination row (a scan over the ep x E_local chunks per row), then one
 // flat copy over all elements: a team per chunk (the first form) gave a GPU only ep x E_local
-// blocks to copy every row with, 80 % of a bf16 MoE step on an H200 (perf/README.md).
+// blocks to copy every row with, 80 % of a bf16 MoE step on an H200 (perf/archive/journal.md).
 template <class T>
 void regroup(const ExecSpace& exec, View1<const T> src, View1<T> dst, View1<std::int64_t> from,
              View1<std::int64_t> to, View1<std::int64_t> count, int H) {

@@ -22,7 +22,7 @@ export MESHTRAIN_EMULATE_HOSTS=${SUITE_EMULATE:-1}
 export MESHTRAIN_SOURCE_DIR=$here PYTHONUNBUFFERED=1
 exe() {  # NAME: the executable, wherever BIN_DIR keeps it
   local f
-  for f in "$bin/$1" "$bin/src/$1" "$bin/tests/$1" "$bin/perf/$1"; do
+  for f in "$bin/$1" "$bin/src/$1" "$bin/tests/$1" "$bin/perf/bench/$1"; do
     [ -x "$f" ] && { echo "$f"; return; }
   done
   echo "missing:$1"

@@ -56,8 +56,8 @@ TEST_CASE("calibration files round-trip and interpolate GEMM throughput", "[plan
 
 TEST_CASE("the H200 calibration reproduces the measured GPT-2 124M step it was derived from",
           "[plan]") {
-  // perf/README.md: bf16 trainer steps, micro-batch 16: 33.7 ms, micro-batch 32: 63.4 ms (the
-  // steps the calibration's GEMM and bandwidth points were fitted to); device memory in use
+  // perf/archive/journal.md: bf16 trainer steps, micro-batch 16: 33.7 ms, micro-batch 32: 63.4 ms
+  // (the steps the calibration's GEMM and bandwidth points were fitted to); device memory in use
   // (CUDA context included) of the trainer with the LM head in chunks of rows ("The LM head in
   // chunks of rows"): 8027 MiB at micro-batch 16, 13071 MiB at 32.
   const auto cal = h200();

@@ -45,9 +45,10 @@ TrainData load_data(MPI_Comm world, const std::string& train_glob, const std::st
 TrainData load_blend(MPI_Comm world, const std::vector<io::BlendSourceSpec>& blend, bool with_val,
                      int seq_len, int vocab_size);
 
-// The watchdog's settings from comm.timeout (0: no watchdog and no flight recording).
+// The watchdog's settings from comm.timeout (0: no watchdog and no flight recording); `world`
+// is the job the watchdog aborts and whose ranks name the processes.
 comm::WatchdogConfig watchdog_config(const po::variables_map& vm, const std::string& out_dir,
-                                     int world_rank);
+                                     MPI_Comm world);
 
 // Fault injection of the CLI tests, from MESHTRAIN_TEST_* variables (README of tests/cli):
 // MESHTRAIN_TEST_COLLECTIVE=stall|skip:<world rank>:<communicator>:<sequence number> and

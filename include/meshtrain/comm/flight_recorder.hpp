@@ -49,11 +49,17 @@ void set_collective_fault(const CollectiveFault& f);
 void set_flight_recording(bool on);
 bool flight_recording();
 
+// The communicator whose ranks name a recorder's members (its world ranks: the dumps, the fault
+// hook, the watchdog's messages), for every recorder made after the call. app/ hands the world
+// communicator down at start-up (so do the test and bench mains); nothing below app/ fetches
+// MPI_COMM_WORLD. Until it is set, a recorder names members by its own communicator's ranks.
+void set_flight_world(MPI_Comm world);
+
 class FlightRecorder {
  public:
   static constexpr std::size_t kDefaultCapacity = 256;
   // `comm`: the MPI communicator the operations run over; its members are translated to world
-  // ranks. The recorder is named `name`, or by default after the communicator
+  // ranks (the ranks of the communicator given to set_flight_world). The recorder is named `name`, or by default after the communicator
   // (MPI_Comm_get_name: "world", "tp", "dp", ... as ProcessMesh names them).
   explicit FlightRecorder(MPI_Comm comm, std::string name = {},
                           std::size_t capacity = kDefaultCapacity);

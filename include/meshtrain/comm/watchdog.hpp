@@ -25,6 +25,7 @@ struct WatchdogConfig {
   double timeout_s = 300;   // comm.timeout; <= 0: no watchdog
   std::string dump_dir;     // where flight_<rank>.json goes (train.out_dir)
   int world_rank = 0;
+  MPI_Comm world = MPI_COMM_NULL;  // the job MPI_Abort ends (app/ hands down the world)
   double poll_s = 0;        // 0: min(1 s, timeout / 4)
   double grace_s = 0;       // wait for the peers' dumps; 0: clamp(timeout / 2, 1 s, 10 s)
 };

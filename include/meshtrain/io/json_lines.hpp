@@ -2,7 +2,7 @@
 // One string field out of a JSON-lines record (The Pile, Dolma, RedPajama: {"text": "...", ...}
 // per line), without building a DOM. The scanner validates the whole line as RFC 8259 JSON (the
 // grammar, UTF-8 in strings, \u escapes with surrogate pairs, nesting up to 256 levels: what
-// nlohmann-json's parser accepts) and decodes only the one member's string; perf/README.md
+// nlohmann-json's parser accepts) and decodes only the one member's string; perf/archive/journal.md
 // ("prep: parsing JSON lines") has it against nlohmann's DOM and SAX parsers.
 #include <cstddef>
 #include <cstdint>

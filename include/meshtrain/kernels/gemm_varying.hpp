@@ -5,7 +5,7 @@
 //
 // Why it is not kernels::gemm: cuBLAS chooses an algorithm for each new shape,
 // and that costs ~0.1-0.2 ms of host time per call (measured on an H200,
-// perf/bench_expert_gemm_cublas.cu: 12 layers x 8 experts x 6 GEMMs with new
+// perf/bench/bench_expert_gemm_cublas.cu: 12 layers x 8 experts x 6 GEMMs with new
 // row counts every step take 96 ms through cublasGemmEx, 10 ms when the counts
 // repeat). Here, on CUDA, the varying dimension is rounded up to a size bucket
 // (64, then four per octave: p, 1.25p, 1.5p, 1.75p), cuBLASLt's heuristic is

@@ -5,8 +5,8 @@
 // rows (kernels::gemm_varying): CBLAS on the host; on CUDA cuBLASLt with one algorithm per size
 // bucket of the row count. cuBLAS's grouped GEMM (cublasGemmGroupedBatchedEx, one call for all
 // experts) measured 1.5-2.2x slower than this loop on an H200 for the 124M MoE's shapes
-// (perf/bench_expert_gemm_cublas.cu, docs/moe.md), hence the loop. An expert with no rows costs
-// nothing (and its weight gradient is left as it was). 16-bit T accumulates in fp32, as the
+// (perf/bench/bench_expert_gemm_cublas.cu, docs/moe.md), hence the loop. An expert with no rows
+// costs nothing (and its weight gradient is left as it was). 16-bit T accumulates in fp32, as the
 // dense model's linears do.
 #include <cstdint>
 #include <vector>
