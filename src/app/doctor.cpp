@@ -100,7 +100,8 @@ FlightDump read_flight(const fs::path& file) {
 plan::Layout layout_of(const po::variables_map& vm, int world) {
   plan::Layout l;
   const mesh::Shape s = mesh_shape(vm, world);
-  l.dp = s.dp, l.pp = s.pp, l.tp = s.tp, l.ep = s.ep;
+  l.dp = s.dp, l.pp = s.pp, l.tp = s.tp, l.ep = s.ep, l.cp = s.cp;
+  l.cp_all_gather = vm.count("cp.comm") && vm["cp.comm"].as<std::string>() == "all_gather";
   l.zero_stage = vm["zero.stage"].as<int>();
   l.offload = vm["zero.offload_optimizer"].as<std::string>() == "cpu";
   l.micro_batch = vm["train.micro_batch"].as<int>();

@@ -347,6 +347,8 @@ plan::Layout train_layout(const train::TrainConfig& tc, const parallel::EngineOp
   l.pp = pc.shape.pp;
   l.tp = pc.shape.tp;
   l.ep = pc.shape.ep;
+  l.cp = pc.shape.cp;
+  l.cp_all_gather = pc.cp_comm == model::CpComm::all_gather;
   l.zero_stage = pc.dp.zero_stage;
   l.offload = pc.dp.offload;
   l.micro_batch = tc.micro_batch;
@@ -369,6 +371,8 @@ void check_train_memory(const Runtime& rt, const boost::program_options::variabl
   const MemoryCheck mode = parse_memory_check(vm["train.memory_check"].as<std::string>());
   if (mode == MemoryCheck::off) return;
   const plan::Layout l = train_layout(tc, eo, precision);
+  MESHTRAIN_CHECK(l.world() == rt.size(), "train.memory_check: the layout it predicts (",
+                  l.name(), ") spans ", l.world(), " ranks, the job has ", rt.size());
   plan::MemoryTarget t;
   t.device_is_host = kDeviceIsHost;
   // The runtime's own share (CUDA context) is in use already: free memory does not hold it.

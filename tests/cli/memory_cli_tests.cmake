@@ -14,6 +14,10 @@ meshtrain_memory_test(memory_micro_batch_1 1 1 2
 meshtrain_memory_test(memory_micro_batch_4 1 4 2
   "rank 0 of 4: the run does not fit in memory: stage 0 of dp 4 x pp 1 x tp 1, ZeRO-0, mb 512 x 1, fp32, predicted [0-9.]+ GiB per rank .* > available 0\\.25 GiB \\(MESHTRAIN_MEMORY_AVAILABLE_GIB 1\\.00 GiB / 4 rank\\(s\\) on the node\\)\\. What would fit with the same global batch: --train\\.micro_batch [0-9]+ --train\\.grad_accum [0-9]+"
   train --train.micro_batch 512 --train.seq_len 128 ${_mem_out})
+# Context parallelism: the layout predicted is the run's (each rank holds seq_len / cp rows).
+meshtrain_memory_test(memory_cp_2 1 2 2
+  "rank 0 of 2: the run does not fit in memory: stage 0 of dp 1 x cp 2 x pp 1 x tp 1, ZeRO-0, mb 512 x 1, fp32, predicted [0-9.]+ GiB per rank .* > available 0\\.50 GiB"
+  train --mesh.cp 2 --train.micro_batch 512 --train.seq_len 128 ${_mem_out})
 # A model too large for the node: GPT-2 1.5B in fp32 (~6 GiB of parameters alone).
 meshtrain_memory_test(memory_model_1 16 1 2
   "rank 0 of 1: the run does not fit in memory: .*predicted [0-9.]+ GiB per rank \\(parameters 5\\.80, gradients 5\\.80, optimizer 11\\.61, .*checkpoint staging 17\\.41 GiB\\) > available 16\\.00 GiB.*nothing that 1 rank\\(s\\) can run fits: the smallest, --train\\.micro_batch 1 .*needs [0-9.]+ GiB per rank"
