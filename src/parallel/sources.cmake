@@ -5,7 +5,6 @@ target_sources(meshtrain_lib PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/context.cpp
   ${CMAKE_CURRENT_LIST_DIR}/engine.cpp
   ${CMAKE_CURRENT_LIST_DIR}/engine_checkpoint.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/checkpoint_staging.cpp
   ${CMAKE_CURRENT_LIST_DIR}/engine_export.cpp
   ${CMAKE_CURRENT_LIST_DIR}/engine_moe.cpp
   ${CMAKE_CURRENT_LIST_DIR}/model_transfer.cpp
