@@ -2,10 +2,9 @@
 //
 // Save: the model group is the fp32 truth of the parameters (fp32 runs: the parameters — the
 // model's buffer, or the shard at ZeRO-3; 16-bit and offloaded runs: the optimizer's fp32
-// master), the optim groups Adam's m and v. Each data-parallel rank writes a disjoint part of
-// its (tp, pp) slice: with ZeRO >= 1 exactly the optimizer's shard pieces, with ZeRO 0 the range
-// [n·d/dp, n·(d+1)/dp) of the flat buffer; io::pieces_for_range drops the copies that another
-// rank writes (replicated tensors on tp ranks != 0, the last stage's tied wte).
+// master), the optim groups Adam's m and v. Each rank writes the disjoint part of its (tp, pp)
+// slice that parallel::ownership gives it (ownership.hpp: its optimizer shard at ZeRO >= 1, an
+// even split of the flat buffer over its replicas at ZeRO 0), deduplicated.
 // Restore: each rank reads what its new layout holds: its whole parameter slice (ZeRO-3: its
 // shard), and the master, m and v of its optimizer shard. Nothing depends on the saving layout.
 #include <type_traits>
@@ -85,18 +84,14 @@ void from_host_float(const ExecSpace& exec, HostView1<const float> src, View1<T>
 
 HostView1<float> host_zeros(std::size_t n) { return HostView1<float>("meshtrain::ckpt.host", n); }
 
-// The pieces of the registry inside each range of `ranges`, with their data in `state`.
-// only: 0 every parameter, 1 dense ones only, 2 MoE experts only (ZeRO-0 under mesh.ep, where
-// dp and expert-dp split the buffer differently).
-template <class Ptr>
+// The pieces of the registry inside each range of `ranges` (what this rank reads), with their
+// data in `state`; copies another rank also holds are kept.
 void add_pieces(const model::ParameterRegistry& reg, const std::vector<ShardPiece>& ranges,
-                bool dedup, const HostState& state, std::vector<io::TensorPiece>& pieces,
-                std::vector<Ptr>& data, int only = 0) {
+                const HostState& state, std::vector<io::TensorPiece>& pieces,
+                std::vector<float*>& data) {
   for (const auto& r : ranges) {
     if (r.length == 0) continue;
-    for (const auto& pc : io::pieces_for_range(reg, r.flat, r.flat + r.length, dedup)) {
-      const bool expert = pc.param->grad_group == model::ParamGroup::expert_dp;
-      if ((only == 1 && expert) || (only == 2 && !expert)) continue;
+    for (const auto& pc : io::pieces_for_range(reg, r.flat, r.flat + r.length, false)) {
       pieces.push_back(pc);
       data.push_back(state.at(pc.flat_offset(), pc.count));
     }
@@ -110,7 +105,7 @@ void Engine<T>::stage_into(CheckpointStaging& st) {
   const ExecSpace exec = model_->exec();
   const int zero = ctx_->config().dp.zero_stage;
   const optim::ShardedAdamWT<T>& opt = zopt_->adamw();
-  const CheckpointPartition& part = st.part;
+  const Ownership& part = st.part;
   auto host = [](const PinnedView1<float>& v, std::size_t off, std::size_t len) {
     return HostView1<float>(v.data() + off, len);  // unmanaged: how host code sees pinned memory
   };
@@ -138,21 +133,25 @@ void Engine<T>::stage_into(CheckpointStaging& st) {
 }
 
 template <class T>
-CheckpointPartition Engine<T>::checkpoint_partition_here() const {
+Ownership Engine<T>::ownership_here() const {
   const optim::ShardedAdamWT<T>& opt = zopt_->adamw();
-  const int zero = ctx_->config().dp.zero_stage;
-  const bool ep_split = zero == 0 && ctx_->ep_size() > 1;
-  return checkpoint_partition(model_->registry().size(), zero, opt.pieces(), opt.shard_size(),
-                              ctx_->replicas().rank(), ctx_->replicas().size(), ep_split,
-                              ep_split ? ctx_->expert_replicas().rank() : 0,
-                              ep_split ? ctx_->expert_replicas().size() : 1);
+  OwnershipInputs in;
+  in.n = model_->registry().size();
+  in.zero_stage = ctx_->config().dp.zero_stage;
+  in.shard_pieces = opt.pieces();
+  in.shard_size = opt.shard_size();
+  in.replicas = {ctx_->replicas().rank(), ctx_->replicas().size()};
+  in.ep = ctx_->ep_size();
+  if (in.ep > 1)
+    in.expert_replicas = {ctx_->expert_replicas().rank(), ctx_->expert_replicas().size()};
+  return ownership(in);
 }
 
 template <class T>
 void Engine<T>::reserve_checkpoint_staging() {
   if (staging_) return;
   auto st = std::make_unique<CheckpointStaging>();
-  st->part = checkpoint_partition_here();
+  st->part = ownership_here();
   const std::size_t n = st->part.staged;
   // Zero-filled: the pages are touched now, at start-up, not during the first save.
   auto buf = [&](const char* label) {
@@ -189,7 +188,7 @@ io::StagedCheckpoint Engine<T>::stage(CheckpointStaging& st, const std::string& 
     stage_into(st);
   }
   // The pieces of each staged range, with their data in the staging buffers.
-  const CheckpointPartition& part = st.part;
+  const Ownership& part = st.part;
   std::vector<ShardPiece> ranges = part.dense;
   ranges.insert(ranges.end(), part.expert.begin(), part.expert.end());
   auto state = [&](const PinnedView1<float>& v) {
@@ -199,11 +198,12 @@ io::StagedCheckpoint Engine<T>::stage(CheckpointStaging& st, const std::string& 
   io::StagedCheckpoint s;
   s.groups = {{io::kModelPrefix, {}, {}}, {io::kExpAvgPrefix, {}, {}}, {io::kExpAvgSqPrefix, {}, {}}};
   const HostState* states[] = {&params, &m, &v};
-  for (int g = 0; g < 3; ++g) {
-    auto& G = s.groups[static_cast<std::size_t>(g)];
-    add_pieces(reg, part.dense, true, *states[g], G.pieces, G.data, part.expert_split ? 1 : 0);
-    if (part.expert_split) add_pieces(reg, part.expert, true, *states[g], G.pieces, G.data, 2);
-  }
+  for (const OwnedPiece& o : owned_pieces(reg, part, true))
+    for (int g = 0; g < 3; ++g) {
+      auto& G = s.groups[static_cast<std::size_t>(g)];
+      G.pieces.push_back(o.piece);
+      G.data.push_back(states[g]->at(o.piece.flat_offset(), o.piece.count));
+    }
   const auto& c = ctx_->config();
   a.model = cfg_;
   save_expert_bias(a);
@@ -224,7 +224,7 @@ std::string Engine<T>::save_checkpoint(const std::string& dir, std::int64_t step
   // Synchronous: staged into buffers of this save alone (the persistent ones may be in use by
   // a background write), written and committed over the world on this thread.
   CheckpointStaging st;
-  st.part = checkpoint_partition_here();
+  st.part = ownership_here();
   st.params = PinnedView1<float>("meshtrain::ckpt.host", st.part.staged);
   st.exp_avg = PinnedView1<float>("meshtrain::ckpt.host", st.part.staged);
   st.exp_avg_sq = PinnedView1<float>("meshtrain::ckpt.host", st.part.staged);
@@ -265,9 +265,9 @@ io::CheckpointAttributes Engine<T>::load_checkpoint(const std::string& spec,
   std::vector<io::LoadGroup> groups{{io::kModelPrefix, {}, {}},
                                     {io::kExpAvgPrefix, {}, {}},
                                     {io::kExpAvgSqPrefix, {}, {}}};
-  add_pieces(reg, params.pieces, false, params, groups[0].pieces, groups[0].data);
-  add_pieces(reg, opt_pieces, false, m, groups[1].pieces, groups[1].data);
-  add_pieces(reg, opt_pieces, false, v, groups[2].pieces, groups[2].data);
+  add_pieces(reg, params.pieces, params, groups[0].pieces, groups[0].data);
+  add_pieces(reg, opt_pieces, m, groups[1].pieces, groups[1].data);
+  add_pieces(reg, opt_pieces, v, groups[2].pieces, groups[2].data);
   io::CheckpointAttributes a = io::load_checkpoint(ctx_->mesh().world().get(), spec, cfg_, groups,
                                                    verify, dir, transfer);
   if (zero3) {

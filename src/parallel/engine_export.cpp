@@ -1,10 +1,8 @@
 // The engine's HuggingFace export, streamed tensor by tensor to world rank 0.
 //
-// Who sends what is the checkpoint's rule (engine_checkpoint.cpp): each rank's pieces of its
-// ZeRO partition of its (tp, pp) slice (ZeRO 0: an even dp split of the flat buffer; under
-// mesh.ep the experts split over expert-dp instead, as each ep rank holds other experts), with the
-// copies that tensor parallelism and the tied embedding create dropped, so the pieces of the
-// world cover every element of every tensor exactly once. For each tensor of the whole model,
+// Who sends what is the checkpoint's rule (parallel::ownership, ownership.hpp): each rank's
+// owned pieces of its (tp, pp) slice, deduplicated, so the pieces of the world cover every
+// element of every tensor exactly once. For each tensor of the whole model,
 // in the folder's order, every rank tells rank 0 how many pieces it holds (one MPI_Gather of an
 // int), sends each as a header (its rectangles in the global tensor) and its values; rank 0
 // assembles that one tensor in a host buffer and appends it to the writer. So rank 0 holds one
@@ -133,7 +131,6 @@ io::HfExportStats Engine<T>::export_hf(const std::string& dir, const io::HfExpor
   const model::ParameterRegistry& reg = model_->registry();
   const ExecSpace exec = model_->exec();
   const int zero = ctx_->config().dp.zero_stage;
-  const auto& opt_pieces = zopt_->adamw().pieces();
   io::HfExportStats stats;
   Meter meter{stats};
 
@@ -141,39 +138,14 @@ io::HfExportStats Engine<T>::export_hf(const std::string& dir, const io::HfExpor
   // 16-bit run's fp32 master is in its checkpoints), from the ZeRO-3 shard or the full buffer.
   const bool shard = zero == 3;
   View1<const T> src = shard ? View1<const T>(sync_->shard_params()) : View1<const T>(model_->params());
-  // ZeRO-0 under mesh.ep (the checkpoint's rule): dense parameters split over their replicas
-  // (dp x cp), each ep rank's experts (the same on its expert-dp x cp peers, others on the
-  // other ep ranks) over those. ZeRO >= 1: the shard pieces, which already are both.
-  std::vector<optim::ShardPiece> ranges, expert_ranges;
-  auto split = [&](std::size_t d, std::size_t D) {
-    const std::size_t n = reg.size();
-    return std::vector<optim::ShardPiece>{
-        optim::ShardPiece{n * d / D, n * d / D, n * (d + 1) / D - n * d / D}};
-  };
-  const bool ep_split = zero == 0 && ctx_->ep_size() > 1;
-  if (zero >= 1) {
-    ranges = opt_pieces;
-  } else {
-    ranges = split(static_cast<std::size_t>(ctx_->replicas().rank()),
-                   static_cast<std::size_t>(ctx_->replicas().size()));
-    if (ep_split)
-      expert_ranges = split(static_cast<std::size_t>(ctx_->expert_replicas().rank()),
-                            static_cast<std::size_t>(ctx_->expert_replicas().size()));
-  }
+  // What this rank sends is what it writes to checkpoints (parallel::ownership); its values
+  // sit at the flat offset in the full buffer, at the shard offset in the ZeRO-3 shard.
   std::map<std::string, std::vector<Source>> mine;
-  auto add = [&](const std::vector<optim::ShardPiece>& rs, int only) {  // 1 dense, 2 experts
-    for (const auto& r : rs) {
-      if (r.length == 0) continue;
-      for (const auto& pc : io::pieces_for_range(reg, r.flat, r.flat + r.length, true)) {
-        const bool expert = pc.param->grad_group == model::ParamGroup::expert_dp;
-        if ((only == 1 && expert) || (only == 2 && !expert)) continue;
-        mine[pc.param->name].push_back(
-            {pc, (shard ? r.shard : r.flat) + (pc.flat_offset() - r.flat)});
-      }
-    }
-  };
-  add(ranges, ep_split ? 1 : 0);
-  if (ep_split) add(expert_ranges, 2);
+  for (const OwnedPiece& o : owned_pieces(reg, ownership_here(), true)) {
+    const optim::ShardPiece& r = o.range;
+    mine[o.piece.param->name].push_back(
+        {o.piece, (shard ? r.shard : r.flat) + (o.piece.flat_offset() - r.flat)});
+  }
   // This rank's values of a piece as fp32 in `dst` (host).
   HostView1<float> staging;
   auto stage = [&](const Source& s, float* dst) {

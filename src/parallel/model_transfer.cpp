@@ -4,6 +4,8 @@
 
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/mpi_check.hpp"
+#include "meshtrain/mesh/rank_math.hpp"
+#include "meshtrain/parallel/ownership.hpp"
 
 namespace meshtrain::parallel {
 
@@ -51,11 +53,22 @@ std::unique_ptr<model::Gpt> gather_to_rank0(const ParallelContext& par, const mo
   const auto& mesh = par.mesh();
   const MPI_Comm world = mesh.world().get();
   const int me = mesh.rank();
-  // Data-parallel replicas hold the same parameters: dp rank 0 of each (pp, tp) sends; with
-  // expert parallelism the first ep dp ranks (expert-dp rank 0), each with its experts.
-  const int ep = mesh.shape().ep;
+  // Who contributes what to the one copy (parallel::first_copy): the first of each slice's
+  // replicas its dense parameters, the first of each ep rank's expert replicas its experts.
+  // The senders send their whole slice; rank 0 takes their owned pieces out of it.
+  const mesh::Shape& shape = mesh.shape();
+  const int ep = shape.ep;
+  auto replicas = [&](int r, std::vector<std::string> names) {
+    const mesh::Group g = mesh::group_of(r, names, shape, mesh.order());
+    return Replicas{g.key, static_cast<int>(g.members.size())};
+  };
+  auto own_of = [&](int r, std::size_t n) {
+    return first_copy(n, replicas(r, {"dp", "cp"}), ep,
+                      ep > 1 ? replicas(r, {"edp", "cp"}) : Replicas{});
+  };
+  auto sends = [](const Ownership& o) { return !o.dense.empty() || !o.expert.empty(); };
   if (me != 0) {
-    if (par.dp_rank() < ep) {
+    if (sends(own_of(me, m.registry().size()))) {
       auto h = to_host_float<T>(params, m.registry().size());
       MESHTRAIN_MPI_CHECK(MPI_Send(h.data(), static_cast<int>(h.size()), MPI_FLOAT, 0, 77, world));
     }
@@ -66,12 +79,13 @@ std::unique_ptr<model::Gpt> gather_to_rank0(const ParallelContext& par, const mo
   const auto greg = whole_registry(cfg);
   std::vector<float> gbuf(greg.size(), 0.0f);
   for (int r = 0; r < mesh.size(); ++r) {
-    const mesh::Coord c = mesh::coord_of(r, mesh.shape(), mesh.order());
-    if (c.dp >= ep) continue;
+    const mesh::Coord c = mesh::coord_of(r, shape, mesh.order());
     const auto& spec = par.schedule();
-    const model::ParameterRegistry reg(cfg, c.tp, mesh.shape().tp, c.pp,
+    const model::ParameterRegistry reg(cfg, c.tp, shape.tp, c.pp,
                                        stage_chunks(par.pieces(), spec.pp, c.pp), c.pp == 0,
                                        c.pp == spec.pp - 1, c.dp % ep, ep);
+    const Ownership own = own_of(r, reg.size());
+    if (!sends(own)) continue;
     std::vector<float> buf;
     if (r == 0) {
       buf = to_host_float<T>(params, reg.size());
@@ -80,7 +94,14 @@ std::unique_ptr<model::Gpt> gather_to_rank0(const ParallelContext& par, const mo
       MESHTRAIN_MPI_CHECK(MPI_Recv(buf.data(), static_cast<int>(buf.size()), MPI_FLOAT, r, 77,
                                    world, MPI_STATUS_IGNORE));
     }
-    copy_local_to_global(reg, buf.data(), greg, gbuf.data());
+    for (const OwnedPiece& o : owned_pieces(reg, own, false)) {
+      const model::ParamInfo& p = *o.piece.param;
+      const std::size_t at = greg.get(p.name).offset;
+      for (std::size_t i = o.piece.local_begin; i < o.piece.local_begin + o.piece.count; ++i)
+        gbuf[at + static_cast<std::size_t>(p.global_index(static_cast<std::int64_t>(i),
+                                                           reg.tp_rank(), reg.tp_size()))] =
+            buf[p.offset + i];
+    }
   }
   auto h = Kokkos::create_mirror_view(full->params());
   for (std::size_t i = 0; i < gbuf.size(); ++i) h(i) = gbuf[i];

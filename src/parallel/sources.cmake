@@ -5,7 +5,6 @@ target_sources(meshtrain_lib PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/context.cpp
   ${CMAKE_CURRENT_LIST_DIR}/engine.cpp
   ${CMAKE_CURRENT_LIST_DIR}/engine_checkpoint.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/checkpoint_staging.cpp
   ${CMAKE_CURRENT_LIST_DIR}/engine_export.cpp
   ${CMAKE_CURRENT_LIST_DIR}/engine_moe.cpp
   ${CMAKE_CURRENT_LIST_DIR}/model_transfer.cpp
@@ -15,6 +14,7 @@ target_sources(meshtrain_lib PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/pipeline_runner.cpp
   ${CMAKE_CURRENT_LIST_DIR}/schedule.cpp
   ${CMAKE_CURRENT_LIST_DIR}/zero_partition.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/ownership.cpp
   ${CMAKE_CURRENT_LIST_DIR}/dp_policy.cpp
   ${CMAKE_CURRENT_LIST_DIR}/zero_shards.cpp
   ${CMAKE_CURRENT_LIST_DIR}/grad_reducer.cpp

@@ -3,7 +3,7 @@
 // zero_staging_bytes), DpPolicy's pools and the pipeline's message pool (replayed:
 // pools.hpp), the optimizer (sharded_adamw_footprint), the kernels' scratch
 // (kernels::scratch_bytes), the engine's batch buffers and its checkpoint staging
-// (checkpoint_partition). Nothing here restates a size.
+// (parallel::ownership). Nothing here restates a size.
 #include "meshtrain/plan/memory.hpp"
 
 #include <algorithm>
@@ -115,10 +115,15 @@ std::vector<MemoryBreakdown> memory_per_stage(const model::GptConfig& cfg, int s
     // Asynchronous checkpoints stage the rank's partition (dp rank 0's size; the others differ
     // by at most one element per range).
     if (l.ckpt_async) {
-      const bool ep_split = l.zero_stage == 0 && l.ep > 1;
-      const auto cp = parallel::checkpoint_partition(n, l.zero_stage, {}, opart.shard_size(), 0,
-                                                     l.dp, ep_split, 0, l.dp / l.ep);
-      m.host_ckpt = static_cast<double>(parallel::checkpoint_staging_bytes(cp));
+      parallel::OwnershipInputs in;
+      in.n = n;
+      in.zero_stage = l.zero_stage;
+      in.shard_size = opart.shard_size();
+      in.replicas = {0, l.dp};
+      in.ep = l.ep;
+      in.expert_replicas = {0, l.dp / l.ep};
+      m.host_ckpt =
+          static_cast<double>(parallel::checkpoint_staging_bytes(parallel::ownership(in)));
     }
 
     // ---- the model's activations, head and scratch ----

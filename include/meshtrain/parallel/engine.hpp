@@ -208,9 +208,10 @@ class Engine {
   // each stage's first rank contributes its blocks), and back from a loaded file's attributes.
   void save_expert_bias(io::CheckpointAttributes& attrs);
   void restore_expert_bias(const io::CheckpointAttributes& attrs);
-  // Checkpoint staging (engine_checkpoint.cpp): this rank's partition, the copy into buffers,
-  // and the staged pieces over them.
-  CheckpointPartition checkpoint_partition_here() const;
+  // What this rank writes to checkpoints and exports (parallel::ownership of its layout).
+  Ownership ownership_here() const;
+  // Checkpoint staging (engine_checkpoint.cpp): the copy into buffers and the staged pieces
+  // over them.
   void stage_into(CheckpointStaging& st);
   io::StagedCheckpoint stage(CheckpointStaging& st, const std::string& dir, std::int64_t steps_done,
                              io::CheckpointAttributes a, io::Transfer transfer, int keep);

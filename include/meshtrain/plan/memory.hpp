@@ -17,7 +17,7 @@
 //    the trainer's batch buffers, and a runtime overhead (CUDA context, library workspaces) that
 //    comes from the calibration;
 //  - with asynchronous checkpoints, the host buffers a save is staged in
-//    (parallel::checkpoint_partition).
+//    (parallel::ownership).
 // Stages differ (embedding, head, tied wte copy); tp and dp ranks of one stage do not.
 #include <cstddef>
 #include <string>
