@@ -120,7 +120,9 @@ Finding communication(const RunData& r, const Prediction& p) {
   if (p.valid)
     pred = cat(" (planner: ", ms(p.cost.dp_comm_total_s * 1e3), ", ",
                ms(p.cost.dp_comm_s * 1e3), " exposed)");
-  f.text = cat("dp ", l.dp, " (gradient ", kind, ", ZeRO-", l.zero_stage, "): ", ms(dp_ms),
+  // Gradients are reduced over the replicas: dp x cp ranks hold the same parameters.
+  const std::string replicas = l.cp > 1 ? cat("dp ", l.dp, " x cp ", l.cp) : cat("dp ", l.dp);
+  f.text = cat(replicas, " (gradient ", kind, ", ZeRO-", l.zero_stage, "): ", ms(dp_ms),
                " per step, ", pct(hidden), " hidden, ", ms(dp_exposed), " exposed = ",
                pct(step > 0 ? dp_exposed / step : 0), " of the step", pred, "; tp ", l.tp, ": ",
                ms(tp_ms), " blocking = ", pct(step > 0 ? tp_ms / step : 0), " of the step",
@@ -137,7 +139,7 @@ Finding communication(const RunData& r, const Prediction& p) {
                                  "reductions per token: a larger train.micro_batch or "
                                  "train.grad_accum"));
   // A reduction that does not overlap backward: the table's data-parallel row.
-  if (l.dp > 1 && dp_ms > 0 && hidden < 0.1) {
+  if (static_cast<long>(l.dp) * l.cp > 1 && dp_ms > 0 && hidden < 0.1) {
     f.problem = true;
     if (!r.dp_overlap) {
       advice.push_back("the dp all-reduce is not hidden: dp.overlap=false launches every "

@@ -44,7 +44,7 @@ add_test(NAME cli_deepspeed_equivalent
 set_tests_properties(cli_deepspeed_equivalent PROPERTIES PROCESSORS 2 TIMEOUT 300 LABELS cli
   FIXTURES_REQUIRED kjv_shards ENVIRONMENT "${MESHTRAIN_TEST_MPI_ENV}")
 # `meshtrain doctor` on a run made to show each finding.
-foreach(case bubble unhidden nan stall)
+foreach(case bubble unhidden nan stall cp)
   add_test(NAME cli_doctor_${case}
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_doctor.sh ${case}
             ${CMAKE_BINARY_DIR}/cli_doctor/${case} ${CMAKE_BINARY_DIR}/cli_prep/kjv_train_*.bin

@@ -8,6 +8,8 @@
 #              skip: non-finite gradients at step 4, not an fp16 overflow
 #   stall      rank 1 stops itself before dp all-reduce #3 (MESHTRAIN_TEST_COLLECTIVE), the
 #              watchdog aborts the job: the hung collective waits for rank 1
+#   cp         context parallelism 2 at 2 ranks: the run's layout (and the planner's) has cp,
+#              and the gradients are reduced over dp x cp
 # Every case also shows the memory headroom per rank and the measured against predicted step.
 set -euo pipefail
 case_name=$1 work=$2 data=$3
@@ -72,6 +74,12 @@ case $case_name in
       --comm.timeout 3
     expect "hung collective \[!\]: 'dp' #3 all_reduce of [0-9]+ bytes waits on rank\(s\) 0; not arrived: rank 1 \(no flight dump" \
            "-> the job hung on rank 1" "memory \[ok\]: rank 0 at step 2: .*not recorded \(the run did not reach its end\)"
+    ;;
+  cp)
+    train 2 0 -- --model.n_layer 1 --mesh.cp 2 --train.steps 3
+    expect "run: 2 rank\(s\), dp 1 x cp 2 x pp 1 x tp 1, ZeRO-0" \
+           "communication \[(ok|!)\]: dp 1 x cp 2 \(gradient all-reduce, ZeRO-0\)" \
+           "planner: [0-9.]+ [KM]iB per rank of stage 0"
     ;;
   *)
     fail "unknown case"
