@@ -96,4 +96,12 @@ std::vector<std::pair<std::string, std::string>> block_attributes(const model::G
 void set_block_attribute(model::GptConfig& c, const std::string& key, const std::string& value,
                          const std::string& where);
 
+// The /state group (checkpoint_state.cpp). broadcast_state makes every rank hold rank 0's map
+// (the datasets are created collectively). write_state: collective over the file's
+// communicator; `root` transfers the data. read_state: any rank alone, the whole group (empty
+// when the file has none); with `verify`, a checksum mismatch is a ConfigError naming the tensor.
+void broadcast_state(MPI_Comm comm, CheckpointState& state);
+void write_state(hid_t file, const CheckpointState& state, bool root, hid_t collective);
+CheckpointState read_state(hid_t file, const std::string& where, bool verify);
+
 }  // namespace meshtrain::io::ckpt

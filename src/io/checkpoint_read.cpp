@@ -278,7 +278,10 @@ CheckpointAttributes load_checkpoint(MPI_Comm comm, const std::string& spec,
   std::vector<h5::Handle> dsets;
   try {
     agree(comm, "", [&] {
-      reading(where, [&] { attrs = read_root(file, where); });
+      reading(where, [&] {
+        attrs = read_root(file, where);
+        attrs.state = ckpt::read_state(file, where, verify);
+      });
       check_model(attrs.model, current, where);
     });
     attrs.path = path;
@@ -317,6 +320,7 @@ CheckpointAttributes read_checkpoint_attributes(const std::string& checkpoint) {
   const std::string where = cat("checkpoint '", checkpoint, "'");
   h5::Handle file = open_alone(checkpoint, where);
   CheckpointAttributes attrs = read_root(file, where);
+  attrs.state = ckpt::read_state(file, where, true);
   attrs.path = checkpoint;
   return attrs;
 }

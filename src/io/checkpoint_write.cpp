@@ -199,7 +199,8 @@ void apply_retention(const std::string& dir, int keep) {
 }
 
 // Root attributes, groups and datasets (collectively, before any data), then the data.
-void write_datasets(hid_t file, const AttrList& root_attrs, const model::ParameterRegistry& full,
+void write_datasets(hid_t file, const AttrList& root_attrs, const CheckpointState& state,
+                    bool root, const model::ParameterRegistry& full,
                     const std::vector<SaveGroup>& groups,
                     const std::vector<std::vector<std::vector<int>>>& plan,
                     const std::vector<std::vector<ckpt::TensorTransfer>>& how,
@@ -242,6 +243,7 @@ void write_datasets(hid_t file, const AttrList& root_attrs, const model::Paramet
     for (std::size_t t = 0; t < n; ++t)
       ckpt::transfer(dsets[g * n + t], how[g][t], plan[g][t], groups[g].pieces, groups[g].data,
                      coll, indep);
+  ckpt::write_state(file, state, root, coll);
 }
 
 
@@ -263,6 +265,10 @@ void CheckpointWriter::write(const CheckpointAttributes& attrs,
   std::string packed = pack(root_attributes(attrs, step_));
   broadcast_string(comm_, packed);
   const AttrList root_attrs = unpack(packed);
+  CheckpointState state = attrs.state;
+  ckpt::broadcast_state(comm_, state);
+  int rank = 0;
+  MESHTRAIN_MPI_CHECK(MPI_Comm_rank(comm_, &rank));
 
   const model::ParameterRegistry full = ckpt::full_registry(attrs.model);
   const std::size_t n = full.params().size();
@@ -344,7 +350,7 @@ void CheckpointWriter::write(const CheckpointAttributes& attrs,
                      "/latest still names the previous one)"));
   };
   try {
-    write_datasets(file, root_attrs, full, groups, plan, how, sums, dsets);
+    write_datasets(file, root_attrs, state, rank == 0, full, groups, plan, how, sums, dsets);
   } catch (const AgreedTag&) {
     throw;  // every rank is unwinding: the handles close collectively
   } catch (const std::exception& e) {

@@ -24,5 +24,6 @@ target_sources(meshtrain_lib PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/checkpoint_common.cpp
   ${CMAKE_CURRENT_LIST_DIR}/checkpoint_write.cpp
   ${CMAKE_CURRENT_LIST_DIR}/checkpoint_read.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/checkpoint_state.cpp
   ${CMAKE_CURRENT_LIST_DIR}/checkpoint_async.cpp
 )

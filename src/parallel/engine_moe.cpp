@@ -7,7 +7,9 @@
 // of a block is summed over tp rank 0 of every dp rank of the stage that holds it (tp ranks
 // route the same rows), which is the same total in every layout: the step routes the same
 // global batch whatever the layout, one router call per micro-batch. A checkpoint stores each
-// block's biases as a root attribute (hexadecimal floats, exact), so any layout restores them.
+// block's biases as a dataset of its /state group (<block>mlp.router.expert_bias), so any layout
+// restores them. Files written before that kept them as root attributes extra.moe.expert_bias.<l>
+// (hexadecimal floats, exact); those still restore.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -21,19 +23,15 @@ namespace meshtrain::parallel {
 
 namespace {
 
-std::string bias_key(int l) { return cat("moe.expert_bias.", l); }
-
-std::string encode(const float* v, int n) {
-  std::string s;
-  char buf[32];
-  for (int i = 0; i < n; ++i) {
-    std::snprintf(buf, sizeof buf, "%s%a", i ? " " : "", static_cast<double>(v[i]));
-    s += buf;
-  }
-  return s;
+// The /state dataset of block l's biases, named like the block's parameters.
+std::string expert_bias_name(const model::ParameterRegistry& reg, int l) {
+  return reg.block_prefix(l) + "mlp.router.expert_bias";
 }
 
-std::vector<float> decode(const std::string& s, int n, const std::string& key,
+// The attribute of a file written before the /state group.
+std::string legacy_bias_key(int l) { return cat("moe.expert_bias.", l); }
+
+std::vector<float> decode_legacy(const std::string& s, int n, const std::string& key,
                           const std::string& file) {
   std::vector<float> v;
   std::istringstream in(s);
@@ -134,6 +132,7 @@ template <class T>
 void Engine<T>::save_expert_bias(io::CheckpointAttributes& attrs) {
   const auto& mc = cfg_.moe;
   if (!mc.enabled() || !mc.expert_bias) return;
+  const auto bias_name = [this](int l) { return expert_bias_name(model_->registry(), l); };
   const int L = cfg_.n_layer, E = mc.experts;
   // Each stage's dp rank 0, tp rank 0 contributes its blocks; rank 0 writes the attributes.
   std::vector<double> all(static_cast<std::size_t>(L) * E, 0.0);
@@ -150,7 +149,7 @@ void Engine<T>::save_expert_bias(io::CheckpointAttributes& attrs) {
     std::vector<float> v(static_cast<std::size_t>(E));
     for (int e = 0; e < E; ++e) v[static_cast<std::size_t>(e)] =
         static_cast<float>(all[static_cast<std::size_t>(l) * E + e]);
-    attrs.extra[bias_key(l)] = encode(v.data(), E);
+    attrs.state[bias_name(l)] = std::move(v);
   }
 }
 
@@ -158,21 +157,30 @@ template <class T>
 void Engine<T>::restore_expert_bias(const io::CheckpointAttributes& attrs) {
   const auto& mc = cfg_.moe;
   if (!mc.enabled()) return;
-  const bool saved = attrs.extra.count(bias_key(0)) > 0;  // block 0 is always an MoE block
+  const auto bias_name = [this](int l) { return expert_bias_name(model_->registry(), l); };
+  // Block 0 is always an MoE block.
+  const bool saved = attrs.state.count(bias_name(0)) > 0 ||
+                     attrs.extra.count(legacy_bias_key(0)) > 0;
   if (!mc.expert_bias) {
     if (saved)
       logging::warn("checkpoint ", attrs.path, " holds expert biases (moe.expert_bias); this run "
                     "routes without them (moe.expert_bias is off)");
     return;
   }
-  // Every rank decodes every block's attribute, so a damaged one fails on all ranks alike.
+  // Every rank checks every block's biases, so a damaged one fails on all ranks alike.
   const int E = mc.experts;
   for (int l = 0; l < cfg_.n_layer; ++l) {
     if (!mc.is_moe_layer(l)) continue;
-    const auto it = attrs.extra.find(bias_key(l));
     std::vector<float> v(static_cast<std::size_t>(E), 0.0f);
     // A checkpoint saved without moe.expert_bias: the biases start from zero here.
-    if (it != attrs.extra.end()) v = decode(it->second, E, it->first, attrs.path);
+    if (const auto it = attrs.state.find(bias_name(l)); it != attrs.state.end()) {
+      MESHTRAIN_CONFIG_CHECK(static_cast<int>(it->second.size()) == E, "checkpoint ", attrs.path,
+                             ": /state/", it->first, " holds ", it->second.size(),
+                             " expert biases, the model has ", E, " experts");
+      v = it->second;
+    } else if (const auto old = attrs.extra.find(legacy_bias_key(l)); old != attrs.extra.end()) {
+      v = decode_legacy(old->second, E, old->first, attrs.path);
+    }
     View1<float> b = model_->expert_bias(l);
     if (b.span() == 0) continue;  // not held here
     HostView1<float> h("meshtrain::expert_bias.host", static_cast<std::size_t>(E));

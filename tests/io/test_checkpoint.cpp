@@ -5,6 +5,7 @@
 #include <hdf5.h>
 
 #include <cstdio>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -67,6 +68,11 @@ std::vector<io::SaveGroup> save_groups(const Holder& h) {
   return gs;
 }
 
+io::CheckpointState rank0_state() {
+  return {{"transformer.h.0.mlp.router.expert_bias", {0.25f, -0.0f, 1e-30f, -3.5f}},
+          {"transformer.h.1.mlp.router.expert_bias", {1.0f, 2.0f, 3.0f, 4.0f}}};
+}
+
 io::CheckpointAttributes attributes(Layout L) {
   io::CheckpointAttributes a;
   a.tokens_seen = 123456789012;
@@ -78,6 +84,9 @@ io::CheckpointAttributes attributes(Layout L) {
   a.model = tiny_config();
   a.layout = {L.dp, 1, L.tp, 1, "tp-dp-pp"};
   a.extra["data.epoch"] = "3";
+  // Replicated state: rank 0's values are the file's (other ranks pass others on purpose).
+  a.state = rank0_state();
+  if (mt_test::world_rank() != 0) a.state["transformer.h.0.mlp.router.expert_bias"][1] = 99.0f;
   return a;
 }
 
@@ -201,6 +210,8 @@ TEST_CASE("a checkpoint restores into every layout", "[io][checkpoint][mpi]") {
   REQUIRE(a.layout.zero == 1);
   REQUIRE(a.layout.order == "tp-dp-pp");
   REQUIRE(a.extra.at("data.epoch") == "3");
+  REQUIRE(a.state == rank0_state());  // bit for bit (-0.0f == 0.0f: check the sign too)
+  REQUIRE(std::signbit(a.state.at("transformer.h.0.mlp.router.expert_bias")[1]));
   REQUIRE(a.software_version.find(kVersion) != std::string::npos);
   REQUIRE(std::regex_match(a.created, std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")));
 }
@@ -223,6 +234,24 @@ TEST_CASE("a flipped byte in a tensor is an error naming the tensor", "[io][chec
     MPI_Barrier(mt_test::world());
   }
   REQUIRE(mt_test::all_ranks(load_and_count(path, L, true, true) == 0));
+}
+
+TEST_CASE("a flipped byte in a /state tensor is an error naming it", "[io][checkpoint][mpi]") {
+  const std::string dir = scratch("corrupt_state");
+  const std::string path = save(dir, 6);
+  const std::string tensor = "/state/transformer.h.1.mlp.router.expert_bias";
+  const Layout L{mt_test::world_size(), 1, 1};
+  if (mt_test::world_rank() == 0) flip_byte(path, data_offset(path, tensor) + 2);
+  MPI_Barrier(mt_test::world());
+  const std::string msg = error_of<ConfigError>([&] { load_and_count(path, L, true, true); });
+  INFO(msg);
+  REQUIRE(mt_test::all_ranks(io_test::has(msg, tensor) && io_test::has(msg, path) &&
+                             io_test::has(msg, "corrupt")));
+  // Without verification the flipped value is read as it is.
+  io::CheckpointAttributes a;
+  REQUIRE(mt_test::all_ranks(load_and_count(path, L, true, false, &a) == 0));
+  REQUIRE(a.state.at("transformer.h.1.mlp.router.expert_bias") !=
+          rank0_state().at("transformer.h.1.mlp.router.expert_bias"));
 }
 
 TEST_CASE("a truncated checkpoint is a clear error", "[io][checkpoint][mpi]") {

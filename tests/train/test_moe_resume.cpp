@@ -17,7 +17,10 @@
 // weights and Adam state, so a restore holds exactly the saving run's parameters; the
 // continuation equals the single-rank bf16 run to 16-bit tolerances (losses 1e-2, aux and z
 // 2e-2: the layouts round differently).
+#include <hdf5.h>
+
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -26,6 +29,7 @@
 
 #include "harness.hpp"
 #include "moe_fixture.hpp"
+#include "meshtrain/io/checkpoint.hpp"
 #include "meshtrain/io/token_shard.hpp"
 #include "meshtrain/parallel/engine.hpp"
 #include "meshtrain/train/trainer.hpp"
@@ -226,6 +230,91 @@ TEST_CASE("MoE: the sigmoid router's expert biases continue from a checkpoint in
   }
   save_and_restore<float>(cfg, shard, ref, "test_moe_resume_ckpt_bias", {4, 4, 2, 1, 0},
                           {{4, 2, 1, 2, 1}}, true);
+}
+
+namespace {
+
+// Rewrites a checkpoint the way meshtrain wrote expert biases before the /state group: each
+// block's biases as the root attribute extra.moe.expert_bias.<block> (hexadecimal floats), no
+// /state group. One process.
+void make_legacy(const std::string& file, const io::CheckpointState& state) {
+  const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  REQUIRE(f >= 0);
+  for (const auto& [name, v] : state) {
+    const std::size_t at = name.find_first_of("0123456789");
+    REQUIRE(at != std::string::npos);
+    const int block = std::stoi(name.substr(at));
+    std::string text;
+    char buf[32];
+    for (std::size_t e = 0; e < v.size(); ++e) {
+      std::snprintf(buf, sizeof buf, "%s%a", e ? " " : "", static_cast<double>(v[e]));
+      text += buf;
+    }
+    const std::string attr = cat("extra.moe.expert_bias.", block);
+    const hid_t type = H5Tcopy(H5T_C_S1);
+    H5Tset_size(type, text.size());
+    H5Tset_strpad(type, H5T_STR_NULLPAD);
+    H5Tset_cset(type, H5T_CSET_UTF8);
+    const hid_t space = H5Screate(H5S_SCALAR);
+    const hid_t a = H5Acreate2(f, attr.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT);
+    REQUIRE(a >= 0);
+    REQUIRE(H5Awrite(a, type, text.data()) >= 0);
+    H5Aclose(a);
+    H5Sclose(space);
+    H5Tclose(type);
+  }
+  REQUIRE(H5Ldelete(f, "/state", H5P_DEFAULT) >= 0);
+  REQUIRE(H5Fclose(f) >= 0);
+}
+
+}  // namespace
+
+TEST_CASE("MoE: expert biases are /state datasets, and files that kept them as attributes "
+          "still restore", "[train][checkpoint][moe][mpi]") {
+  if (mt_test::world_size() != 8) {
+    WARN("test_moe_resume needs 8 ranks");
+    return;
+  }
+  const model::GptConfig cfg = mt_test::moe_tiny_bias();
+  const std::string shard = mt_test::layout_shard("test_moe_resume_legacy");
+  const std::string dir = "test_moe_resume_ckpt_legacy";
+  Losses ref;
+  {
+    Setup<float> one(nullptr, MPI_COMM_SELF, shard, 11, "unused", cfg);
+    ref = one.steps(0, kSteps);
+  }
+  if (mt_test::world_rank() == 0) std::filesystem::remove_all(dir);
+  MPI_Barrier(mt_test::world());
+  const Layout save{4, 4, 2, 1, 0}, restore{4, 2, 1, 2, 1};
+  {
+    Setup<float> s(&save, mt_test::world(), shard, 11, dir, cfg);
+    s.steps(0, kSaveAt);
+    s.trainer->save_checkpoint(kSaveAt);
+  }
+  if (mt_test::world_rank() == 0) {
+    const std::string file = dir + "/" + io::checkpoint_file_name(kSaveAt);
+    const io::CheckpointAttributes a = io::read_checkpoint_attributes(file);
+    int moe_blocks = 0;
+    for (int l = 0; l < cfg.n_layer; ++l) moe_blocks += cfg.moe.is_moe_layer(l) ? 1 : 0;
+    REQUIRE(static_cast<int>(a.state.size()) == moe_blocks);
+    bool moved = false;
+    for (const auto& [name, v] : a.state) {
+      INFO(name);
+      REQUIRE(name.find("mlp.router.expert_bias") != std::string::npos);
+      REQUIRE(static_cast<int>(v.size()) == cfg.moe.experts);
+      for (float x : v) moved = moved || x != 0.0f;
+    }
+    REQUIRE(moved);  // 5 steps moved the biases: the restore below has something to restore
+    for (const auto& kv : a.extra) REQUIRE(kv.first.rfind("moe.expert_bias", 0) != 0);
+    make_legacy(file, a.state);
+    REQUIRE(io::read_checkpoint_attributes(file).state.empty());
+  }
+  MPI_Barrier(mt_test::world());
+  Setup<float> s(&restore, mt_test::world(), shard, 12345, dir, cfg);
+  REQUIRE(s.trainer->restore("latest").step == kSaveAt);
+  compare(s.steps(kSaveAt, kSteps), ref, kSaveAt,
+          "saved under " + save.name() + " with the biases as attributes, restored under " +
+              restore.name());
 }
 
 #if MESHTRAIN_HAVE_BF16

@@ -99,6 +99,10 @@ struct SavedLayout {
 // "dp 2 x pp 2 x tp 2, ZeRO 1" (" x cp 2" after dp when cp > 1)
 std::string describe(const SavedLayout& l);
 
+// Small replicated tensors that are not parameters, by name (the routers' expert biases:
+// "h.<l>.mlp.router.expert_bias"): 1-D float32 datasets /state/<name>, each with a checksum.
+using CheckpointState = std::map<std::string, std::vector<float>>;
+
 // Root attributes of a checkpoint. Save takes them from rank 0 (every rank must pass the same
 // model configuration); load returns what the file holds.
 struct CheckpointAttributes {
@@ -111,6 +115,7 @@ struct CheckpointAttributes {
   model::GptConfig model;          // stored as model.* attributes, checked on load
   SavedLayout layout;              // the layout that saved the file
   std::map<std::string, std::string> extra;  // free-form, stored as "extra.<key>"
+  CheckpointState state;           // save: rank 0's is written; load: every rank reads all
   // Written by save, filled by load.
   std::string format;              // kCheckpointFormat
   int format_version = 0;

@@ -204,8 +204,9 @@ class Engine {
   // moe.expert_bias (engine_moe.cpp): after an applied optimizer step, every rank moves the
   // biases of its blocks by the step's load summed over the world (the same on every rank).
   void update_expert_bias();
-  // Checkpoints: every block's biases into attrs.extra ("moe.expert_bias.<block>", collective:
-  // each stage's first rank contributes its blocks), and back from a loaded file's attributes.
+  // Checkpoints: every block's biases into attrs.state ("<block>mlp.router.expert_bias",
+  // collective: each stage's first rank contributes its blocks), and back from a loaded file's
+  // state (or, from a file written before the /state group, its extra.moe.expert_bias.<block>).
   void save_expert_bias(io::CheckpointAttributes& attrs);
   void restore_expert_bias(const io::CheckpointAttributes& attrs);
   // What this rank writes to checkpoints and exports (parallel::ownership of its layout).
