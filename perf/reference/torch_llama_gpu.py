@@ -5,6 +5,13 @@ SDPA attention and/or torch.compile, random tokens, sequence 2048.
 
     python3 perf/reference/torch_llama_gpu.py --preset llama3.2-1b --micro-batch 4,8 --mode compile,eager
     python3 perf/reference/torch_llama_gpu.py --preset llama-150m --micro-batch 8,16 --profile 3
+    python3 perf/reference/torch_llama_gpu.py --preset llama3.1-8b --layers 4 --seq 4096 \
+        --micro-batch 1 --mode compile --linears bf16,float8
+
+`--linears float8` runs every block's linear (q, k, v, o, gate, up, down) on torch._scaled_mm
+with dynamic tensorwise scaling, E4M3 forward and E5M2 gradients (torch_float8.py, the reference
+of issue 35); the embedding, the LM head, attention and the norms stay bf16. `--layers` cuts the
+preset to its first N blocks (the 8B-shaped stack).
 
 Prints one line per (mode, micro-batch): tokens/s, ms/step, MFU and peak memory. The model is
 meshtrain's (src/model/llama_block.cpp, model::preset), written from HF LlamaForCausalLM's
@@ -137,10 +144,17 @@ def flops_per_token(p, T):
     return n, 6 * n + 12 * L * H * hd * T
 
 
-def run(preset, mode, mb, T, steps, warmup, profile=0):
+def run(preset, mode, mb, T, steps, warmup, profile=0, layers=0, linears="bf16",
+        wgrad_bf16=False):
     torch.manual_seed(0)
-    p = PRESETS[preset]
+    p = dict(PRESETS[preset])
+    if layers:
+        p["L"] = layers
     model = Llama(**p, T=T).cuda()
+    if linears == "float8":
+        from torch_float8 import float8_linears  # same directory
+        n = float8_linears(model, lambda name, m: name.startswith("layers."), wgrad_bf16)
+        assert n == 7 * p["L"], n
     decay = [q for q in model.parameters() if q.dim() >= 2]
     no_decay = [q for q in model.parameters() if q.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
@@ -173,7 +187,9 @@ def run(preset, mode, mb, T, steps, warmup, profile=0):
     dt = times[len(times) // 2]
     tok = mb * T / dt
     n, flops = flops_per_token(p, T)
-    print(f"pytorch-{mode:8s} {preset} ({n / 1e6:.1f}M) mb {mb:3d} seq {T}: {tok:10.0f} tok/s  "
+    name = preset + (f"[{p['L']} layers]" if layers else "")
+    print(f"pytorch-{mode:8s} {linears:6s} {name} ({n / 1e6:.1f}M) mb {mb:3d} seq {T}: "
+          f"{tok:10.0f} tok/s  "
           f"{dt * 1e3:8.1f} ms/step  MFU {tok * flops / 989e12:.3f}  "
           f"peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB", flush=True)
     if profile:
@@ -196,15 +212,25 @@ if __name__ == "__main__":
     ap.add_argument("--mode", default="compile,eager")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--layers", type=int, default=0, help="the preset's first N blocks only")
+    ap.add_argument("--linears", default="bf16",
+                    help="bf16 and/or float8 (the blocks' linears on torch._scaled_mm)")
+    ap.add_argument("--wgrad-bf16", action="store_true",
+                    help="with float8: the weight-gradient GEMM in bf16")
     ap.add_argument("--profile", type=int, default=0,
                     help="then profile this many steps and print CUDA time per kernel")
     a = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = True
-    for mode in a.mode.split(","):
-        for mb in (int(m) for m in a.micro_batch.split(",")):
-            try:
-                run(a.preset, mode, mb, a.seq, a.steps, a.warmup, a.profile)
-            except torch.cuda.OutOfMemoryError:
-                print(f"pytorch-{mode:8s} {a.preset} mb {mb:3d} seq {a.seq}: out of memory",
-                      flush=True)
-                torch.cuda.empty_cache()
+    if "float8" in a.linears:
+        from torch_float8 import self_check
+        self_check()
+    for linears in a.linears.split(","):
+        for mode in a.mode.split(","):
+            for mb in (int(m) for m in a.micro_batch.split(",")):
+                try:
+                    run(a.preset, mode, mb, a.seq, a.steps, a.warmup, a.profile, a.layers,
+                        linears, a.wgrad_bf16)
+                except torch.cuda.OutOfMemoryError:
+                    print(f"pytorch-{mode:8s} {linears:6s} {a.preset} mb {mb:3d} seq {a.seq}: "
+                          f"out of memory", flush=True)
+                    torch.cuda.empty_cache()
