@@ -15,6 +15,7 @@
 #include "meshtrain/io/hf_checkpoint.hpp"
 #include "meshtrain/io/hf_import.hpp"
 #include "meshtrain/parallel/grad_sync.hpp"
+#include "meshtrain/parallel/loss_holder.hpp"
 #include "meshtrain/parallel/model_transfer.hpp"
 #include "meshtrain/parallel/pipeline_runner.hpp"
 #include "meshtrain/parallel/zero_optimizer.hpp"
@@ -185,13 +186,18 @@ bool Engine<T>::optimizer_step(std::int64_t step, float loss_scale, bool check_f
 }
 
 template <class T>
-float Engine<T>::global_loss_sum() {
+double Engine<T>::loss_over_world(LossBatches batches) {
   float loss_sum = 0;
   Kokkos::deep_copy(loss_sum, model_->loss_sum());
-  // The last stage's tp rank 0 of every dp rank holds a share of the global batch's loss.
-  double total = ctx_->last_stage() && ctx_->tp_rank() == 0 ? loss_sum : 0.0;
+  double total = holds_loss(ctx_->mesh().coord(), ctx_->config().shape.pp, batches) ? loss_sum
+                                                                                    : 0.0;
   world_all_reduce(&total, 1, MPI_DOUBLE, MPI_SUM);
-  return static_cast<float>(total);
+  return total;
+}
+
+template <class T>
+float Engine<T>::global_loss_sum() {
+  return static_cast<float>(loss_over_world(LossBatches::per_dp_rank));
 }
 
 template <class T>
@@ -223,12 +229,8 @@ float Engine<T>::evaluate(const BatchSource& batch, int batches) {
       if (k + 1 < n) ctx_->pp().send(out, (k + 1) % spec.pp, 1);
     }
   }
-  float sum = 0;
-  Kokkos::deep_copy(sum, model_->loss_sum());
-  // Every dp rank evaluated the same batches: take dp rank 0's (each of its cp ranks holds a
-  // share of the tokens).
-  double total = ctx_->last_stage() && ctx_->tp_rank() == 0 && ctx_->dp_rank() == 0 ? sum : 0.0;
-  world_all_reduce(&total, 1, MPI_DOUBLE, MPI_SUM);
+  // Every dp rank evaluated the same batches.
+  const double total = loss_over_world(LossBatches::same_on_dp);
   const std::size_t per_batch = static_cast<std::size_t>(opt_.micro_batch) * opt_.seq_len;
   return static_cast<float>(total) / static_cast<float>(per_batch * batches);
 }

@@ -30,6 +30,7 @@
 #include "meshtrain/optim/adamw.hpp"
 #include "meshtrain/parallel/checkpoint_staging.hpp"
 #include "meshtrain/parallel/context.hpp"
+#include "meshtrain/parallel/loss_holder.hpp"
 
 namespace meshtrain::comm {
 class FlightRecorder;
@@ -215,6 +216,8 @@ class Engine {
   void stage_into(CheckpointStaging& st);
   io::StagedCheckpoint stage(CheckpointStaging& st, const std::string& dir, std::int64_t steps_done,
                              io::CheckpointAttributes a, io::Transfer transfer, int keep);
+  // Collective: the sum of the loss sums of the ranks that hold the loss (loss_holder.hpp).
+  double loss_over_world(LossBatches batches);
   // In-place MPI_Allreduce over the world, recorded for the watchdog ("world.host").
   void world_all_reduce(void* buf, int count, MPI_Datatype type, MPI_Op op) const;
   void fill_batch(const BatchSource& batch, int first);
