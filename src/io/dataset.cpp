@@ -136,4 +136,11 @@ void TokenDataset::fill_sequential(std::uint64_t first, int count, std::int32_t*
   }
 }
 
+std::int64_t batch_of_step(std::int64_t step, const std::vector<std::int64_t>& skipped) {
+  std::int64_t b = step;
+  for (std::int64_t x : skipped)  // ascending: each skipped index at or below b pushes b on
+    if (x <= b) ++b;
+  return b;
+}
+
 }  // namespace meshtrain::io

@@ -190,7 +190,6 @@ GptT<T>::GptT(const GptConfig& cfg, int micro_batch, int seq_len, const ModelLay
     for (int s = 0; s < slots(c); ++s) {
       auto owned = std::make_unique<SlotActivations<T>>();
       SlotActivations<T>& sa = *owned;
-      if (ca->embed) sa.tokens = alloc<std::int32_t>("act.tokens", N);
       sa.input = alloc<T>("act.chunk_input", Nl * C);
       for (int l = ca->range.first; l < ca->range.last; ++l) {
         sa.block_out.push_back(alloc<T>("act.block_out", Nl * C));
@@ -211,7 +210,6 @@ GptT<T>::GptT(const GptConfig& cfg, int micro_batch, int seq_len, const ModelLay
     head_rows_ = head_chunk_rows(layout_.head_chunk_rows, N_, Vl_, sizeof(T));
     logits_ = alloc<T>("act.logits", static_cast<std::size_t>(head_rows_) * Vl_);
     losses_ = alloc<float>("act.losses", N);
-    targets_ = alloc<std::int32_t>("act.targets", N);
     if (tp_active()) {
       ce_max_ = alloc<float>("act.ce_max", N);
       ce_sums_ = alloc<float>("act.ce_sums", 2 * N);
@@ -467,7 +465,7 @@ View1<const T> GptT<T>::run_forward(int c, int slot, View1<const std::int32_t> t
   if (ca.embed) {
     MESHTRAIN_CHECK(tokens.span() == static_cast<std::size_t>(N_), "model input has ",
                     tokens.span(), " tokens, expected micro_batch x seq_len = ", N_);
-    Kokkos::deep_copy(exec_, s.tokens, tokens);
+    s.tokens = tokens;  // not copied: the caller keeps them until this slot's backward
     embedding_forward(s);
   } else {
     MESHTRAIN_CHECK(x_in.span() == activation_elems(), "forward: chunk input has ", x_in.span(),

@@ -104,18 +104,19 @@ ModelFootprint model_footprint(const GptConfig& cfg, int micro_batch, int seq_le
     const int slots = layout.chunk_slots.empty() ? layout.n_slots : layout.chunk_slots[c];
     const std::size_t nblocks = static_cast<std::size_t>(chunks[c].last - chunks[c].first);
     double per_slot = static_cast<double>(Nl * C * E);           // chunk input
-    if (embed) per_slot += static_cast<double>(N * 4);           // tokens
+    if (embed) per_slot += static_cast<double>(N * 4);           // tokens (the StepBatch's)
     per_slot += static_cast<double>(nblocks * Nl * C * E);       // block outputs
     if (!layout.recompute) per_slot += saved(chunks[c].first, chunks[c].last);
     if (head) per_slot += static_cast<double>(Nl * C * E);       // d(last block output)
     f.activations += per_slot * slots;
   }
 
-  // ---- the head: ln_f output and statistics, one chunk's logits, losses, targets ----
+  // ---- the head: ln_f output and statistics, one chunk's logits, losses (the targets are
+  // read in place: parallel/step_batch.hpp) ----
   if (layout.has_head) {
     const std::size_t R = static_cast<std::size_t>(
         head_chunk_rows(layout.head_chunk_rows, static_cast<int>(N), static_cast<int>(Vl), E));
-    f.head = static_cast<double>(N * C * E + 2 * Nl * 4 + R * Vl * E + N * 4 + N * 4);
+    f.head = static_cast<double>(N * C * E + 2 * Nl * 4 + R * Vl * E + N * 4);
     if (P > 1) f.head += static_cast<double>(N * 4 + 2 * N * 4);  // vocab-parallel CE
   }
   // ---- backward scratch: dres, dln, dqkv, datty, dfch (the GELU derivative is a GEMM

@@ -237,7 +237,6 @@ void GptT<T>::head_forward(SlotActivations<T>& s, View1<const T> x,
   }
   MESHTRAIN_CHECK(targets.span() == static_cast<std::size_t>(N), "model targets have ",
                   targets.span(), " tokens, expected ", N);
-  Kokkos::deep_copy(exec_, targets_, targets);
   const bool train = mode == Mode::train;
   // The rows in chunks of head_rows_ (train.head_chunk_tokens): each chunk's logits become its
   // dlogits in place and feed its two backward GEMMs before the next chunk overwrites them, so
@@ -250,7 +249,7 @@ void GptT<T>::head_forward(SlotActivations<T>& s, View1<const T> x,
                hw.data(), C, 0.0f, logits_.data(), Vl_);
     const View1<T> lg = slice(logits_, 0, static_cast<std::size_t>(n) * Vl_);
     const View1<float> ls = slice(losses_, row0, n);
-    const View1<const std::int32_t> tg = slice(targets_, row0, n);
+    const View1<const std::int32_t> tg = slice(targets, row0, n);
     if (!tp_active()) {
       if (train)
         k::cross_entropy_forward_backward<T>(exec_, ls, lg, tg, n, Vl_, V, grad_scale);

@@ -15,6 +15,7 @@
 #include "meshtrain/io/hf_checkpoint.hpp"
 #include "meshtrain/io/hf_import.hpp"
 #include "meshtrain/parallel/grad_sync.hpp"
+#include "meshtrain/parallel/loss_holder.hpp"
 #include "meshtrain/parallel/model_transfer.hpp"
 #include "meshtrain/parallel/pipeline_runner.hpp"
 #include "meshtrain/parallel/zero_optimizer.hpp"
@@ -65,19 +66,17 @@ Engine<T>::Engine(MPI_Comm world, const model::GptConfig& cfg, const EngineOptio
   // 5. the schedule's executor
   runner_ = std::make_unique<PipelineRunner<T>>(*model_, ctx_->pp(), ctx_->schedule(),
                                                 ctx_->stage());
-  const std::size_t n = static_cast<std::size_t>(opt_.micro_batch) * opt_.seq_len;
-  const std::size_t local = static_cast<std::size_t>(opt_.micro_batch) * local_seq_len();
-  inputs_ = alloc<std::int32_t>("batch.inputs", local);
-  targets_ = alloc<std::int32_t>("batch.targets", local);
-  if (local == n) {  // the device buffers' mirrors (the buffers themselves in a host build)
-    h_inputs_ = Kokkos::create_mirror_view(inputs_);
-    h_targets_ = Kokkos::create_mirror_view(targets_);
-  } else {  // context parallelism: whole sequences on the host, this rank's rows uploaded
-    h_inputs_ = HostView1<std::int32_t>("batch.host_inputs", n);
-    h_targets_ = HostView1<std::int32_t>("batch.host_targets", n);
-    h_local_inputs_ = HostView1<std::int32_t>("batch.host_local_inputs", local);
-    h_local_targets_ = HostView1<std::int32_t>("batch.host_local_targets", local);
-  }
+  // 6. the step's data: the part of each micro-batch this stage reads, uploaded once (the
+  // tokens where it embeds, one slot per activation slot of that chunk; the targets where it
+  // holds the head), under context parallelism this rank's rows of each sequence
+  StepBatches::Shape data;
+  data.micro_batch = opt_.micro_batch;
+  data.seq_len = opt_.seq_len;
+  if (local_seq_len() != opt_.seq_len) data.positions = model_->layout().positions;
+  data.tokens = model_->layout().has_embedding;
+  data.targets = model_->layout().has_head;
+  data.token_slots = chunk_slots_needed(ctx_->schedule(), ctx_->stage()).front();
+  batches_ = std::make_unique<StepBatches>(data, model_->exec());
 }
 
 template <class T>
@@ -120,28 +119,6 @@ void Engine<T>::parameters_ready() {
 // ---- the step ----
 
 template <class T>
-void Engine<T>::fill_batch(const BatchSource& batch, int first) {
-  batch(first, opt_.micro_batch, h_inputs_.data(), h_targets_.data());
-  // The host fills the next batch while the device may still run the previous micro-batch;
-  // deep_copy into the device buffer orders itself after it, and the model copies what it keeps.
-  if (h_local_inputs_.extent(0) == 0) {
-    Kokkos::deep_copy(model_->exec(), inputs_, h_inputs_);
-    Kokkos::deep_copy(model_->exec(), targets_, h_targets_);
-    return;
-  }
-  // Context parallelism: the rows at this rank's positions (its two chunks) of each sequence.
-  const std::vector<int>& pos = model_->layout().positions;
-  const std::size_t len = static_cast<std::size_t>(opt_.seq_len), Tl = pos.size();
-  for (std::size_t b = 0; b < static_cast<std::size_t>(opt_.micro_batch); ++b)
-    for (std::size_t t = 0; t < Tl; ++t) {
-      h_local_inputs_(b * Tl + t) = h_inputs_(b * len + static_cast<std::size_t>(pos[t]));
-      h_local_targets_(b * Tl + t) = h_targets_(b * len + static_cast<std::size_t>(pos[t]));
-    }
-  Kokkos::deep_copy(model_->exec(), inputs_, h_local_inputs_);
-  Kokkos::deep_copy(model_->exec(), targets_, h_local_targets_);
-}
-
-template <class T>
 StepComm Engine<T>::forward_backward(const BatchSource& batch, float grad_scale) {
   model_->reset_loss_sum();
   model_->reset_moe_stats();
@@ -151,15 +128,11 @@ StepComm Engine<T>::forward_backward(const BatchSource& batch, float grad_scale)
   // Micro-batch m of dp rank r is sequences [(m dp + r) B, ...) of the global batch, a function
   // of (seed, step) only (invariant 3): the m-th micro-batches of all dp ranks together are the
   // global batch's m-th block of dp B sequences whatever dp is (the MoE router's balancing group
-  // under moe.aux_loss_scope=global). Every stage reads it: the first embeds its tokens, the
-  // last needs the targets.
-  const int dp = ctx_->dp_size(), r = ctx_->dp_rank();
-  const auto st = runner_->step(
-      [&](int micro) {
-        fill_batch(batch, (micro * dp + r) * opt_.micro_batch);
-        return MicroBatch{inputs_, targets_};
-      },
-      grad_scale);
+  // under moe.aux_loss_scope=global). The first stage reads its tokens, the last its targets.
+  const int dp = ctx_->dp_size(), r = ctx_->dp_rank(), B = opt_.micro_batch;
+  batches_->begin(batch, [=](int micro) { return (micro * dp + r) * B; });
+  const auto st = runner_->step([&](int micro) { return batches_->get(micro); }, grad_scale);
+  batches_->end();
   // Waits for the buckets; with pp > 1 also sums the tied wte gradient of the first and last
   // stage over the embedding group, which keeps the two copies identical after the update.
   sync_->finish();
@@ -185,13 +158,18 @@ bool Engine<T>::optimizer_step(std::int64_t step, float loss_scale, bool check_f
 }
 
 template <class T>
-float Engine<T>::global_loss_sum() {
+double Engine<T>::loss_over_world(LossBatches batches) {
   float loss_sum = 0;
   Kokkos::deep_copy(loss_sum, model_->loss_sum());
-  // The last stage's tp rank 0 of every dp rank holds a share of the global batch's loss.
-  double total = ctx_->last_stage() && ctx_->tp_rank() == 0 ? loss_sum : 0.0;
+  double total = holds_loss(ctx_->mesh().coord(), ctx_->config().shape.pp, batches) ? loss_sum
+                                                                                    : 0.0;
   world_all_reduce(&total, 1, MPI_DOUBLE, MPI_SUM);
-  return static_cast<float>(total);
+  return total;
+}
+
+template <class T>
+float Engine<T>::global_loss_sum() {
+  return static_cast<float>(loss_over_world(LossBatches::per_dp_rank));
 }
 
 template <class T>
@@ -207,10 +185,12 @@ float Engine<T>::evaluate(const BatchSource& batch, int batches) {
   const auto& spec = ctx_->schedule();
   View1<T> x;  // pipeline: the activation arriving from the previous virtual stage
   if (spec.pp > 1) x = alloc<T>("eval.activation", model_->activation_elems());
+  const int B = opt_.micro_batch;
+  batches_->begin(batch, [=](int b) { return b * B; });
   for (int b = 0; b < batches; ++b) {
-    fill_batch(batch, b * opt_.micro_batch);
+    const StepBatch sb = batches_->get(b);
     if (spec.pp == 1) {
-      model_->forward_eval(inputs_, targets_);
+      model_->forward_eval(sb.tokens, sb.targets);
       continue;
     }
     // Forward only, one micro-batch through the virtual stages in order: stage k % pp runs
@@ -219,16 +199,13 @@ float Engine<T>::evaluate(const BatchSource& batch, int batches) {
     for (int k = 0; k < n; ++k) {
       if (k % spec.pp != me) continue;
       if (k > 0) ctx_->pp().recv(x, (k - 1) % spec.pp, 1);
-      View1<const T> out = model_->forward(k / spec.pp, 0, inputs_, x, targets_, 0.0f, false);
+      View1<const T> out = model_->forward(k / spec.pp, 0, sb.tokens, x, sb.targets, 0.0f, false);
       if (k + 1 < n) ctx_->pp().send(out, (k + 1) % spec.pp, 1);
     }
   }
-  float sum = 0;
-  Kokkos::deep_copy(sum, model_->loss_sum());
-  // Every dp rank evaluated the same batches: take dp rank 0's (each of its cp ranks holds a
-  // share of the tokens).
-  double total = ctx_->last_stage() && ctx_->tp_rank() == 0 && ctx_->dp_rank() == 0 ? sum : 0.0;
-  world_all_reduce(&total, 1, MPI_DOUBLE, MPI_SUM);
+  batches_->end();
+  // Every dp rank evaluated the same batches.
+  const double total = loss_over_world(LossBatches::same_on_dp);
   const std::size_t per_batch = static_cast<std::size_t>(opt_.micro_batch) * opt_.seq_len;
   return static_cast<float>(total) / static_cast<float>(per_batch * batches);
 }

@@ -30,6 +30,7 @@ PipelineRunner<T>::PipelineRunner(model::GptT<T>& model, comm::Communicator& pp,
       spec_(spec),
       stage_(stage),
       n_slots_(0),
+      recv_ahead_(recv_ahead),
       flow_((validate(spec), build_schedule(spec, stage)), chunk_slots_needed(spec, stage),
             post_policy_for(pp.stream_ordered()), recv_ahead,
             pp.stream_ordered() ? message_pool_cap(spec, stage) : 0,
@@ -87,7 +88,7 @@ void PipelineRunner<T>::grow_pool(int buffer) {
 
 template <class T>
 void PipelineRunner<T>::issue(const Message& m) {
-  const Action& a = flow_.actions()[m.action];
+  const Action& a = running_->actions()[m.action];
   const prof::Range range([&] { return cat("pipeline ", to_string(a)); });
   comm::Request& r = messages_[m.action];
   MESHTRAIN_CHECK(!r.pending(), "PipelineRunner: ", to_string(a), " issued twice in one step");
@@ -110,7 +111,7 @@ void PipelineRunner<T>::issue(const Message& m) {
 
 template <class T>
 void PipelineRunner<T>::wait(std::size_t i) {
-  const prof::Range r([&] { return cat("pipeline wait ", to_string(flow_.actions()[i])); });
+  const prof::Range r([&] { return cat("pipeline wait ", to_string(running_->actions()[i])); });
   Timer t;
   messages_[i].wait();
   st_.idle_s += t.seconds();
@@ -123,15 +124,19 @@ bool PipelineRunner<T>::test(std::size_t i) {
 
 template <class T>
 void PipelineRunner<T>::compute(std::size_t i, int input) {
-  const Action& a = flow_.actions()[i];
+  const Action& a = running_->actions()[i];
   const int slot = a.micro % chunk_slots_[static_cast<std::size_t>(a.chunk)];
   const View1<const T> in =
       input >= 0 ? View1<const T>(pool_[static_cast<std::size_t>(input)]) : View1<const T>{};
   const prof::Range r([&] { return cat("pipeline ", to_string(a)); });
   if (a.op == Op::forward) {
-    const MicroBatch mb = (*batch_)(a.micro);
+    // Only the chunk that embeds reads the tokens, only the head's the targets: the data of a
+    // micro-batch is asked for where it is read, not once per chunk.
+    const model::ModelLayout& l = model_.layout();
+    const bool reads = (a.chunk == 0 && l.has_embedding) || (a.chunk == spec_.chunks - 1 && l.has_head);
+    const StepBatch mb = reads ? (*batch_)(a.micro) : StepBatch{};
     Timer t;
-    out_ = model_.forward(a.chunk, slot, mb.tokens, in, mb.targets, grad_scale_);
+    out_ = model_.forward(a.chunk, slot, mb.tokens, in, mb.targets, grad_scale_, train_);
     st_.compute_s += t.seconds();
     return;
   }
@@ -148,16 +153,27 @@ void PipelineRunner<T>::wait_all_sends() {
 }
 
 template <class T>
-PipelineStepStats PipelineRunner<T>::step(const BatchProvider& batch, float grad_scale) {
+PipelineStepStats PipelineRunner<T>::run(MessageFlow& flow, const BatchProvider& batch,
+                                         float grad_scale, bool train) {
   st_ = PipelineStepStats{};
+  if (messages_.size() < flow.actions().size()) messages_.resize(flow.actions().size());
+  running_ = &flow;
   batch_ = &batch;
   grad_scale_ = grad_scale;
+  train_ = train;
   Timer wall;
-  flow_.run_step(*this);
+  flow.run_step(*this);
   batch_ = nullptr;
+  running_ = nullptr;
   st_.wall_s = wall.seconds();
   return st_;
 }
+
+template <class T>
+PipelineStepStats PipelineRunner<T>::step(const BatchProvider& batch, float grad_scale) {
+  return run(flow_, batch, grad_scale, true);
+}
+
 
 template class PipelineRunner<float>;
 #if MESHTRAIN_HAVE_BF16

@@ -12,9 +12,11 @@ target_sources(meshtrain_lib PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/message_flow.cpp
   ${CMAKE_CURRENT_LIST_DIR}/receive_posting.cpp
   ${CMAKE_CURRENT_LIST_DIR}/pipeline_runner.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/step_batch.cpp
   ${CMAKE_CURRENT_LIST_DIR}/schedule.cpp
   ${CMAKE_CURRENT_LIST_DIR}/zero_partition.cpp
   ${CMAKE_CURRENT_LIST_DIR}/ownership.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/loss_holder.cpp
   ${CMAKE_CURRENT_LIST_DIR}/dp_policy.cpp
   ${CMAKE_CURRENT_LIST_DIR}/zero_shards.cpp
   ${CMAKE_CURRENT_LIST_DIR}/grad_reducer.cpp

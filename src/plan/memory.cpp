@@ -144,13 +144,18 @@ std::vector<MemoryBreakdown> memory_per_stage(const model::GptConfig& cfg, int s
                                   spec, s, parallel::post_policy_for(!t.device_is_host)) *
                               Nl * C * E);
 
-    // ---- workspace: the engine's batch, the kernels' scratch, the optimizer's scalars ----
-    m.workspace = static_cast<double>(2 * N * 4);  // one micro-batch of tokens and targets
-    if (l.cp > 1)  // whole sequences on the host and this rank's rows (host memory)
-      (t.device_is_host ? m.workspace : m.host_other) +=
-          static_cast<double>(2 * N * 4 * l.cp + 2 * N * 4);
-    else if (!t.device_is_host)
-      m.host_other += static_cast<double>(2 * N * 4);  // host mirrors
+    // ---- workspace: the step's data, the kernels' scratch, the optimizer's scalars ----
+    // parallel::StepBatches: the targets on the stage that holds the head (the tokens' slots
+    // are the embedding chunk's activations); on the host what the data layer writes into.
+    const bool embeds = s == 0, heads = s == l.pp - 1;
+    m.workspace = heads ? static_cast<double>(N * 4) : 0.0;
+    double host_batch = 0;
+    if (l.cp > 1)  // whole sequences and this rank's rows of the parts read
+      host_batch = static_cast<double>(2 * N * 4 * l.cp + ((embeds ? 1 : 0) + (heads ? 1 : 0)) * N * 4);
+    else if (embeds || heads)  // the mirrors (the device buffers in a host build), the unread part
+      host_batch = static_cast<double>(((t.device_is_host ? 0 : (embeds ? 1 : 0) + (heads ? 1 : 0)) +
+                                        (embeds && heads ? 0 : 1)) * N * 4);
+    (t.device_is_host ? m.workspace : m.host_other) += host_batch;
     kernels::ScratchShape ks;
     ks.rows = N;
     ks.seq_len = static_cast<std::size_t>(Tl);

@@ -66,13 +66,6 @@ DivergenceAction DivergenceGuard::on_step(std::int64_t step, const StepHealth& h
   return DivergenceAction::stop;
 }
 
-std::int64_t batch_of_step(std::int64_t step, const std::vector<std::int64_t>& skipped) {
-  std::int64_t b = step;
-  for (std::int64_t x : skipped)  // ascending: each skipped index at or below b pushes b on
-    if (x <= b) ++b;
-  return b;
-}
-
 std::string format_batches(const std::vector<std::int64_t>& b) {
   std::string s;
   for (std::int64_t x : b) s += cat(s.empty() ? "" : ",", x);

@@ -85,7 +85,7 @@ StepMetrics TrainerT<T>::step(std::int64_t s, bool read_back) {
   const float loss_scale = cfg_.loss_scaling ? scaler_.scale() : 1.0f;
   // The step's global batch is a function of (seed, batch index) only (invariant 3); the batch
   // index is the step's unless rollbacks left batches out.
-  const std::int64_t data_batch = batch_of_step(s, skipped_batches_);
+  const std::int64_t data_batch = io::batch_of_step(s, skipped_batches_);
   float grad_scale = 1.0f / static_cast<float>(tokens_per_step());
   if (fault::hooks().nan_batch >= 0 && data_batch == fault::hooks().nan_batch)
     grad_scale = NAN;  // test hook: a batch whose gradients are not finite

@@ -57,7 +57,7 @@ template <class T>
 std::string TrainerT<T>::data_record(std::int64_t steps_done) const {
   const int gb = engine_.global_batch();
   const std::vector<std::uint64_t> drawn =
-      data_.drawn(batch_of_step(steps_done, skipped_batches_), gb);
+      data_.drawn(io::batch_of_step(steps_done, skipped_batches_), gb);
   Json sources = Json::array();
   for (std::size_t i = 0; i < drawn.size(); ++i) {
     const io::DataSource& s = data_.sources()[i];
@@ -73,7 +73,7 @@ std::string TrainerT<T>::data_record(std::int64_t steps_done) const {
 template <class T>
 void TrainerT<T>::restore_data(const io::CheckpointAttributes& a) {
   const int gb = engine_.global_batch();
-  const std::int64_t batch = batch_of_step(a.step, skipped_batches_);
+  const std::int64_t batch = io::batch_of_step(a.step, skipped_batches_);
   const auto& sources = data_.sources();
   // What an uninterrupted run of this blend would have drawn by now.
   std::vector<std::uint64_t> pure(sources.size());

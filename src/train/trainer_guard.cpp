@@ -39,7 +39,7 @@ typename TrainerT<T>::Boundary TrainerT<T>::agree_at_boundary(std::int64_t steps
 
 template <class T>
 std::int64_t TrainerT<T>::roll_back(std::int64_t step) {
-  const std::int64_t bad = batch_of_step(step, skipped_batches_);
+  const std::int64_t bad = io::batch_of_step(step, skipped_batches_);
   std::vector<std::int64_t> skipped = skipped_batches_;
   skipped.push_back(bad);
   MESHTRAIN_CHECK(!cfg_.ckpt.dir.empty(), "train.on_nonfinite=rollback needs ckpt.dir");

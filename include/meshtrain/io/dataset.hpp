@@ -59,4 +59,10 @@ class TokenDataset {
 // A keyed bijection on [0, n) (Feistel network with cycle walking): the epoch permutation.
 std::uint64_t keyed_permutation(std::uint64_t index, std::uint64_t n, std::uint64_t key);
 
+// The data batch that 0-based step `step` trains on when the batches in `skipped` (sorted,
+// distinct) are left out: the step-th batch index not in `skipped`. Without skips it is `step`
+// (DESIGN invariant 3: the batch is a function of the seed and this index only). The batches a
+// rollback leaves out are train::DivergenceGuard's; which batch a step reads is the data order's.
+std::int64_t batch_of_step(std::int64_t step, const std::vector<std::int64_t>& skipped);
+
 }  // namespace meshtrain::io

@@ -171,6 +171,8 @@ class GptT {
   // (activation_elems()) unless the chunk starts with the embedding; targets and grad_scale are
   // used by the head chunk (train: loss and head backward; !train: loss only). Returns the
   // chunk's output activation (valid until this slot's next forward), empty for the head chunk.
+  // The views are read in place, not copied: the tokens until this slot's backward (the wte
+  // gradient), the targets during this call (parallel/step_batch.hpp keeps them so).
   View1<const T> forward(int c, int slot, View1<const std::int32_t> tokens, View1<const T> x_in,
                          View1<const std::int32_t> targets, float grad_scale, bool train = true);
   // Backward of chunk c for `slot`; dy = gradient of the chunk output (ignored by the head
@@ -292,7 +294,6 @@ class GptT {
   View1<T> logits_all_;  // [N, Vl]: forward_logits' result, allocated by its first call
   int head_rows_ = 0;    // rows per head chunk (head_chunk_rows())
   View1<float> lnf_mean_, lnf_rstd_, losses_, ce_max_, ce_sums_;
-  View1<std::int32_t> targets_;
   // gradient / communication scratch
   View1<T> dres_, dln_, dln_local_, dres_full_, partial_, ln_local_;
   View1<T> proj_out_;  // tp > 1: a row-parallel projection's reduced output, before the residual

@@ -75,7 +75,7 @@ struct BlockActivations {
 // One micro-batch in flight through one chunk.
 template <class T>
 struct SlotActivations {
-  View1<std::int32_t> tokens;           // embedding chunk: the tokens, for the wte gradient
+  View1<const std::int32_t> tokens;     // embedding chunk: the caller's tokens, for the wte gradient
   View1<T> input;                       // [Nl, C]: embedding output, or a copy of x_in
   std::vector<View1<T>> block_out;      // [Nl, C] per block of the chunk
   std::vector<std::unique_ptr<BlockActivations<T>>> acts;  // per block; empty with recompute

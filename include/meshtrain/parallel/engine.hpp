@@ -30,6 +30,8 @@
 #include "meshtrain/optim/adamw.hpp"
 #include "meshtrain/parallel/checkpoint_staging.hpp"
 #include "meshtrain/parallel/context.hpp"
+#include "meshtrain/parallel/loss_holder.hpp"
+#include "meshtrain/parallel/step_batch.hpp"
 
 namespace meshtrain::comm {
 class FlightRecorder;
@@ -52,11 +54,6 @@ struct EngineOptions {
   optim::AdamWConfig adamw;
   kernels::AttentionOptions attention;  // attention backend (--attn.*), set process-wide
 };
-
-// Writes `count` sequences of the batch being assembled, starting at sequence `first`, into
-// host buffers of count x seq_len tokens each (inputs, and the targets they predict).
-using BatchSource =
-    std::function<void(int first, int count, std::int32_t* inputs, std::int32_t* targets)>;
 
 // What one step's forward and backward cost in communication (host wall time; meaningful on the
 // CPU build) and the pipeline's idle share. `reported`: the run has parallel machinery whose
@@ -216,9 +213,10 @@ class Engine {
   void stage_into(CheckpointStaging& st);
   io::StagedCheckpoint stage(CheckpointStaging& st, const std::string& dir, std::int64_t steps_done,
                              io::CheckpointAttributes a, io::Transfer transfer, int keep);
+  // Collective: the sum of the loss sums of the ranks that hold the loss (loss_holder.hpp).
+  double loss_over_world(LossBatches batches);
   // In-place MPI_Allreduce over the world, recorded for the watchdog ("world.host").
   void world_all_reduce(void* buf, int count, MPI_Datatype type, MPI_Op op) const;
-  void fill_batch(const BatchSource& batch, int first);
 
   model::GptConfig cfg_;
   EngineOptions opt_;
@@ -227,10 +225,8 @@ class Engine {
   std::unique_ptr<GradSync<T>> sync_;
   std::unique_ptr<ZeroOptimizer<T>> zopt_;
   std::unique_ptr<PipelineRunner<T>> runner_;
-  View1<std::int32_t> inputs_, targets_;  // one micro-batch, filled when the model reads it
+  std::unique_ptr<StepBatches> batches_;  // the step's data, where this stage reads it
   std::unique_ptr<CheckpointStaging> staging_;  // asynchronous saves' buffers
-  HostView1<std::int32_t> h_inputs_, h_targets_;  // whole sequences, as the data gives them
-  HostView1<std::int32_t> h_local_inputs_, h_local_targets_;  // cp > 1: this rank's rows
   mutable std::unique_ptr<comm::FlightRecorder> host_recorder_;  // world_all_reduce's
 };
 

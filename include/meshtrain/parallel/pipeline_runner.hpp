@@ -27,6 +27,7 @@
 // wall-clock figures are only meaningful with host execution (the CPU build).
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "meshtrain/comm/communicator.hpp"
@@ -34,6 +35,7 @@
 #include "meshtrain/parallel/message_flow.hpp"
 #include "meshtrain/parallel/partition.hpp"
 #include "meshtrain/parallel/schedule.hpp"
+#include "meshtrain/parallel/step_batch.hpp"
 
 namespace meshtrain::parallel {
 
@@ -43,11 +45,10 @@ namespace meshtrain::parallel {
 model::ModelLayout pipeline_layout(const ScheduleSpec& spec, const std::vector<LayerRange>& pieces,
                                    int stage, model::ModelLayout base = {});
 
-// Tokens and targets (B*T each, device memory) of micro-batch m of this step.
-struct MicroBatch {
-  View1<const std::int32_t> tokens, targets;
-};
-using BatchProvider = std::function<MicroBatch(int micro)>;
+// The step's data of micro-batch m (step_batch.hpp). The runner asks for it only where a chunk
+// reads it: at the forward of the chunk that embeds and of the one that holds the head.
+using MicroBatch = StepBatch;
+using BatchProvider = std::function<StepBatch(int micro)>;
 
 struct PipelineStepStats {
   double wall_s = 0;     // this rank's step: first action to the last send completed
@@ -86,6 +87,8 @@ class PipelineRunner : private PipelineExecutor {
   std::size_t pool_bytes() const { return pool_.size() * model_.activation_elems() * sizeof(T); }
 
  private:
+  PipelineStepStats run(MessageFlow& flow, const BatchProvider& batch, float grad_scale,
+                        bool train);
   int tag(const Action& a) const;
   // PipelineExecutor: what MessageFlow asks for.
   void grow_pool(int buffer) override;
@@ -101,12 +104,15 @@ class PipelineRunner : private PipelineExecutor {
   int stage_;
   int n_slots_;
   std::vector<int> chunk_slots_;          // slots per chunk (the schedule's per-chunk peak)
-  MessageFlow flow_;
+  int recv_ahead_;
+  MessageFlow flow_;                      // the step's
   std::vector<View1<T>> pool_;            // message buffers of activation_elems()
   std::vector<comm::Request> messages_;   // per action: its send or receive in flight
   // the step in progress
+  MessageFlow* running_ = nullptr;        // the flow being executed
   const BatchProvider* batch_ = nullptr;
   float grad_scale_ = 0;
+  bool train_ = true;
   View1<const T> out_;                    // what the last compute produced
   PipelineStepStats st_;
 };

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "meshtrain/io/dataset.hpp"
+
 namespace meshtrain::train {
 
 enum class OnNonFinite { stop, skip, rollback };
@@ -56,10 +58,9 @@ class DivergenceGuard {
   std::string reason_;
 };
 
-// The data batch that 0-based step `step` trains on when the batches in `skipped` (sorted,
-// distinct) are left out: the step-th batch index not in `skipped`. Without skips it is `step`
-// (DESIGN invariant 3: the batch is a function of the seed and this index only).
-std::int64_t batch_of_step(std::int64_t step, const std::vector<std::int64_t>& skipped);
+// Which data batch a step reads, given the batches a rollback left out, is the data order's:
+// io::batch_of_step (io/dataset.hpp), named here for the policy's callers.
+using io::batch_of_step;
 
 // "3,17,42" and back, for the checkpoint attribute extra.train.skipped_batches.
 std::string format_batches(const std::vector<std::int64_t>& b);
