@@ -5,7 +5,7 @@
 // sequence-parallel communication; with sequence parallelism the block's input and output (the
 // residual stream) are this rank's N / tp rows, everything between a norm and its row-parallel
 // projection holds all N rows.
-#include "meshtrain/kernels/attention.hpp"
+#include "meshtrain/kernels/attention/attention.hpp"
 #include "meshtrain/kernels/gelu.hpp"
 #include "meshtrain/kernels/layernorm.hpp"
 #include "meshtrain/kernels/linear.hpp"

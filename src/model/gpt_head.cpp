@@ -9,7 +9,7 @@
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/kernels/cross_entropy.hpp"
 #include "meshtrain/kernels/embedding.hpp"
-#include "meshtrain/kernels/gemm.hpp"
+#include "meshtrain/kernels/gemm/gemm.hpp"
 #include "meshtrain/model/gpt.hpp"
 #include "meshtrain/model/gpt_activations.hpp"
 

@@ -9,7 +9,7 @@
 // order), so tp = 1 stays bit-identical to the reference implementation that the PyTorch parity
 // tests check. Row-parallel biases are added by tp rank 0 only, before the reduction, and their
 // gradients come from the full-row output gradient, so every rank has the whole of it.
-#include "meshtrain/kernels/gemm.hpp"
+#include "meshtrain/kernels/gemm/gemm.hpp"
 #include "meshtrain/kernels/layernorm.hpp"
 #include "meshtrain/kernels/linear.hpp"
 #include "meshtrain/kernels/residual.hpp"

@@ -12,8 +12,8 @@
 // gradients are then partial on each rank and summed over tp here, so that after the block's
 // backward they are complete on every rank like every other gradient.
 #include "meshtrain/core/error.hpp"
-#include "meshtrain/kernels/attention.hpp"
-#include "meshtrain/kernels/gemm.hpp"
+#include "meshtrain/kernels/attention/attention.hpp"
+#include "meshtrain/kernels/gemm/gemm.hpp"
 #include "meshtrain/kernels/residual.hpp"
 #include "meshtrain/kernels/rotary.hpp"
 #include "meshtrain/kernels/swiglu.hpp"

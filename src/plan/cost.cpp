@@ -82,7 +82,7 @@ std::pair<Part, Part> block(const Shapes& s, const Calibration& c, const LinkCla
   b.attn = 2.5 * att / (c.attention_bwd_tflops * 1e12);
   if (c.device == "gpu") {
     // CUDA builds fuse bias, GELU (its input kept) and, at tp = 1, the residual adds into the
-    // GEMMs, and the bias gradients into the weight-gradient GEMMs (kernels/gemm_lt.cpp,
+    // GEMMs, and the bias gradients into the weight-gradient GEMMs (kernels/gemm/gemm_lt.cpp,
     // gemm_ex.cpp). Under tp the reduced projection outputs are added to the residual
     // separately.
     // The calibration's GEMM points are timed with their epilogues (bench_train_step's
