@@ -1,4 +1,4 @@
-// Step-time model (cost.hpp). Shapes are the ones GptT runs (gpt_layers.cpp, llama_block.cpp):
+// Step-time model (cost.hpp). Shapes are the ones GptT runs (gpt2_block.cpp, llama_block.cpp):
 // per block four linears (q/k/v [C, QW + 2 KW], output projection [QW, C], the MLP's first
 // [C, FW] and second [I/tp, C]; GPT-2: QW = KW = C/tp, FW = I/tp = 4C/tp; Llama: grouped kv
 // heads KW = n_kv_head HS / tp (one head when replicated), SwiGLU's FW = 2 I/tp), causal
