@@ -1,5 +1,5 @@
 // Causal attention on one GPU: the CUDA flash kernels (what attention_forward/backward run on a
-// CUDA build, src/kernels/attention_cuda*.cpp) against the portable Kokkos flash kernels
+// CUDA build, src/kernels/attention/attention_cuda*.cpp) against the portable Kokkos flash kernels
 // (attention_*_flash) measured in the same run, fp32 and bf16, at GPT-2 124M shapes; then, bf16,
 // ours (--attn.impl meshtrain) against cuDNN's fused flash attention (--attn.impl cudnn, and its
 // deterministic backward) when libcudnn.so.9 loads.
@@ -10,7 +10,7 @@
 // --table 1 instead times ours against cuDNN over a fixed list of shapes (GPT-2 124M at
 // micro-batch 16 and 32, long sequences, head size 128, grouped-query attention).
 //
-// --variants 1 (HS = 64) instead times the bf16 kernels' tile shapes (kernels/attention_cuda.hpp,
+// --variants 1 (HS = 64) instead times the bf16 kernels' tile shapes (kernels/attention/attention_cuda.hpp,
 // Bf16Tiles) against the default and checks that each gives the default's results (max |diff| /
 // max |default| of out and dqkv; bf16 rounding differs with the summation order).
 //
@@ -34,8 +34,8 @@
 #include "meshtrain/core/cuda_check.hpp"
 #include "meshtrain/core/kokkos_compat.hpp"
 #include "meshtrain/core/view.hpp"
-#include "meshtrain/kernels/attention.hpp"
-#include "../../src/kernels/attention_cuda.hpp"  // private: the tile variants (Bf16Tiles)
+#include "meshtrain/kernels/attention/attention.hpp"
+#include "../../src/kernels/attention/attention_cuda.hpp"  // private: the tile variants (Bf16Tiles)
 
 using namespace meshtrain;
 using namespace meshtrain::kernels;

@@ -4,7 +4,7 @@
 // whose row counts follow the router and so change every step. cuBLAS chooses an algorithm for
 // every new shape, and that host-side choice can cost more than the GEMM itself. This benchmark
 // measures that cost against the alternatives; its results are the reason for
-// src/kernels/gemm_varying.cpp (include/meshtrain/kernels/gemm_varying.hpp quotes them):
+// src/kernels/gemm/gemm_varying.cpp (include/meshtrain/kernels/gemm/gemm_varying.hpp quotes them):
 //
 //   loop, new shapes each step      cublasGemmEx per expert, new row counts every layer
 //   loop, same shapes every step    the same, with counts that repeat (shapes cuBLAS has seen)

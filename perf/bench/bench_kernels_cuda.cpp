@@ -39,7 +39,7 @@
 #include "meshtrain/core/view.hpp"
 #include "meshtrain/kernels/cross_entropy.hpp"
 #include "meshtrain/kernels/gelu.hpp"
-#include "meshtrain/kernels/gemm.hpp"
+#include "meshtrain/kernels/gemm/gemm.hpp"
 #include "meshtrain/kernels/layernorm.hpp"
 #include "meshtrain/kernels/linear.hpp"
 

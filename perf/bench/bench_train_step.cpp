@@ -14,7 +14,7 @@
 // (the --moe-* options make the preset a Mixture-of-Experts model, docs/moe.md; fp32 or bf16)
 //
 // Time shares come from Kokkos' profiling callbacks installed by this program (no tool library
-// needed): every parallel_for/reduce/scan, deep_copy and region (gemm.cpp wraps each BLAS call
+// needed): every parallel_for/reduce/scan, deep_copy and region (kernels/gemm/gemm.cpp wraps each BLAS call
 // in "meshtrain::gemm") is timed between its begin and end callback. In the Serial backend
 // kernels are synchronous, so those intervals are exact. On a GPU, Kokkos fences the device
 // before every callback while a tool is loaded (its default "global fencing"), so each interval
@@ -40,7 +40,7 @@
 #include "meshtrain/core/kokkos_compat.hpp"
 #include "meshtrain/core/rng.hpp"
 #include "meshtrain/core/timer.hpp"
-#include "meshtrain/kernels/gemm.hpp"
+#include "meshtrain/kernels/gemm/gemm.hpp"
 #include "meshtrain/mesh/process_mesh.hpp"
 #include "meshtrain/model/config.hpp"
 #include "meshtrain/model/gpt.hpp"

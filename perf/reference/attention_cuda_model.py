@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# Host model of the bf16 CUDA attention kernels (src/kernels/attention_cuda_bf16.cpp), for
+# Host model of the bf16 CUDA attention kernels (src/kernels/attention/attention_cuda_bf16.cpp), for
 # reviewing changes to them on a machine without a GPU (numpy only; not run by CI):
 #  1. the register-fragment patterns the kernels use, with ldmatrix and mma.m16n8k16 emulated
 #     per lane from the PTX ISA's definitions and the kernels' address helpers (a_addr,

@@ -12,7 +12,7 @@
 #include "meshtrain/core/log.hpp"
 #include "meshtrain/core/memory.hpp"
 #include "meshtrain/core/timer.hpp"
-#include "meshtrain/kernels/attention.hpp"
+#include "meshtrain/kernels/attention/attention.hpp"
 #include "meshtrain/mesh/rank_math.hpp"
 
 namespace meshtrain::app {

@@ -10,7 +10,7 @@
 #include "meshtrain/core/alloc_tracker.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/timer.hpp"
-#include "meshtrain/kernels/gemm.hpp"
+#include "meshtrain/kernels/gemm/gemm.hpp"
 #include "meshtrain/model/gpt.hpp"
 #include "meshtrain/parallel/engine.hpp"
 #include "meshtrain/train/trainer.hpp"

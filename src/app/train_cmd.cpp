@@ -18,7 +18,7 @@
 #include "meshtrain/core/agree.hpp"
 #include "meshtrain/core/json.hpp"
 #include "meshtrain/version.hpp"
-#include "meshtrain/kernels/attention.hpp"
+#include "meshtrain/kernels/attention/attention.hpp"
 #include "meshtrain/core/log.hpp"
 #include "meshtrain/core/signals.hpp"
 #include "meshtrain/io/dataset.hpp"

@@ -10,7 +10,7 @@
 #include "meshtrain/core/log.hpp"
 #include "meshtrain/core/mpi_threads.hpp"
 #include "meshtrain/io/hf_checkpoint.hpp"
-#include "meshtrain/kernels/attention.hpp"
+#include "meshtrain/kernels/attention/attention.hpp"
 #include "meshtrain/core/profile.hpp"
 
 namespace meshtrain::app {

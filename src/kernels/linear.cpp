@@ -4,7 +4,7 @@
 #include "meshtrain/kernels/linear.hpp"
 
 #include "common.hpp"
-#include "meshtrain/kernels/gemm.hpp"
+#include "meshtrain/kernels/gemm/gemm.hpp"
 
 namespace meshtrain::kernels {
 

@@ -1,10 +1,10 @@
 // The FP8 linear layer (kernels/linear_fp8.hpp): casts in the orientation each GEMM reads, then
-// the FP8 GEMM contract of gemm_fp8.hpp.
+// the FP8 GEMM contract of gemm/gemm_fp8.hpp.
 #include "meshtrain/kernels/linear_fp8.hpp"
 
 #include "common.hpp"
-#include "meshtrain/kernels/gemm.hpp"
-#include "meshtrain/kernels/gemm_fp8.hpp"
+#include "meshtrain/kernels/gemm/gemm.hpp"
+#include "meshtrain/kernels/gemm/gemm_fp8.hpp"
 
 namespace meshtrain::kernels {
 

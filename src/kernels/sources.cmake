@@ -1,20 +1,23 @@
 # Sources of the kernels layer (owned by that layer; keeps merges of parallel work apart).
+# attention/: every attention path (portable flash kernels, host blocking, CUDA FlashAttention-2,
+# cuDNN) and the blocks ring attention merges; gemm/: the GEMM dispatch (CBLAS, cuBLAS, cuBLASLt
+# epilogues and their column sums, varying shapes, FP8 emulation). One op per file elsewhere.
 target_sources(meshtrain_lib PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/adamw.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/attention.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/attention_block.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/attention_host.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/attention_options.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/attention/attention.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/attention/attention_block.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/attention/attention_host.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/attention/attention_options.cpp
   ${CMAKE_CURRENT_LIST_DIR}/common.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cross_entropy.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cross_entropy_vp.cpp
   ${CMAKE_CURRENT_LIST_DIR}/embedding.cpp
   ${CMAKE_CURRENT_LIST_DIR}/fp8_cast.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gelu.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/gemm.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/gemm_ex.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/gemm_fp8.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/gemm_varying.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gemm/gemm.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gemm/gemm_ex.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gemm/gemm_fp8.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gemm/gemm_varying.cpp
   ${CMAKE_CURRENT_LIST_DIR}/layernorm.cpp
   ${CMAKE_CURRENT_LIST_DIR}/linear.cpp
   ${CMAKE_CURRENT_LIST_DIR}/linear_fp8.cpp
@@ -29,11 +32,11 @@ target_sources(meshtrain_lib PRIVATE
 # unless KOKKOS_ENABLE_CUDA.
 if(MESHTRAIN_ENABLE_CUDA)
   target_sources(meshtrain_lib PRIVATE
-    ${CMAKE_CURRENT_LIST_DIR}/gemm_lt.cpp
-    ${CMAKE_CURRENT_LIST_DIR}/column_sums_cuda.cpp
-    ${CMAKE_CURRENT_LIST_DIR}/attention_cuda.cpp
-    ${CMAKE_CURRENT_LIST_DIR}/attention_cuda_bf16.cpp
-    ${CMAKE_CURRENT_LIST_DIR}/attention_cuda_f32.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/gemm/gemm_lt.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/gemm/column_sums_cuda.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/attention/attention_cuda.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/attention/attention_cuda_bf16.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/attention/attention_cuda_f32.cpp
     ${CMAKE_CURRENT_LIST_DIR}/cross_entropy_cuda.cpp
     ${CMAKE_CURRENT_LIST_DIR}/layernorm_cuda.cpp
     ${CMAKE_CURRENT_LIST_DIR}/rmsnorm_cuda.cpp
@@ -42,9 +45,9 @@ endif()
 # cuDNN fused attention (empty unless MESHTRAIN_HAVE_CUDNN and KOKKOS_ENABLE_CUDA).
 if(MESHTRAIN_ENABLE_CUDNN)
   target_sources(meshtrain_lib PRIVATE
-    ${CMAKE_CURRENT_LIST_DIR}/attention_cudnn.cpp
-    ${CMAKE_CURRENT_LIST_DIR}/cudnn_backend.cpp
-    ${CMAKE_CURRENT_LIST_DIR}/cudnn_graph.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/attention/attention_cudnn.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/attention/cudnn_backend.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/attention/cudnn_graph.cpp
   )
 endif()
 # The kernels never read errno. Without -fno-math-errno GCC must treat every exp/sqrt call as a
@@ -54,12 +57,12 @@ endif()
 if(NOT MESHTRAIN_ENABLE_CUDA AND CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
   set_property(SOURCE
     ${CMAKE_CURRENT_LIST_DIR}/adamw.cpp
-    ${CMAKE_CURRENT_LIST_DIR}/attention.cpp
-    ${CMAKE_CURRENT_LIST_DIR}/attention_host.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/common.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/attention/attention.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/attention/attention_host.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/common.cpp
     ${CMAKE_CURRENT_LIST_DIR}/cross_entropy.cpp
     ${CMAKE_CURRENT_LIST_DIR}/gelu.cpp
-    ${CMAKE_CURRENT_LIST_DIR}/gemm_ex.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/gemm/gemm_ex.cpp
     ${CMAKE_CURRENT_LIST_DIR}/layernorm.cpp
     ${CMAKE_CURRENT_LIST_DIR}/rmsnorm.cpp
     ${CMAKE_CURRENT_LIST_DIR}/swiglu.cpp
@@ -70,6 +73,6 @@ if(NOT MESHTRAIN_ENABLE_CUDA AND CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
   set_property(SOURCE
     ${CMAKE_CURRENT_LIST_DIR}/cross_entropy.cpp
     ${CMAKE_CURRENT_LIST_DIR}/gelu.cpp
-    ${CMAKE_CURRENT_LIST_DIR}/gemm_ex.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/gemm/gemm_ex.cpp
     APPEND PROPERTY COMPILE_OPTIONS -fno-trapping-math)
 endif()

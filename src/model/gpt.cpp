@@ -1,16 +1,16 @@
-// GptT: construction, parameter storage and binding, initialisation, and the chunk/slot
-// dispatch of forward and backward. The layers themselves are in gpt_layers.cpp.
+// GptT: construction (the local shapes of this rank's share of the model, the tp region, the
+// activations of every chunk and slot, the head's and the backward's scratch) and the size of
+// what it keeps. Parameters are in gpt_parameters.cpp, the chunk/slot dispatch of forward and
+// backward in gpt_dispatch.cpp, the embedding and head in gpt_head.cpp, the blocks in
+// gpt2_block.cpp / llama_block.cpp / moe_block.cpp, built from the parallel parts of
+// gpt_parallel.cpp over the tp region (tp_region.cpp).
 #include "meshtrain/model/gpt.hpp"
 
 #include <algorithm>
 
-#include <cmath>
-
-#include "meshtrain/core/profile.hpp"
 #include "meshtrain/comm/factory.hpp"
 #include "meshtrain/comm/self_communicator.hpp"
 #include "meshtrain/core/error.hpp"
-#include "meshtrain/core/rng.hpp"
 #include "meshtrain/model/gpt_activations.hpp"
 
 namespace meshtrain::model {
@@ -104,6 +104,8 @@ GptT<T>::GptT(const GptConfig& cfg, int micro_batch, int seq_len, const ModelLay
                          "tp.sequence_parallel: micro_batch x seq_len = ", N_,
                          " tokens must be divisible by mesh.tp=", P);
   Nl_ = layout_.sequence_parallel ? N_ / P : N_;
+  tp_ = TpRegion<T>(layout_.tp, layout_.sequence_parallel, static_cast<std::size_t>(N_),
+                    static_cast<std::size_t>(cfg_.n_embd), cfg_.norm == Norm::layernorm);
   NHl_ = cfg_.n_head / P;
   Vl_ = cfg_.padded_vocab() / P;
   v0_ = tp_rank_ * Vl_;
@@ -210,7 +212,7 @@ GptT<T>::GptT(const GptConfig& cfg, int micro_batch, int seq_len, const ModelLay
     head_rows_ = head_chunk_rows(layout_.head_chunk_rows, N_, Vl_, sizeof(T));
     logits_ = alloc<T>("act.logits", static_cast<std::size_t>(head_rows_) * Vl_);
     losses_ = alloc<float>("act.losses", N);
-    if (tp_active()) {
+    if (tp_.active()) {
       ce_max_ = alloc<float>("act.ce_max", N);
       ce_sums_ = alloc<float>("act.ce_sums", 2 * N);
     }
@@ -225,17 +227,6 @@ GptT<T>::GptT(const GptConfig& cfg, int micro_batch, int seq_len, const ModelLay
   if (reg_.kv_replicated() && P > 1)
     kv_dw_ = alloc<T>("tp.kv_dw", 2 * static_cast<std::size_t>(cfg_.kv_heads()) * HS_ *
                                       (C + (cfg_.qkv_bias ? 1 : 0)));
-  if (tp_active()) {
-    partial_ = alloc<T>("tp.partial", N * C);
-    proj_out_ = alloc<T>("tp.proj_out", Nl * C);
-  }
-  if (layout_.sequence_parallel && P > 1) {
-    dln_local_ = alloc<T>("sp.dln_local", Nl * C);
-    dres_full_ = alloc<T>("sp.dres_full", N * C);
-    ln_local_ = alloc<T>("sp.ln_local", Nl * C);
-    ln_dw_ = alloc<T>("sp.ln_dw", C);
-    if (cfg_.norm == Norm::layernorm) ln_db_ = alloc<T>("sp.ln_db", C);
-  }
   loss_sum_ = Scalar<float>("meshtrain::loss_sum");
 }
 
@@ -265,305 +256,6 @@ std::size_t GptT<T>::activation_bytes() const {
       for (const auto& a : s.acts) n += a->bytes();
     }
   return n;
-}
-
-template <class T>
-View1<T> GptT<T>::param(const std::string& name) const {
-  const auto& p = reg_.get(name);
-  MESHTRAIN_CHECK(params_.span() > 0, "param(", name, "): the parameters are not allocated");
-  return slice(params_, p.offset, p.numel);
-}
-
-template <class T>
-View1<T> GptT<T>::grad(const std::string& name) const {
-  const auto& p = reg_.get(name);
-  MESHTRAIN_CHECK(grads_.span() > 0, "grad(", name, "): the gradients are not allocated");
-  return slice(grads_, p.offset, p.numel);
-}
-
-template <class T>
-void GptT<T>::bind_all() {
-  const auto& units = reg_.units();
-  for (std::size_t u = 0; u < units.size(); ++u) {
-    View1<T> p, g;
-    if (params_.span() > 0) p = slice(params_, units[u].begin, units[u].size());
-    if (grads_.span() > 0) g = slice(grads_, units[u].begin, units[u].size());
-    bind_unit(static_cast<int>(u), p, g);
-  }
-}
-
-template <class T>
-void GptT<T>::bind_unit(int u, View1<T> pstore, View1<T> gstore) {
-  const auto& unit = reg_.units().at(static_cast<std::size_t>(u));
-  auto view = [&](const View1<T>& store, const std::string& name) {
-    const auto& info = reg_.get(name);
-    return View1<T>(slice(store, info.offset - unit.begin, info.numel));
-  };
-  auto bind_block = [&](const View1<T>& store, BlockTensors<T>& t, MoeTensors<T>& m) {
-    const std::string p = reg_.block_prefix(unit.layer);
-    auto at = [&](const char* s) { return view(store, p + s); };
-    const bool moe = cfg_.moe.is_moe_layer(unit.layer);
-    t = BlockTensors<T>{};
-    if (moe) {  // the router and the shared expert; the experts are in the next unit
-      m.router = at("mlp.router.weight");
-      if (cfg_.moe.shared_ffn > 0) {
-        m.shared_in = at("mlp.shared_expert.w_in");
-        m.shared_out = at("mlp.shared_expert.w_out");
-      }
-    }
-    if (cfg_.is_gpt2()) {
-      t.ln_1_w = at("ln_1.weight");
-      t.ln_1_b = at("ln_1.bias");
-      t.c_attn_w = at("attn.c_attn.weight");
-      t.c_attn_b = at("attn.c_attn.bias");
-      t.attn_proj_w = at("attn.c_proj.weight");
-      t.attn_proj_b = at("attn.c_proj.bias");
-      t.ln_2_w = at("ln_2.weight");
-      t.ln_2_b = at("ln_2.bias");
-      if (moe) return;
-      t.c_fc_w = at("mlp.c_fc.weight");
-      t.c_fc_b = at("mlp.c_fc.bias");
-      t.mlp_proj_w = at("mlp.c_proj.weight");
-      t.mlp_proj_b = at("mlp.c_proj.bias");
-      return;
-    }
-    t.ln_1_w = at("input_layernorm.weight");
-    t.ln_2_w = at("post_attention_layernorm.weight");
-    t.q_w = at("self_attn.q_proj.weight");
-    t.k_w = at("self_attn.k_proj.weight");
-    t.v_w = at("self_attn.v_proj.weight");
-    t.attn_proj_w = at("self_attn.o_proj.weight");
-    if (cfg_.qkv_bias) {  // attention's, so MoE blocks have them too
-      t.q_b = at("self_attn.q_proj.bias");
-      t.k_b = at("self_attn.k_proj.bias");
-      t.v_b = at("self_attn.v_proj.bias");
-    }
-    if (moe) return;
-    t.gate_w = at("mlp.gate_proj.weight");
-    t.up_w = at("mlp.up_proj.weight");
-    t.mlp_proj_w = at("mlp.down_proj.weight");
-  };
-  // This rank's experts of block l: w_in of every local expert, then w_out, a stride apart.
-  auto bind_experts = [&](const View1<T>& store, MoeTensors<T>& m) {
-    const int l = unit.layer, n = reg_.local_experts(), e0 = reg_.first_expert();
-    for (int which = 0; which < 2; ++which) {
-      const bool in = which == 0;
-      const auto& first = reg_.get(reg_.expert_prefix(l, e0) + (in ? "w_in" : "w_out"));
-      const std::size_t stride = reg_.expert_stride(l, in);
-      View1<T> v = slice(store, first.offset - unit.begin, std::size_t(n - 1) * stride + first.numel);
-      (in ? m.w_in : m.w_out) = v;
-      (in ? m.in_stride : m.out_stride) = stride;
-    }
-  };
-  for (int which = 0; which < 2; ++which) {
-    const View1<T>& store = which == 0 ? pstore : gstore;
-    if (store.span() == 0) continue;
-    MESHTRAIN_CHECK(store.span() >= unit.size(), "bind_unit(", unit.name, "): ", store.span(),
-                    " elements, the unit needs ", unit.size());
-    auto& moe = which == 0 ? moe_params_ : moe_grads_;
-    if (unit.layer >= 0 && unit.group == ParamGroup::expert_dp) {
-      bind_experts(store, moe[unit.layer]);
-    } else if (unit.layer >= 0) {
-      bind_block(store, which == 0 ? block_params_[unit.layer] : block_grads_[unit.layer],
-                 moe[unit.layer]);
-    } else if (u == reg_.embedding_unit()) {
-      (which == 0 ? wte_ : dwte_) = view(store, reg_.embedding_name());
-      if (layout_.has_embedding && cfg_.positions == Positions::learned)
-        (which == 0 ? wpe_ : dwpe_) = view(store, "transformer.wpe.weight");
-    } else if (cfg_.is_gpt2()) {
-      (which == 0 ? lnf_w_ : dlnf_w_) = view(store, "transformer.ln_f.weight");
-      (which == 0 ? lnf_b_ : dlnf_b_) = view(store, "transformer.ln_f.bias");
-    } else {
-      (which == 0 ? lnf_w_ : dlnf_w_) = view(store, "model.norm.weight");
-      if (!cfg_.tied_head) (which == 0 ? lm_head_ : dlm_head_) = view(store, "lm_head.weight");
-    }
-  }
-}
-
-template <class T>
-void GptT<T>::init_parameters(std::uint64_t seed) {
-  MESHTRAIN_CHECK(params_.span() > 0, "init_parameters: the parameters are not allocated");
-  init_parameters_into(seed, params_);
-}
-
-template <class T>
-void GptT<T>::init_parameters_into(std::uint64_t seed, View1<T> flat) const {
-  MESHTRAIN_CHECK(flat.span() >= reg_.size(), "init_parameters: buffer of ", flat.span(),
-                  " elements, the registry needs ", reg_.size());
-  Kokkos::deep_copy(exec_, flat, T(0.0f));
-  const double resid_std = 0.02 / std::sqrt(2.0 * cfg_.n_layer);
-  const int tp_rank = reg_.tp_rank();
-  for (const auto& p : reg_.params()) {
-    auto v = slice(flat, p.offset, p.numel);
-    const std::string& n = p.name;
-    if (p.init == Init::ones) {
-      Kokkos::deep_copy(exec_, v, T(1.0f));
-      continue;
-    }
-    if (p.init == Init::zeros) continue;
-    const float std_dev = static_cast<float>(p.init == Init::residual ? resid_std : 0.02);
-    const std::uint64_t stream = rng::name_stream(n);
-    // Global index per local element, so any tensor-parallel slice draws its own values.
-    // Vocabulary rows (the embedding, an untied head): the padding rows stay zero.
-    const bool is_wte = n == reg_.embedding_name() || n == reg_.head_weight_name();
-    const std::int64_t gcols = p.global_shape.size() == 2 ? p.global_shape[1] : 1;
-    const std::int64_t real_rows = cfg_.vocab_size;
-    const int split = static_cast<int>(p.split);
-    const bool matrix = p.local_shape.size() == 2;
-    const std::int64_t lrows = p.local_shape[0];
-    const std::int64_t lcols = matrix ? p.local_shape[1] : p.local_shape[0];
-    const std::int64_t gc = matrix ? gcols : p.global_shape[0];
-    Kokkos::parallel_for(
-        "meshtrain::init_normal",
-        Kokkos::RangePolicy<ExecSpace>(exec_, 0, static_cast<std::int64_t>(p.numel)),
-        KOKKOS_LAMBDA(const std::int64_t i) {
-          const std::int64_t g = split_global_index(split, i, matrix, lrows, lcols, gc, tp_rank);
-          const std::int64_t grow = matrix ? g / gc : 0;
-          if (is_wte && grow >= real_rows) {
-            v(i) = T(0.0f);  // vocabulary padding stays zero
-            return;
-          }
-          v(i) = static_cast<T>(
-              static_cast<float>(std_dev * rng::normal(seed, stream, static_cast<std::uint64_t>(g))));
-        });
-  }
-  exec_.fence();
-}
-
-template <class T>
-void GptT<T>::share_parameters(const GptT& other) {
-  MESHTRAIN_CHECK(other.reg_.size() == reg_.size() && other.cfg_.n_layer == cfg_.n_layer &&
-                      other.cfg_.n_embd == cfg_.n_embd && other.cfg_.vocab_size == cfg_.vocab_size,
-                  "share_parameters: the two models have different configurations");
-  params_ = other.params_;
-  bind_all();
-}
-
-template <class T>
-void GptT<T>::zero_grads() {
-  if (grads_.span() > 0) Kokkos::deep_copy(exec_, grads_, T(0.0f));
-}
-
-template <class T>
-void GptT<T>::reset_loss_sum() { Kokkos::deep_copy(exec_, loss_sum_, 0.0f); }
-
-template <class T>
-BlockActivations<T>& GptT<T>::acts_for(ChunkActivations<T>& ca, SlotActivations<T>& s, int l) {
-  if (layout_.recompute) return *shared_acts_;
-  return *s.acts[static_cast<std::size_t>(l - ca.range.first)];
-}
-
-template <class T>
-View1<const T> GptT<T>::run_forward(int c, int slot, View1<const std::int32_t> tokens,
-                                    View1<const T> x_in, View1<const std::int32_t> targets,
-                                    float grad_scale, Mode mode) {
-  MESHTRAIN_CHECK(c >= 0 && c < n_chunks(), "forward: chunk ", c, " of ", n_chunks());
-  MESHTRAIN_CHECK(slot >= 0 && slot < slots(c), "forward: slot ", slot, " of ", slots(c),
-                  " in chunk ", c);
-  ChunkActivations<T>& ca = *chunks_[static_cast<std::size_t>(c)];
-  SlotActivations<T>& s = *ca.slots[static_cast<std::size_t>(slot)];
-  if (ca.embed) {
-    MESHTRAIN_CHECK(tokens.span() == static_cast<std::size_t>(N_), "model input has ",
-                    tokens.span(), " tokens, expected micro_batch x seq_len = ", N_);
-    s.tokens = tokens;  // not copied: the caller keeps them until this slot's backward
-    embedding_forward(s);
-  } else {
-    MESHTRAIN_CHECK(x_in.span() == activation_elems(), "forward: chunk input has ", x_in.span(),
-                    " elements, expected ", activation_elems());
-    Kokkos::deep_copy(exec_, s.input, x_in);
-  }
-  // MoE router losses enter the objective with the weight of this micro-batch's tokens.
-  s.grad_scale = mode == Mode::train ? grad_scale : 0.0f;
-  moe_loss_weight_ = s.grad_scale * static_cast<float>(N_);
-  for (int l = ca.range.first; l < ca.range.last; ++l) {
-    const int i = l - ca.range.first;
-    View1<const T> x = i == 0 ? s.input : s.block_out[static_cast<std::size_t>(i - 1)];
-    const prof::Range r([&] { return cat("forward block ", l); });
-    hook_before_forward(reg_.unit_of_layer(l));
-    if (reg_.expert_unit_of_layer(l) >= 0) hook_before_forward(reg_.expert_unit_of_layer(l));
-    block_forward(l, x, acts_for(ca, s, l), s.block_out[static_cast<std::size_t>(i)]);
-  }
-  View1<const T> out = s.block_out.back();
-  if (!ca.head) return out;
-  const prof::Range r("head and loss");
-  head_forward(s, out, targets, grad_scale, mode);
-  return {};
-}
-
-template <class T>
-View1<const T> GptT<T>::forward(int c, int slot, View1<const std::int32_t> tokens,
-                                View1<const T> x_in, View1<const std::int32_t> targets,
-                                float grad_scale, bool train) {
-  return run_forward(c, slot, tokens, x_in, targets, grad_scale, train ? Mode::train : Mode::eval);
-}
-
-template <class T>
-View1<const T> GptT<T>::backward(int c, int slot, View1<const T> dy) {
-  MESHTRAIN_CHECK(c >= 0 && c < n_chunks(), "backward: chunk ", c, " of ", n_chunks());
-  MESHTRAIN_CHECK(slot >= 0 && slot < slots(c), "backward: slot ", slot, " of ", slots(c),
-                  " in chunk ", c);
-  ChunkActivations<T>& ca = *chunks_[static_cast<std::size_t>(c)];
-  SlotActivations<T>& s = *ca.slots[static_cast<std::size_t>(slot)];
-  if (ca.head) {
-    Kokkos::deep_copy(exec_, dres_, s.dhead);
-  } else {
-    MESHTRAIN_CHECK(dy.span() == activation_elems(), "backward: output gradient has ", dy.span(),
-                    " elements, expected ", activation_elems());
-    Kokkos::deep_copy(exec_, dres_, dy);
-  }
-  moe_loss_weight_ = s.grad_scale * static_cast<float>(N_);
-  for (int l = ca.range.last - 1; l >= ca.range.first; --l) {
-    const int i = l - ca.range.first;
-    View1<const T> x = i == 0 ? s.input : s.block_out[static_cast<std::size_t>(i - 1)];
-    const prof::Range r([&] { return cat("backward block ", l); });
-    const int u = reg_.unit_of_layer(l), eu = reg_.expert_unit_of_layer(l);
-    // An MoE block's experts (the later unit) first: backward walks the units downwards.
-    if (eu >= 0) hook_before_backward(eu);
-    hook_before_backward(u);
-    auto& a = acts_for(ca, s, l);
-    if (layout_.recompute) {
-      const prof::Range rr([&] { return cat("recompute block ", l); });
-      recomputing_ = true;
-      block_forward(l, x, a, s.block_out[static_cast<std::size_t>(i)]);
-      recomputing_ = false;
-    }
-    block_backward(l, x, a, dres_);
-    if (eu >= 0) hook_after_backward(eu);
-    hook_after_backward(u);
-  }
-  if (!ca.embed) return dres_;
-  embedding_backward(s, dres_);
-  return {};
-}
-
-template <class T>
-void GptT<T>::forward_train(View1<const std::int32_t> inputs, View1<const std::int32_t> targets,
-                            float grad_scale) {
-  MESHTRAIN_CHECK(n_chunks() == 1 && layout_.has_embedding && layout_.has_head,
-                  "forward_train needs the whole model in one chunk; use forward()");
-  run_forward(0, 0, inputs, {}, targets, grad_scale, Mode::train);
-}
-
-template <class T>
-void GptT<T>::backward() { backward(0, 0, {}); }
-
-template <class T>
-void GptT<T>::forward_eval(View1<const std::int32_t> inputs, View1<const std::int32_t> targets) {
-  MESHTRAIN_CHECK(n_chunks() == 1 && layout_.has_embedding && layout_.has_head,
-                  "forward_eval needs the whole model in one chunk; use forward()");
-  run_forward(0, 0, inputs, {}, targets, 0.0f, Mode::eval);
-}
-
-template <class T>
-View1<const T> GptT<T>::forward_logits(View1<const std::int32_t> inputs) {
-  MESHTRAIN_CHECK(n_chunks() == 1 && layout_.has_embedding && layout_.has_head && tp_size_ == 1,
-                  "forward_logits needs the whole model on one rank (tp = 1, one chunk)");
-  // Generation and evaluation tools read every row's logits at once; training never allocates
-  // them (its head runs in chunks of rows).
-  if (logits_all_.span() == 0)
-    logits_all_ = alloc<T>("act.logits_all", static_cast<std::size_t>(N_) * Vl_);
-  run_forward(0, 0, inputs, {}, {}, 0.0f, Mode::logits);
-  return logits_all_;
 }
 
 template struct BlockTensors<float>;

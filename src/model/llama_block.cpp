@@ -4,17 +4,16 @@
 // down projection. Weights are nn.Linear [out, in] (HF's layout, so import and export copy), so
 // every product multiplies by a transposed weight: y[N, out] = x[N, in] @ W^T.
 //
-// Tensor parallelism as GPT-2's (gpt_layers.cpp): q/k/v and gate/up column-parallel (rows of
-// their weights split by heads / by MLP columns), o_proj and down_proj row-parallel (columns of
-// their weights), the same communication points with and without sequence parallelism. Key-value
+// Tensor parallelism as GPT-2's (gpt2_block.cpp), from the same parts (gpt_parallel.cpp) over the
+// same tp region: q/k/v and gate/up column-parallel (rows of their weights split by heads / by
+// MLP columns), o_proj and down_proj row-parallel (columns of their weights). Key-value
 // heads split by heads when n_kv_head >= tp; when fewer, every rank holds all of k_proj and
 // v_proj and projects the one head its query heads read (registry first_kv_head); their weight
 // gradients are then partial on each rank and summed over tp here, so that after the block's
 // backward they are complete on every rank like every other gradient.
 #include "meshtrain/core/error.hpp"
-#include "meshtrain/core/timer.hpp"
-#include "meshtrain/kernels/attention.hpp"
-#include "meshtrain/kernels/gemm.hpp"
+#include "meshtrain/kernels/attention/attention.hpp"
+#include "meshtrain/kernels/gemm/gemm.hpp"
 #include "meshtrain/kernels/residual.hpp"
 #include "meshtrain/kernels/rotary.hpp"
 #include "meshtrain/kernels/swiglu.hpp"
@@ -27,13 +26,6 @@ namespace k = meshtrain::kernels;
 using k::Trans;
 
 namespace {
-struct TpTimer {
-  explicit TpTimer(double& acc) : acc_(acc) {}
-  ~TpTimer() { acc_ += t_.seconds(); }
-  double& acc_;
-  Timer t_;
-};
-
 // One column-parallel linear of a packed output: its weight [width, C] (rows of the local
 // slice), its weight gradient, and its columns [col, col + width) of the packed buffer.
 template <class T>
@@ -90,32 +82,11 @@ void weight_grads(const ExecSpace& exec, const Piece<T>* p, int n, const T* dout
 }  // namespace
 
 template <class T>
-void GptT<T>::row_parallel_forward_nt(View1<T> out, View1<const T> inp, View1<const T> w,
-                                      int in_cols, View1<const T> residual) {
-  const int C = cfg_.n_embd;
-  if (!tp_active()) {  // the residual is the GEMM's C operand
-    k::gemm_ex<T>(exec_, Trans::N, Trans::T, N_, C, in_cols, 1.0f, inp.data(), in_cols, w.data(),
-                  in_cols, 1.0f, residual.data(), C, out.data(), C, k::GemmEpilogue<T>{});
-    return;
-  }
-  // The residual must be added once, after the reduction.
-  k::gemm<T>(exec_, Trans::N, Trans::T, N_, C, in_cols, 1.0f, inp.data(), in_cols, w.data(),
-             in_cols, 0.0f, partial_.data(), C);
-  {
-    TpTimer t(tp_comm_seconds_);
-    if (layout_.sequence_parallel) layout_.tp->reduce_scatter(partial_, proj_out_);
-    else layout_.tp->all_reduce(partial_, proj_out_);
-  }
-  k::residual_forward<T>(exec_, out, residual, proj_out_, static_cast<std::size_t>(Nl_) * C);
-}
-
-template <class T>
 void GptT<T>::llama_block_forward(int l, View1<const T> x, BlockActivations<T>& a, View1<T> out) {
-  const int N = N_, C = cfg_.n_embd, P = tp_size_, HS = HS_, QW = QW_, KW = KW_, I = Il_;
-  const bool sp = layout_.sequence_parallel && P > 1;
+  const int N = N_, C = cfg_.n_embd, HS = HS_, QW = QW_, KW = KW_, I = Il_;
   const BlockTensors<T>& w = block_params_[static_cast<std::size_t>(l)];
-  norm_forward(sp ? ln_local_ : a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln_1_w, {});
-  if (sp) { TpTimer t(tp_comm_seconds_); layout_.tp->all_gather(ln_local_, a.ln1); }
+  // Attention: res2 = x + o_proj(attn(rope(q, k), v)), q/k/v = proj(norm1(x))
+  norm_enter(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln_1_w, {});
   // q, k, v side by side in one row, [q (QW) | k (KW) | v (KW)]: the attention kernels' grouped
   // layout (query head h reads kv head h / (NHl / NKVl)).
   View1<T> qkv = a.qkv;
@@ -161,8 +132,8 @@ void GptT<T>::llama_block_forward(int l, View1<const T> x, BlockActivations<T>& 
   else
     k::attention_forward<T>(exec_, a.atty, a.lse, a.qkv, B_, T_, NHl_, HS, NKVl_);
   row_parallel_forward_nt(a.res2, a.atty, w.attn_proj_w, QW, x);
-  norm_forward(sp ? ln_local_ : a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln_2_w, {});
-  if (sp) { TpTimer t(tp_comm_seconds_); layout_.tp->all_gather(ln_local_, a.ln2); }
+  // MLP: out = res2 + down(swiglu(gate_up(norm2(res2))))
+  norm_enter(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln_2_w, {});
   if (a.moe && cfg_.moe.is_moe_layer(l)) {
     moe_mlp_forward(l, a, a.res2, out);
     return;
@@ -182,32 +153,25 @@ void GptT<T>::llama_block_forward(int l, View1<const T> x, BlockActivations<T>& 
 template <class T>
 void GptT<T>::llama_block_backward(int l, View1<const T> x, BlockActivations<T>& a,
                                    View1<T> dres) {
-  const int N = N_, C = cfg_.n_embd, P = tp_size_, HS = HS_, QW = QW_, KW = KW_, I = Il_;
-  const bool sp = layout_.sequence_parallel && P > 1;
+  const int N = N_, C = cfg_.n_embd, HS = HS_, QW = QW_, KW = KW_, I = Il_;
   const BlockTensors<T>& w = block_params_[static_cast<std::size_t>(l)];
   const BlockTensors<T>& g = block_grads_[static_cast<std::size_t>(l)];
-  View1<T> dx = sp ? dln_local_ : dln_;  // column-parallel input gradient, local rows
-  // The input gradient of a column-parallel group of pieces, reduced over tp while the weight
-  // gradients run (as column_parallel_backward).
+  const View1<T> dx = tp_.local_grad_rows(dln_);  // column-parallel input gradient, local rows
+  // The input gradient of a column-parallel group of pieces into dln_ (partial over tp; at
+  // tp = 1 it is dx), reduced over tp while the weight gradients run (as
+  // column_parallel_backward).
   auto column_parallel = [&](const Piece<T>* pieces, int count, const T* dout, int ld,
                              const T* inp) {
     Piece<T> p[3];
     const int n = merge_adjacent(pieces, count, p, C);
-    if (!tp_active()) {
-      input_grad<T>(exec_, dx.data(), p, n, dout, ld, N, C);
-      weight_grads<T>(exec_, p, n, dout, ld, inp, N, C);
-      return;
-    }
     input_grad<T>(exec_, dln_.data(), p, n, dout, ld, N, C);
-    comm::Request r =
-        sp ? layout_.tp->ireduce_scatter(dln_, dx) : layout_.tp->iall_reduce(dln_, dx);
+    comm::Request r = tp_.enter_backward(dln_, dx);
     weight_grads<T>(exec_, p, n, dout, ld, inp, N, C);
-    TpTimer t(tp_comm_seconds_);
-    r.wait();
+    tp_.wait(r);
   };
 
   // MLP: out = res2 + down(swiglu(gate_up(norm2(res2))))
-  View1<const T> dfull = gather_rows(dres, dres_full_);
+  View1<const T> dfull = tp_.exit_backward(dres);
   if (cfg_.moe.is_moe_layer(l)) {
     moe_mlp_backward(l, a, dfull, dx);
   } else {
@@ -223,10 +187,10 @@ void GptT<T>::llama_block_backward(int l, View1<const T> x, BlockActivations<T>&
                              {w.up_w.data(), g.up_w.data(), I, I}};
     column_parallel(mlp, 2, dfch_.data(), 2 * I, a.ln2.data());
   }
-  layernorm_backward_tp(dres, g.ln_2_w, {}, dx, a.res2, w.ln_2_w, a.ln2_mean, a.ln2_rstd);
+  norm_backward(dres, g.ln_2_w, {}, dx, a.res2, w.ln_2_w, a.ln2_mean, a.ln2_rstd);
 
   // Attention: res2 = x + o_proj(attn(rope(q, k), v)), q/k/v = proj(norm1(x))
-  dfull = gather_rows(dres, dres_full_);
+  dfull = tp_.exit_backward(dres);
   k::gemm<T>(exec_, Trans::N, Trans::N, N, QW, C, 1.0f, dfull.data(), C, w.attn_proj_w.data(), QW,
              0.0f, datty_.data(), QW);
   k::gemm<T>(exec_, Trans::T, Trans::N, C, QW, N, 1.0f, dfull.data(), C, a.atty.data(), QW, 1.0f,
@@ -263,7 +227,7 @@ void GptT<T>::llama_block_backward(int l, View1<const T> x, BlockActivations<T>&
                             {w.v_w.data() + kv_row, dv, QW + KW, KW}};
   column_parallel(attn, 3, dqkv.data(), QW + 2 * KW, a.ln1.data());
   if (kv_sum) {
-    { TpTimer t(tp_comm_seconds_); layout_.tp->all_reduce(kv_dw_); }
+    tp_.sum_replicated(kv_dw_);
     k::accumulate<T>(exec_, g.k_w, slice(View1<T>(kv_dw_), 0, kv_numel), kv_numel);
     k::accumulate<T>(exec_, g.v_w, slice(View1<T>(kv_dw_), kv_numel, kv_numel), kv_numel);
     if (cfg_.qkv_bias) {
@@ -272,12 +236,10 @@ void GptT<T>::llama_block_backward(int l, View1<const T> x, BlockActivations<T>&
                        kv_bias);
     }
   }
-  layernorm_backward_tp(dres, g.ln_1_w, {}, dx, x, w.ln_1_w, a.ln1_mean, a.ln1_rstd);
+  norm_backward(dres, g.ln_1_w, {}, dx, x, w.ln_1_w, a.ln1_mean, a.ln1_rstd);
 }
 
 #define MESHTRAIN_INSTANTIATE_LLAMA_BLOCK(T)                                                     \
-  template void GptT<T>::row_parallel_forward_nt(View1<T>, View1<const T>, View1<const T>, int,  \
-                                                 View1<const T>);                                \
   template void GptT<T>::llama_block_forward(int, View1<const T>, BlockActivations<T>&,          \
                                              View1<T>);                                          \
   template void GptT<T>::llama_block_backward(int, View1<const T>, BlockActivations<T>&,         \

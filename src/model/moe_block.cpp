@@ -202,10 +202,7 @@ void GptT<T>::moe_mlp_forward(int l, BlockActivations<T>& a, View1<const T> res2
       k::accumulate<T>(exec_, moe_y_, moe_dx_, std::size_t(N) * C);
     }
     // This rank's rows (all of them without sequence parallelism) onto the residual.
-    const std::size_t row0 = layout_.sequence_parallel ? std::size_t(tp_rank_) * Nl : 0;
-    k::residual_forward<T>(exec_, out, res2, slice(View1<const T>(moe_y_), row0 * C,
-                                                   std::size_t(Nl) * C),
-                           std::size_t(Nl) * C);
+    k::residual_forward<T>(exec_, out, res2, tp_.split_rows(moe_y_), std::size_t(Nl) * C);
     if (!recomputing_ && moe_loss_weight_ != 0.0f) {
       MoeLayerStats& s = moe_stats_[static_cast<std::size_t>(l)];
       record(s, *stats);
@@ -219,7 +216,7 @@ template <class T>
 void GptT<T>::moe_mlp_backward(int l, BlockActivations<T>& a, View1<const T> dfull, View1<T> dx) {
   {
     using R = moe::weight_t<T>;  // the router's type (fp32 for a 16-bit model)
-    const int N = N_, Nl = Nl_, C = cfg_.n_embd, E = cfg_.moe.experts, K = cfg_.moe.top_k;
+    const int N = N_, C = cfg_.n_embd, E = cfg_.moe.experts, K = cfg_.moe.top_k;
     const moe::MoeLayerConfig mc = layer_config(cfg_);
     const MoeTensors<T>& w = moe_params_[static_cast<std::size_t>(l)];
     const MoeTensors<T>& g = moe_grads_[static_cast<std::size_t>(l)];
@@ -288,10 +285,8 @@ void GptT<T>::moe_mlp_backward(int l, BlockActivations<T>& a, View1<const T> dfu
                                       C, W);
       k::accumulate<T>(exec_, dln, moe_dx_, std::size_t(N) * C);
     }
-    if (dx.data() != dln.data()) {  // sequence parallelism: this rank's rows
-      const std::size_t row0 = std::size_t(tp_rank_) * Nl;
-      Kokkos::deep_copy(exec_, dx, slice(View1<T>(dln), row0 * C, std::size_t(Nl) * C));
-    }
+    // Sequence parallelism: this rank's rows (otherwise dx is dln).
+    if (tp_.sequence_parallel()) Kokkos::deep_copy(exec_, dx, tp_.split_rows(dln));
     exec_.fence();  // the scratch above is freed on return
     MoeLayerStats& s = moe_stats_[static_cast<std::size_t>(l)];
     s.expert_seconds += clock.seconds();

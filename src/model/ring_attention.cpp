@@ -4,7 +4,7 @@
 
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/timer.hpp"
-#include "meshtrain/kernels/attention_block.hpp"
+#include "meshtrain/kernels/attention/attention_block.hpp"
 
 namespace meshtrain::model {
 

@@ -4,7 +4,12 @@ target_sources(meshtrain_lib PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/fp8_amax.cpp
   ${CMAKE_CURRENT_LIST_DIR}/registry.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gpt.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/gpt_layers.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gpt_parameters.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gpt_dispatch.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gpt_head.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gpt_parallel.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gpt2_block.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/tp_region.cpp
   ${CMAKE_CURRENT_LIST_DIR}/llama_block.cpp
   ${CMAKE_CURRENT_LIST_DIR}/moe_block.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gpt_footprint.cpp

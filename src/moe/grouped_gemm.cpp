@@ -1,10 +1,10 @@
 // A loop of GEMMs over the experts (grouped_gemm.hpp). Each is a kernels::gemm_varying: the
 // rows per expert change every step, and on CUDA a new shape through plain cuBLAS costs more host
-// time than the GEMM itself (gemm_varying.hpp has the figures).
+// time than the GEMM itself (kernels/gemm/gemm_varying.hpp has the figures).
 #include "meshtrain/moe/grouped_gemm.hpp"
 
 #include "common.hpp"
-#include "meshtrain/kernels/gemm_varying.hpp"
+#include "meshtrain/kernels/gemm/gemm_varying.hpp"
 
 namespace meshtrain::moe {
 

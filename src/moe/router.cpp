@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "common.hpp"
-#include "meshtrain/kernels/gemm.hpp"
+#include "meshtrain/kernels/gemm/gemm.hpp"
 
 namespace meshtrain::moe {
 

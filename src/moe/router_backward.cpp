@@ -12,7 +12,7 @@
 #include <cmath>
 
 #include "common.hpp"
-#include "meshtrain/kernels/gemm.hpp"
+#include "meshtrain/kernels/gemm/gemm.hpp"
 #include "meshtrain/moe/router.hpp"
 
 namespace meshtrain::moe {

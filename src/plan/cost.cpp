@@ -1,4 +1,4 @@
-// Step-time model (cost.hpp). Shapes are the ones GptT runs (gpt_layers.cpp, llama_block.cpp):
+// Step-time model (cost.hpp). Shapes are the ones GptT runs (gpt2_block.cpp, llama_block.cpp):
 // per block four linears (q/k/v [C, QW + 2 KW], output projection [QW, C], the MLP's first
 // [C, FW] and second [I/tp, C]; GPT-2: QW = KW = C/tp, FW = I/tp = 4C/tp; Llama: grouped kv
 // heads KW = n_kv_head HS / tp (one head when replicated), SwiGLU's FW = 2 I/tp), causal
@@ -82,7 +82,7 @@ std::pair<Part, Part> block(const Shapes& s, const Calibration& c, const LinkCla
   b.attn = 2.5 * att / (c.attention_bwd_tflops * 1e12);
   if (c.device == "gpu") {
     // CUDA builds fuse bias, GELU (its input kept) and, at tp = 1, the residual adds into the
-    // GEMMs, and the bias gradients into the weight-gradient GEMMs (kernels/gemm_lt.cpp,
+    // GEMMs, and the bias gradients into the weight-gradient GEMMs (kernels/gemm/gemm_lt.cpp,
     // gemm_ex.cpp). Under tp the reduced projection outputs are added to the residual
     // separately.
     // The calibration's GEMM points are timed with their epilogues (bench_train_step's

@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include "kernel_test_util.hpp"
-#include "meshtrain/kernels/attention.hpp"
+#include "meshtrain/kernels/attention/attention.hpp"
 
 using namespace meshtrain;
 using namespace meshtrain::kernels;

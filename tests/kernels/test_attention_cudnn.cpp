@@ -1,4 +1,4 @@
-// cuDNN's fused flash attention (--attn.impl cudnn, kernels/attention_cudnn.cpp) on a GPU,
+// cuDNN's fused flash attention (--attn.impl cudnn, kernels/attention/attention_cudnn.cpp) on a GPU,
 // against a naive fp32 reference (the materialising attention_forward_reference and the
 // portable fp32 flash backward, on the same bf16-rounded inputs) and against our bf16 CUDA
 // kernels: out, the softmax statistics (lse) and dQ, dK, dV at head sizes 64 and 128, T from 64
@@ -8,7 +8,7 @@
 #include <algorithm>
 
 #include "kernel_test_util.hpp"
-#include "meshtrain/kernels/attention.hpp"
+#include "meshtrain/kernels/attention/attention.hpp"
 
 using namespace meshtrain;
 using namespace meshtrain::kernels;

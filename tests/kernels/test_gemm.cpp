@@ -2,8 +2,8 @@
 // forward against host loops and backward against finite differences of its double instantiation.
 #include "kernel_test_util.hpp"
 #include "meshtrain/core/error.hpp"
-#include "meshtrain/kernels/gemm.hpp"
-#include "meshtrain/kernels/gemm_varying.hpp"
+#include "meshtrain/kernels/gemm/gemm.hpp"
+#include "meshtrain/kernels/gemm/gemm_varying.hpp"
 #include "meshtrain/kernels/linear.hpp"
 
 using namespace meshtrain;

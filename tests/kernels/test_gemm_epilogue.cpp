@@ -12,7 +12,7 @@
 #include "kernel_test_util.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/kernels/gelu.hpp"
-#include "meshtrain/kernels/gemm.hpp"
+#include "meshtrain/kernels/gemm/gemm.hpp"
 #include "meshtrain/kernels/linear.hpp"
 
 using namespace meshtrain;

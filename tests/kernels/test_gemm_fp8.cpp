@@ -1,4 +1,4 @@
-// The emulated FP8 GEMM (kernels/gemm_fp8.hpp) against an fp64 GEMM of the dequantized
+// The emulated FP8 GEMM (kernels/gemm/gemm_fp8.hpp) against an fp64 GEMM of the dequantized
 // operands (decode(q) * scale_inv in double): every transpose form tensorwise, the TN form
 // rowwise, E4M3 x E4M3 and E5M2 x E4M3 (gradient x weight), beta = 0 (C poisoned) and beta != 0,
 // a padded ldc. Also the quantization error against the unquantized product, as a sanity bound.
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "kernel_test_util.hpp"
-#include "meshtrain/kernels/gemm_fp8.hpp"
+#include "meshtrain/kernels/gemm/gemm_fp8.hpp"
 
 using namespace meshtrain;
 using namespace meshtrain::kernels;

@@ -12,7 +12,7 @@
 
 #include "kernel_test_util.hpp"
 #include "meshtrain/comm/factory.hpp"
-#include "meshtrain/kernels/attention.hpp"
+#include "meshtrain/kernels/attention/attention.hpp"
 #include "meshtrain/model/ring_attention.hpp"
 
 using namespace meshtrain;

@@ -3,7 +3,7 @@
 //   out[N, OC] = inp[N, IC] @ weight[IC, OC] + bias[OC].
 // Keeping HF's layout makes import/export a plain copy and makes tensor-parallel splits simple:
 // column-parallel splits dim 1 (OC), row-parallel splits dim 0 (IC).
-// Each function is one GEMM with its epilogue fused where the backend can (gemm.hpp: gemm_ex,
+// Each function is one GEMM with its epilogue fused where the backend can (gemm/gemm.hpp: gemm_ex,
 // gemm_dbias), so bias, GELU and residual cost no extra pass over the activations on CUDA.
 #include "meshtrain/core/view.hpp"
 

@@ -5,15 +5,15 @@
 
 namespace meshtrain::kernels {
 
-// cuBLASLt's workspace (kernels/gemm_lt.cpp), 256-byte aligned inside its allocation.
+// cuBLASLt's workspace (kernels/gemm/gemm_lt.cpp), 256-byte aligned inside its allocation.
 inline constexpr std::size_t kGemmLtWorkspaceBytes = std::size_t(32) << 20;
 // Blocks of the CUDA LayerNorm backward (kernels/layernorm_cuda.cpp): 4 on each of an H100's or
 // H200's 132 SMs, each with 2C fp32 partial sums.
 inline constexpr int kLayerNormBackwardBlocks = 4 * 132;
-// Query rows per block of the host attention (kernels/attention_host.cpp).
+// Query rows per block of the host attention (kernels/attention/attention_host.cpp).
 inline constexpr int kAttentionHostBlock = 64;
 
-// cuDNN fused attention's backward (kernels/attention_cudnn.cpp) takes one of two forms,
+// cuDNN fused attention's backward (kernels/attention/attention_cudnn.cpp) takes one of two forms,
 // cudnn-frontend's rule: dP kept in cuDNN's workspace (no dQ atomics, deterministic) on Hopper
 // and newer while that buffer stays under 256 MiB, or whenever determinism is asked for; else
 // dQ accumulated in an fp32 scratch of ours.

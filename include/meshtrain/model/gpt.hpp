@@ -13,7 +13,8 @@
 //    projection row-parallel, heads split across the tp group, vocabulary-parallel embedding and
 //    cross-entropy; optional sequence parallelism shards the LayerNorm/residual regions along the
 //    tokens (all-gather / reduce-scatter replace the all-reduces). All tp communication happens
-//    inside the model: after a unit's backward its gradients are complete on every tp rank.
+//    inside the model, through its TpRegion (tp_region.hpp): after a unit's backward its
+//    gradients are complete on every tp rank.
 // forward() of the head chunk computes the loss and, fused into it, the head's backward (the
 // logits are not kept between forward and backward); backward() accumulates parameter gradients
 // (so micro-batches accumulate). With activation checkpointing only each block's input is kept,
@@ -29,6 +30,7 @@
 #include "meshtrain/model/config.hpp"
 #include "meshtrain/model/registry.hpp"
 #include "meshtrain/model/ring_attention.hpp"
+#include "meshtrain/model/tp_region.hpp"
 
 namespace meshtrain::model {
 
@@ -146,7 +148,7 @@ class GptT {
   View1<T> grad(const std::string& name) const;
 
   // Seconds spent in tensor-parallel communication since construction (host wall time).
-  double tp_comm_seconds() const { return tp_comm_seconds_; }
+  double tp_comm_seconds() const { return tp_.comm_seconds(); }
 
   void set_hooks(LayerHooks* hooks) { hooks_ = hooks; }
   // Storage of unit u (registry().units()[u]): views of units[u].size() elements laid out like
@@ -225,33 +227,42 @@ class GptT {
   // The Llama block (llama_block.cpp): nn.Linear [out, in] weights, RMSNorm, rotary, GQA, SwiGLU.
   void llama_block_forward(int l, View1<const T> x, BlockActivations<T>& a, View1<T> out);
   void llama_block_backward(int l, View1<const T> x, BlockActivations<T>& a, View1<T> dres);
-  // out (local rows) = residual + reduce over tp of inp [N, in_cols] @ w^T (w: [C, in_cols]).
-  void row_parallel_forward_nt(View1<T> out, View1<const T> inp, View1<const T> w, int in_cols,
-                               View1<const T> residual);
+  // The parallel parts of a block (gpt_parallel.cpp), over the tp region tp_:
   // The block's norm (LayerNorm or RMSNorm) on Nl rows; mean is unused by RMSNorm.
   void norm_forward(View1<T> out, View1<float> mean, View1<float> rstd, View1<const T> x,
                     View1<const T> w, View1<const T> b);
+  // The norm in front of a column-parallel linear: this rank's rows of x normalised, then every
+  // row of them in `full`, the linear's input (all-gathered under sequence parallelism).
+  void norm_enter(View1<T> full, View1<float> mean, View1<float> rstd, View1<const T> x,
+                  View1<const T> w, View1<const T> b);
+  // Norm backward (LayerNorm or RMSNorm; db empty for RMSNorm). The norm's parameters are
+  // replicated over tp; under sequence parallelism each rank's gradients are partial sums over
+  // its rows, summed over tp before they are added.
+  void norm_backward(View1<T> dx, View1<T> dw, View1<T> db, View1<const T> dout, View1<const T> x,
+                     View1<const T> w, View1<const float> mean, View1<const float> rstd);
   // Row-parallel linear plus the residual: out (local rows) = residual + reduce over tp of
   // inp @ weight (+ bias once). At tp = 1 one GEMM with the residual as its C operand.
   void row_parallel_forward(View1<T> out, View1<const T> inp, View1<const T> w,
                             View1<const T> b, int in_cols, View1<const T> residual);
-  // Column-parallel input gradient: dx (local rows) = reduce over tp of dout @ w^T, overlapped
-  // with the weight gradient of the same linear.
+  // The same with an nn.Linear weight: out = residual + reduce of inp [N, in_cols] @ w^T (w:
+  // [C, in_cols]), no bias (llama_block.cpp).
+  void row_parallel_forward_nt(View1<T> out, View1<const T> inp, View1<const T> w, int in_cols,
+                               View1<const T> residual);
+  // Column-parallel input gradient: dx (local rows, tp_.local_grad_rows(dln_)) = reduce over tp
+  // of dout @ w^T, overlapped with the weight gradient of the same linear.
   void column_parallel_backward(View1<T> dx, View1<T> dw, View1<T> db, View1<const T> dout,
                                 View1<const T> inp, View1<const T> w, int out_cols);
-  // Norm backward (LayerNorm or RMSNorm; db empty for RMSNorm) whose parameter gradients are
-  // partial sums under sequence parallelism: reduced over tp before they are added.
-  void layernorm_backward_tp(View1<T> dx, View1<T> dw, View1<T> db, View1<const T> dout,
-                             View1<const T> x, View1<const T> w, View1<const float> mean,
-                             View1<const float> rstd);
-  // x (local rows) -> full rows, for the inputs of column-parallel linears under SP.
-  View1<const T> gather_rows(View1<const T> local, View1<T> full);
+  // Cross-entropy of the head's n rows from row r0 against `targets` (the caller's, not copied;
+  // logits_ in place -> dlogits when train):
+  // the fused single-rank kernel, or the vocabulary-parallel one whose row max and sums are
+  // reduced over tp (gpt_head.cpp).
+  void cross_entropy(View1<const std::int32_t> targets, int r0, int n, float grad_scale,
+                     bool train);
   BlockActivations<T>& acts_for(ChunkActivations<T>& ca, SlotActivations<T>& s, int l);
   void bind_all();
   void hook_before_forward(int u) { if (hooks_) hooks_->before_forward(u); }
   void hook_before_backward(int u) { if (hooks_) hooks_->before_backward(u); }
   void hook_after_backward(int u) { if (hooks_) hooks_->after_backward(u); }
-  bool tp_active() const { return tp_size_ > 1; }
   View1<T> head_w() const { return cfg_.tied_head ? wte_ : lm_head_; }
   View1<T> dhead_w() const { return cfg_.tied_head ? dwte_ : dlm_head_; }
 
@@ -267,7 +278,7 @@ class GptT {
   ExecSpace exec_;
   ParameterRegistry reg_;
   LayerHooks* hooks_ = nullptr;
-  double tp_comm_seconds_ = 0;
+  TpRegion<T> tp_;  // tensor and sequence parallelism's collectives and their scratch
   View1<T> params_, grads_;
   // Per-layer views of parameters / gradients (indexed by global layer; empty when not held).
   std::vector<BlockTensors<T>> block_params_, block_grads_;
@@ -290,20 +301,18 @@ class GptT {
   std::unique_ptr<BlockActivations<T>> shared_acts_;  // recompute: one set for every block
   View1<T> shared_mlp_act_;  // recompute_mlp_act: every block's fch_gelu [N, HW]
   // head scratch (the head's backward runs inside its forward)
-  View1<T> lnf_, lnf_local_, logits_;  // logits_: [head_rows_, Vl] (one chunk of rows)
+  View1<T> lnf_, logits_;  // logits_: [head_rows_, Vl] (one chunk of rows)
   View1<T> logits_all_;  // [N, Vl]: forward_logits' result, allocated by its first call
   int head_rows_ = 0;    // rows per head chunk (head_chunk_rows())
   View1<float> lnf_mean_, lnf_rstd_, losses_, ce_max_, ce_sums_;
   // gradient / communication scratch
-  View1<T> dres_, dln_, dln_local_, dres_full_, partial_, ln_local_;
-  View1<T> proj_out_;  // tp > 1: a row-parallel projection's reduced output, before the residual
+  View1<T> dres_, dln_;
   View1<T> dqkv_, datty_, dfch_;
   View1<T> dh_;           // SwiGLU: gradient of the MLP activation [N, HW]
   View1<T> kv_dw_;        // kv heads replicated over tp: k and v weight (then bias) gradients
                           // before the sum
   View1<T> qkv_b_;        // Qwen2: [q | k | v] biases side by side for the merged q/k/v GEMM's
                           // epilogue, where the registry's 64-element alignment parts them
-  View1<T> ln_dw_, ln_db_;  // sequence-parallel LayerNorm parameter gradients before the tp sum
   Scalar<float> loss_sum_;
 };
 

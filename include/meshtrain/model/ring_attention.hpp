@@ -7,7 +7,7 @@
 // to itself, chunk 2cp-1-r to itself and to chunk r); at step i > 0 it holds the keys and
 // values of rank j = r - i (mod cp): when j < r its whole query attends to j's first chunk,
 // when j > r its second chunk attends to both of j's. Partial outputs merge by their
-// log-sum-exps (kernels/attention_block.hpp).
+// log-sum-exps (kernels/attention/attention_block.hpp).
 //
 // ring: the keys and values (of the kv heads only: grouped-query attention sends NKV heads)
 // pass to the next rank while the block in hand is computed; the backward sends them round

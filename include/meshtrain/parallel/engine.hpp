@@ -24,7 +24,7 @@
 #include "meshtrain/io/checkpoint.hpp"
 #include "meshtrain/io/checkpoint_async.hpp"
 #include "meshtrain/io/hf_export.hpp"
-#include "meshtrain/kernels/attention.hpp"
+#include "meshtrain/kernels/attention/attention.hpp"
 #include "meshtrain/model/config.hpp"
 #include "meshtrain/model/gpt.hpp"
 #include "meshtrain/optim/adamw.hpp"

@@ -14,7 +14,7 @@
 // refuses falls back to kernels::gemm. Host builds and double go to
 // kernels::gemm unchanged. Same contract as gemm.
 #include "meshtrain/core/view.hpp"
-#include "meshtrain/kernels/gemm.hpp"
+#include "meshtrain/kernels/gemm/gemm.hpp"
 
 namespace meshtrain::kernels {
 

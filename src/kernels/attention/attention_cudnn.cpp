@@ -37,7 +37,7 @@
 #include "meshtrain/core/cuda_check.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/log.hpp"
-#include "meshtrain/kernels/attention.hpp"
+#include "meshtrain/kernels/attention/attention.hpp"
 #include "meshtrain/kernels/workspace.hpp"
 
 namespace meshtrain::kernels {

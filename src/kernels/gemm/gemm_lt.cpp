@@ -21,7 +21,7 @@
 // alignment). Only the bias/aux pointers are set per call (a host-side store). A new plan times
 // up to 8 of the heuristic's candidates on its first call's operands and keeps the fastest
 // (`fastest`): once per shape, in the first step.
-#include "common.hpp"  // first: Kokkos defines KOKKOS_ENABLE_CUDA
+#include "../common.hpp"  // first: Kokkos defines KOKKOS_ENABLE_CUDA
 
 #if defined(KOKKOS_ENABLE_CUDA)
 #include <cstddef>
@@ -34,7 +34,7 @@
 #include <tuple>
 
 #include "gemm_lt.hpp"
-#include "meshtrain/kernels/gemm_varying.hpp"
+#include "meshtrain/kernels/gemm/gemm_varying.hpp"
 #include "meshtrain/kernels/workspace.hpp"
 
 namespace meshtrain::kernels::detail {

@@ -1,7 +1,7 @@
 #pragma once
 // Private to src/kernels/: cuDNN's fused flash attention (attention_cudnn*.cpp), which
 // attention_forward/backward try first on a CUDA device. Same contract as
-// meshtrain/kernels/attention.hpp; extents are checked by the callers and NKV (>= 1) divides NH.
+// meshtrain/kernels/attention/attention.hpp; extents are checked by the callers and NKV (>= 1) divides NH.
 #include "meshtrain/core/view.hpp"
 
 namespace meshtrain::kernels::detail {

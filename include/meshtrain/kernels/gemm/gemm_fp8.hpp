@@ -17,7 +17,7 @@
 // needs tb == T (B is [N, K]): the K-contiguous "TN" form of Hopper's FP8 tensor cores, the
 // forward linear y = x W^T. Temporaries are allocated per call (an emulation, not a hot path).
 #include "meshtrain/kernels/fp8_cast.hpp"
-#include "meshtrain/kernels/gemm.hpp"
+#include "meshtrain/kernels/gemm/gemm.hpp"
 
 namespace meshtrain::kernels {
 

@@ -1,7 +1,7 @@
 // The emulated FP8 GEMM (kernels/gemm_fp8.hpp): decode, fp32 GEMM, scale epilogue.
-#include "meshtrain/kernels/gemm_fp8.hpp"
+#include "meshtrain/kernels/gemm/gemm_fp8.hpp"
 
-#include "common.hpp"
+#include "../common.hpp"
 
 namespace meshtrain::kernels {
 

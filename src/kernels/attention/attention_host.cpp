@@ -15,8 +15,8 @@
 
 #include "attention_host.hpp"
 #include "meshtrain/kernels/workspace.hpp"
-#include "cblas.hpp"
-#include "common.hpp"
+#include "../cblas.hpp"
+#include "../common.hpp"
 
 namespace meshtrain::kernels::detail {
 

@@ -1,7 +1,7 @@
 #pragma once
 // Private to src/kernels/: the CUDA flash-attention kernels that attention_forward/backward run
 // on a Kokkos::Cuda execution space (attention_cuda.cpp and attention_cuda_{f32,bf16}.cpp).
-// Same contract as meshtrain/kernels/attention.hpp; the Kokkos flash kernels stay the portable
+// Same contract as meshtrain/kernels/attention/attention.hpp; the Kokkos flash kernels stay the portable
 // path and the test oracle.
 #include <type_traits>
 

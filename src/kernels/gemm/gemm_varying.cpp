@@ -1,13 +1,13 @@
 // gemm_varying (gemm_varying.hpp): kernels::gemm with the algorithm chosen per
 // size bucket on CUDA, so that shapes that change every step do not pay
 // cuBLAS's per-shape choice each call.
-#include "meshtrain/kernels/gemm_varying.hpp"
+#include "meshtrain/kernels/gemm/gemm_varying.hpp"
 
 #include <atomic>
 #include <string>
 #include <type_traits>
 
-#include "common.hpp"  // first: Kokkos defines KOKKOS_ENABLE_CUDA
+#include "../common.hpp"  // first: Kokkos defines KOKKOS_ENABLE_CUDA
 #include "gemm_detail.hpp"
 
 #if defined(KOKKOS_ENABLE_CUDA)

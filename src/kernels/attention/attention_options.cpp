@@ -1,7 +1,7 @@
 // --attn.impl / --attn.deterministic: the process-wide choice of attention backend
-// (meshtrain/kernels/attention.hpp). Compiled in every build.
+// (meshtrain/kernels/attention/attention.hpp). Compiled in every build.
 #include "meshtrain/core/error.hpp"
-#include "meshtrain/kernels/attention.hpp"
+#include "meshtrain/kernels/attention/attention.hpp"
 
 namespace meshtrain::kernels {
 

@@ -15,7 +15,7 @@
 //
 // This is the portable baseline (a warp per row, keys streamed from global memory) and the
 // oracle of the tiled paths: attention_host.cpp (CBLAS) and attention_cuda*.cpp (CUDA).
-#include "meshtrain/kernels/attention.hpp"
+#include "meshtrain/kernels/attention/attention.hpp"
 
 #include <string>
 #include <type_traits>
@@ -23,7 +23,7 @@
 #include "attention_cuda.hpp"
 #include "attention_cudnn.hpp"
 #include "attention_host.hpp"
-#include "common.hpp"
+#include "../common.hpp"
 
 namespace meshtrain::kernels {
 

@@ -12,8 +12,8 @@
 #include <tuple>
 #include <type_traits>
 
-#include "common.hpp"
-#include "gelu_math.hpp"
+#include "../common.hpp"
+#include "../gelu_math.hpp"
 #include "gemm_detail.hpp"
 
 #if defined(KOKKOS_ENABLE_CUDA)

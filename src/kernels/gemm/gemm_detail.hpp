@@ -1,6 +1,6 @@
 #pragma once
 // Private to src/kernels/: what the GEMM files (gemm.cpp, gemm_ex.cpp, gemm_lt.cpp) share.
-#include "meshtrain/kernels/gemm.hpp"
+#include "meshtrain/kernels/gemm/gemm.hpp"
 
 #if defined(KOKKOS_ENABLE_CUDA)
 #include <cublas_api.h>

@@ -10,15 +10,15 @@
 // goes to scratch. Stage 2: 8 warps per 32 columns, each adding every 8th chunk, then the 8 in
 // warp order, into dbias.
 // Deterministic (a fixed order for a given K, N), fp32 accumulation.
-#include "common.hpp"  // first: Kokkos defines KOKKOS_ENABLE_CUDA
+#include "../common.hpp"  // first: Kokkos defines KOKKOS_ENABLE_CUDA
 
 #if defined(KOKKOS_ENABLE_CUDA)
 #include <string>
 
 #include "column_sums_cuda.hpp"
 #include "meshtrain/core/cuda_check.hpp"
-#include "rowwise_cuda.hpp"
-#include "rowwise_cuda_device.hpp"
+#include "../rowwise_cuda.hpp"
+#include "../rowwise_cuda_device.hpp"
 
 namespace meshtrain::kernels::detail {
 

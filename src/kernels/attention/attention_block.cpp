@@ -2,12 +2,12 @@
 // attention.cpp's (one team per query row with an online softmax forward; a backward in two
 // passes, over query rows for dq and over key rows for dk and dv, so every output row is summed
 // by one team in a fixed order: no atomics, the same bits on every run).
-#include "meshtrain/kernels/attention_block.hpp"
+#include "meshtrain/kernels/attention/attention_block.hpp"
 
 #include <cmath>
 #include <limits>
 
-#include "common.hpp"
+#include "../common.hpp"
 
 namespace meshtrain::kernels {
 

@@ -1,13 +1,13 @@
 // GEMM dispatch (kokkos-kernels' TPL pattern): check extents once, then hand the call to the
 // vendor BLAS that can read the memory: CBLAS on host spaces, cuBLAS on CUDA. The plain Kokkos
 // kernel below is the oracle for both and the fallback for element types BLAS does not take.
-#include "meshtrain/kernels/gemm.hpp"
+#include "meshtrain/kernels/gemm/gemm.hpp"
 
 #include <algorithm>
 #include <type_traits>
 
-#include "cblas.hpp"
-#include "common.hpp"
+#include "../cblas.hpp"
+#include "../common.hpp"
 #include "gemm_detail.hpp"
 
 #if defined(KOKKOS_ENABLE_CUDA)

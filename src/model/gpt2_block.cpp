@@ -1,0 +1,94 @@
+// GptT's GPT-2 block, forward and backward: LayerNorm, c_attn (q, k, v; column-parallel),
+// causal attention over this rank's heads, c_proj (row-parallel) plus the residual; LayerNorm,
+// c_fc (column-parallel) with GELU, c_proj (row-parallel) plus the residual. Weights are HF's
+// Conv1D [in, out]. The parallel parts (gpt_parallel.cpp) carry the tensor- and
+// sequence-parallel communication; with sequence parallelism the block's input and output (the
+// residual stream) are this rank's N / tp rows, everything between a norm and its row-parallel
+// projection holds all N rows.
+#include "meshtrain/kernels/attention/attention.hpp"
+#include "meshtrain/kernels/gelu.hpp"
+#include "meshtrain/kernels/layernorm.hpp"
+#include "meshtrain/kernels/linear.hpp"
+#include "meshtrain/model/gpt.hpp"
+#include "meshtrain/model/gpt_activations.hpp"
+
+namespace meshtrain::model {
+
+namespace k = meshtrain::kernels;
+
+template <class T>
+void GptT<T>::block_forward(int l, View1<const T> x, BlockActivations<T>& a, View1<T> out) {
+  if (!cfg_.is_gpt2()) {
+    llama_block_forward(l, x, a, out);
+    return;
+  }
+  const int N = N_, C = cfg_.n_embd, P = tp_size_, HS = HS_, I = Il_;
+  const BlockTensors<T>& w = block_params_[static_cast<std::size_t>(l)];
+  // Attention: res2 = x + c_proj(attn(c_attn(ln1(x))))
+  norm_enter(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln_1_w, w.ln_1_b);
+  k::linear_forward<T>(exec_, a.qkv, a.ln1, w.c_attn_w, w.c_attn_b, N, C, 3 * C / P);
+  if (ring_)
+    ring_->forward(a.atty, a.lse, a.qkv);
+  else
+    k::attention_forward<T>(exec_, a.atty, a.lse, a.qkv, B_, T_, NHl_, HS);
+  row_parallel_forward(a.res2, a.atty, w.attn_proj_w, w.attn_proj_b, C / P, x);
+  // MLP: out = res2 + c_proj(gelu(c_fc(ln2(res2))))
+  norm_enter(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln_2_w, w.ln_2_b);
+  if (a.moe && cfg_.moe.is_moe_layer(l)) {
+    moe_mlp_forward(l, a, a.res2, out);
+    return;
+  }
+  k::linear_gelu_forward<T>(exec_, a.fch_gelu, a.fch, a.ln2, w.c_fc_w, w.c_fc_b, N, C, I);
+  row_parallel_forward(out, a.fch_gelu, w.mlp_proj_w, w.mlp_proj_b, I, a.res2);
+}
+
+// dres holds d(loss)/d(block output) on entry and d(loss)/d(block input) on exit (local rows).
+template <class T>
+void GptT<T>::block_backward(int l, View1<const T> x, BlockActivations<T>& a, View1<T> dres) {
+  if (!cfg_.is_gpt2()) {
+    llama_block_backward(l, x, a, dres);
+    return;
+  }
+  const int N = N_, C = cfg_.n_embd, P = tp_size_, HS = HS_, I = Il_;
+  const BlockTensors<T>& w = block_params_[static_cast<std::size_t>(l)];
+  const BlockTensors<T>& g = block_grads_[static_cast<std::size_t>(l)];
+  const View1<T> dx = tp_.local_grad_rows(dln_);  // column-parallel input gradient, local rows
+  // MLP: res3 = res2 + proj(gelu(fc(ln2(res2))))
+  View1<const T> dfull = tp_.exit_backward(dres);
+  if (cfg_.moe.is_moe_layer(l)) {
+    moe_mlp_backward(l, a, dfull, dx);
+  } else {
+    // train.recompute_mlp_act: GELU of the kept pre-activation into the shared buffer (on the
+    // host in fp32 the forward epilogue's bits; elsewhere GELU of the pre-activation as stored,
+    // where the epilogue took it from the unrounded accumulator).
+    if (!a.own_mlp_act) k::gelu_forward<T>(exec_, a.fch_gelu, a.fch, std::size_t(N) * I);
+    // d(pre-GELU) in one GEMM: the GELU derivative is the input-gradient GEMM's epilogue, and
+    // so is c_fc's bias gradient (the column sums of d(pre-GELU)), which c_fc's backward skips.
+    k::linear_backward_dgelu<T>(exec_, dfch_, g.mlp_proj_w, g.mlp_proj_b, dfull, a.fch_gelu,
+                                w.mlp_proj_w, a.fch, N, I, C, g.c_fc_b);
+    column_parallel_backward(dx, g.c_fc_w, View1<T>{}, dfch_, a.ln2, w.c_fc_w, I);
+  }
+  norm_backward(dres, g.ln_2_w, g.ln_2_b, dx, a.res2, w.ln_2_w, a.ln2_mean, a.ln2_rstd);
+  // Attention: res2 = x + proj(attn(c_attn(ln1(x))))
+  dfull = tp_.exit_backward(dres);
+  k::linear_backward<T>(exec_, datty_, g.attn_proj_w, g.attn_proj_b, dfull, a.atty,
+                        w.attn_proj_w, N, C / P, C);
+  if (ring_)
+    ring_->backward(dqkv_, datty_, a.qkv, a.atty, a.lse);
+  else
+    k::attention_backward<T>(exec_, dqkv_, datty_, a.qkv, a.atty, a.lse, B_, T_, NHl_, HS);
+  column_parallel_backward(dx, g.c_attn_w, g.c_attn_b, dqkv_, a.ln1, w.c_attn_w, 3 * C / P);
+  norm_backward(dres, g.ln_1_w, g.ln_1_b, dx, x, w.ln_1_w, a.ln1_mean, a.ln1_rstd);
+}
+
+#define MESHTRAIN_INSTANTIATE_GPT2_BLOCK(T)                                                      \
+  template void GptT<T>::block_forward(int, View1<const T>, BlockActivations<T>&, View1<T>);     \
+  template void GptT<T>::block_backward(int, View1<const T>, BlockActivations<T>&, View1<T>);
+MESHTRAIN_INSTANTIATE_GPT2_BLOCK(float)
+#if MESHTRAIN_HAVE_BF16
+MESHTRAIN_INSTANTIATE_GPT2_BLOCK(bf16)
+MESHTRAIN_INSTANTIATE_GPT2_BLOCK(fp16)
+#endif
+#undef MESHTRAIN_INSTANTIATE_GPT2_BLOCK
+
+}  // namespace meshtrain::model
