@@ -182,29 +182,14 @@ float Engine<T>::grad_norm() const {
 template <class T>
 float Engine<T>::evaluate(const BatchSource& batch, int batches) {
   model_->reset_loss_sum();
-  const auto& spec = ctx_->schedule();
-  View1<T> x;  // pipeline: the activation arriving from the previous virtual stage
-  if (spec.pp > 1) x = alloc<T>("eval.activation", model_->activation_elems());
+  // The forward-only schedule from the step's builder, executed by the step's runner (its
+  // messages, slots and buffers): each micro-batch through the virtual stages in order, so the
+  // last stage adds the losses in the order one rank does. Every dp rank evaluates the same
+  // batches.
   const int B = opt_.micro_batch;
   batches_->begin(batch, [=](int b) { return b * B; });
-  for (int b = 0; b < batches; ++b) {
-    const StepBatch sb = batches_->get(b);
-    if (spec.pp == 1) {
-      model_->forward_eval(sb.tokens, sb.targets);
-      continue;
-    }
-    // Forward only, one micro-batch through the virtual stages in order: stage k % pp runs
-    // chunk k / pp, receiving from the previous virtual stage and sending to the next.
-    const int n = spec.n_pieces(), me = ctx_->stage();
-    for (int k = 0; k < n; ++k) {
-      if (k % spec.pp != me) continue;
-      if (k > 0) ctx_->pp().recv(x, (k - 1) % spec.pp, 1);
-      View1<const T> out = model_->forward(k / spec.pp, 0, sb.tokens, x, sb.targets, 0.0f, false);
-      if (k + 1 < n) ctx_->pp().send(out, (k + 1) % spec.pp, 1);
-    }
-  }
+  if (batches > 0) runner_->forward_only(batches, [&](int b) { return batches_->get(b); });
   batches_->end();
-  // Every dp rank evaluated the same batches.
   const double total = loss_over_world(LossBatches::same_on_dp);
   const std::size_t per_batch = static_cast<std::size_t>(opt_.micro_batch) * opt_.seq_len;
   return static_cast<float>(total) / static_cast<float>(per_batch * batches);

@@ -133,7 +133,8 @@ void PipelineRunner<T>::compute(std::size_t i, int input) {
     // Only the chunk that embeds reads the tokens, only the head's the targets: the data of a
     // micro-batch is asked for where it is read, not once per chunk.
     const model::ModelLayout& l = model_.layout();
-    const bool reads = (a.chunk == 0 && l.has_embedding) || (a.chunk == spec_.chunks - 1 && l.has_head);
+    const bool reads =
+        (a.chunk == 0 && l.has_embedding) || (a.chunk == spec_.chunks - 1 && l.has_head);
     const StepBatch mb = reads ? (*batch_)(a.micro) : StepBatch{};
     Timer t;
     out_ = model_.forward(a.chunk, slot, mb.tokens, in, mb.targets, grad_scale_, train_);
@@ -172,6 +173,24 @@ PipelineStepStats PipelineRunner<T>::run(MessageFlow& flow, const BatchProvider&
 template <class T>
 PipelineStepStats PipelineRunner<T>::step(const BatchProvider& batch, float grad_scale) {
   return run(flow_, batch, grad_scale, true);
+}
+
+template <class T>
+PipelineStepStats PipelineRunner<T>::forward_only(int n_micro, const BatchProvider& batch) {
+  if (!forward_flow_ || forward_micro_ != n_micro) {
+    ScheduleSpec s = spec_;
+    s.kind = ScheduleKind::forward_only;
+    s.n_micro = n_micro;
+    // The step's slots (the model's), so a forward waits for the send from the slot it
+    // overwrites as in a step. On NCCL every receive is posted at its use: receive_posting
+    // moves receives earlier only for crossing gradients, which forwards alone never have;
+    // and the step's pool, allocated up front, holds the one receive in flight at a time.
+    forward_flow_ = std::make_unique<MessageFlow>(
+        build_schedule(s, stage_), chunk_slots_, flow_.policy(), recv_ahead_,
+        flow_.policy() == PostPolicy::at_use ? message_pool_cap(spec_, stage_) : 0);
+    forward_micro_ = n_micro;
+  }
+  return run(*forward_flow_, batch, 0.0f, false);
 }
 
 

@@ -19,6 +19,7 @@ const char* schedule_name(ScheduleKind k) {
     case ScheduleKind::gpipe: return "gpipe";
     case ScheduleKind::one_f_one_b: return "1f1b";
     case ScheduleKind::interleaved: return "interleaved";
+    case ScheduleKind::forward_only: return "forward-only";
   }
   return "?";
 }
@@ -47,7 +48,8 @@ void validate(const ScheduleSpec& s) {
                          " must be a positive integer (micro-batches per step)");
   MESHTRAIN_CONFIG_CHECK(s.chunks >= 1, "pp.virtual_chunks=", s.chunks,
                          " must be a positive integer");
-  MESHTRAIN_CONFIG_CHECK(s.chunks == 1 || s.kind == ScheduleKind::interleaved,
+  MESHTRAIN_CONFIG_CHECK(s.chunks == 1 || s.kind == ScheduleKind::interleaved ||
+                             s.kind == ScheduleKind::forward_only,
                          "pp.virtual_chunks=", s.chunks, " needs pp.schedule=interleaved (got ",
                          schedule_name(s.kind), ")");
   // Megatron-Core (forward_backward_pipelining_with_interleaving) raises the same: micro-batches
@@ -162,6 +164,10 @@ std::vector<Action> build_schedule(const ScheduleSpec& s, int stage) {
       // One chunk is plain 1F1B, as in Megatron (which runs the non-interleaved schedule then).
       if (s.chunks == 1) one_f_one_b(b, s.pp, m, stage);
       else interleaved(b, s.pp, s.chunks, m, stage);
+      break;
+    case ScheduleKind::forward_only:
+      for (int i = 0; i < m; ++i)
+        for (int c = 0; c < s.chunks; ++c) b.fwd(i, c);
       break;
   }
   return b.take();

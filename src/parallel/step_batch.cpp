@@ -57,11 +57,12 @@ void StepBatches::produce(int micro) {
   MESHTRAIN_CHECK(source_ != nullptr, "StepBatches::get(", micro, ") outside a pass");
   const std::size_t slot = static_cast<std::size_t>(micro % shape_.token_slots);
   const bool rows = !shape_.positions.empty();
-  std::int32_t* tokens = !shape_.tokens ? h_unread_.data()
-                         : h_tokens_.size() == 1 ? h_tokens_[0].data()
-                                                 : h_tokens_[slot].data();
-  std::int32_t* targets = shape_.targets || rows ? h_targets_.data() : h_unread_.data();
-  if (rows) tokens = h_tokens_[0].data();
+  // Whole sequences under context parallelism; else the mirror of each part read (the slot's
+  // own for the tokens in a host build) and the scratch for a part not read.
+  std::int32_t* tokens = h_unread_.data();
+  std::int32_t* targets = h_unread_.data();
+  if (rows || shape_.tokens) tokens = h_tokens_[h_tokens_.size() == 1 ? 0 : slot].data();
+  if (rows || shape_.targets) targets = h_targets_.data();
   (*source_)(first_(micro), shape_.micro_batch, tokens, targets);
   host_micro_ = micro;
   ++produced_;

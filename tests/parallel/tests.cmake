@@ -8,6 +8,8 @@ meshtrain_add_test(NAME test_zero_partition SOURCES ${CMAKE_CURRENT_LIST_DIR}/te
 # Which rank writes which range (checkpoints, export, the whole-model gather).
 meshtrain_add_test(NAME test_ownership SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ownership.cpp)
 meshtrain_add_test(NAME test_loss_holder SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_loss_holder.cpp)
+# The step's data and the forward-only schedule of evaluation.
+meshtrain_add_test(NAME test_step_batch SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_step_batch.cpp)
 meshtrain_add_test(NAME test_grad_sync SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_grad_sync.cpp RANKS 1 2 4)
 meshtrain_add_test(NAME test_zero_optimizer
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_zero_optimizer.cpp RANKS 1 2 4)

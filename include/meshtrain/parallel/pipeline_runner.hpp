@@ -1,7 +1,8 @@
 #pragma once
 // Runs one rank's pipeline schedule (schedule.hpp) for one training step: the model's chunk
 // forwards and backwards in schedule order, activations and their gradients exchanged with the
-// neighbouring stages through non-blocking point-to-point messages on the pp communicator.
+// neighbouring stages through non-blocking point-to-point messages on the pp communicator; and
+// evaluation's forward-only schedule the same way.
 //
 // Communication overlaps compute. Receives are issued in list order, which matches the peer's
 // send order (NCCL has no tags); sends never block the schedule. When a receive is posted is
@@ -77,6 +78,11 @@ class PipelineRunner : private PipelineExecutor {
   // embedding group after); the last stage adds the token losses to model.loss_sum().
   // grad_scale = 1 / (counted target tokens of the global batch).
   PipelineStepStats step(const BatchProvider& batch, float grad_scale);
+  // Forward only (evaluation): micro-batches 0 .. n_micro - 1 through this rank's chunks in the
+  // order of the forward-only schedule (ScheduleKind::forward_only, from the same builder),
+  // with the step's messages, slots and buffers; the last stage adds the token losses to
+  // model.loss_sum(). Collective over the pipeline like step().
+  PipelineStepStats forward_only(int n_micro, const BatchProvider& batch);
 
   const std::vector<Action>& actions() const { return flow_.actions(); }
   int n_slots() const { return n_slots_; }
@@ -106,6 +112,8 @@ class PipelineRunner : private PipelineExecutor {
   std::vector<int> chunk_slots_;          // slots per chunk (the schedule's per-chunk peak)
   int recv_ahead_;
   MessageFlow flow_;                      // the step's
+  std::unique_ptr<MessageFlow> forward_flow_;  // forward_only's, over forward_micro_ batches
+  int forward_micro_ = 0;
   std::vector<View1<T>> pool_;            // message buffers of activation_elems()
   std::vector<comm::Request> messages_;   // per action: its send or receive in flight
   // the step in progress

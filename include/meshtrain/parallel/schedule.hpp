@@ -17,6 +17,10 @@ enum class ScheduleKind {
   gpipe,        // all forwards, then all backwards (Huang et al. 2019): keeps m in flight
   one_f_one_b,  // PipeDream-Flush (Narayanan et al. 2021): warm-up, 1F1B, cool-down
   interleaved,  // Megatron's interleaved 1F1B over v virtual chunks per rank
+  // Evaluation, not a training schedule (pp.schedule does not name it): forwards only, each
+  // micro-batch through this rank's chunks in turn, micro-batches in order (so the last stage
+  // adds their losses in the order a single rank does).
+  forward_only,
 };
 
 // "gpipe" | "1f1b" | "interleaved"; ConfigError naming pp.schedule otherwise.
@@ -33,7 +37,8 @@ struct ScheduleSpec {
   int virtual_stage(int stage, int chunk) const { return chunk * pp + stage; }
 };
 
-// Counts only: pp, n_micro, chunks >= 1; chunks > 1 only with interleaved; interleaved with
+// Counts only: pp, n_micro, chunks >= 1; chunks > 1 only with interleaved (or forward_only,
+// which runs a training layout's chunks); interleaved with
 // pp > 1 and chunks > 1 needs n_micro % pp == 0 (Megatron's requirement: micro-batches enter
 // the chunks in groups of pp). ConfigError naming the option otherwise.
 void validate(const ScheduleSpec& spec);
