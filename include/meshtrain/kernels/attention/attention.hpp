@@ -55,10 +55,11 @@ void attention_backward(const ExecSpace& exec, View1<T> dqkv, View1<const T> dou
                         int Tlen, int NH, int HS, int NKV = 0);
 
 // attention_forward/backward dispatch like gemm: on host memory to a blocked CBLAS version of
-// the same algorithm (src/kernels/attention_host.cpp); on a CUDA device, for float and bf16 with
-// HS in {32, 64, 128}, to tiled FlashAttention-2 kernels (src/kernels/attention_cuda*.cpp: fp32
-// FMAs for float, tensor cores for bf16); elsewhere to these portable Kokkos kernels, which any
-// backend can also call directly (the tests' oracle for the other two paths).
+// the same algorithm (src/kernels/attention/attention_host.cpp); on a CUDA device, for float and
+// bf16 with HS in {32, 64, 128}, to tiled FlashAttention-2 kernels
+// (src/kernels/attention/attention_cuda*.cpp: fp32 FMAs for float, tensor cores for bf16);
+// elsewhere to these portable Kokkos kernels, which any backend can also call directly (the
+// tests' oracle for the other two paths).
 template <class T>
 void attention_forward_flash(const ExecSpace& exec, View1<T> out, View1<float> lse,
                              View1<const T> qkv, int B, int Tlen, int NH, int HS, int NKV = 0);

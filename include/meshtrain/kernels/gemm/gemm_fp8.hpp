@@ -7,7 +7,7 @@
 // where qa / qb are the decoded FP8 codes of op(A) / op(B) (exact in fp32, as are their
 // products) and sa / sb the operands' scale_inv: one value each tensorwise; rowwise one per row
 // of op(A) and one per column of op(B) (cuBLASLt's outer-vector scaling). gemm_fp8_emulated
-// decodes both operands to fp32, runs the gemm dispatch (kernels/gemm.hpp) with fp32
+// decodes both operands to fp32, runs the gemm dispatch (kernels/gemm/gemm.hpp) with fp32
 // accumulation and applies the scales and beta in one epilogue kernel: the oracle a CUDA FP8
 // GEMM must match within fp32 summation-order rounding, and the FP8 path of host builds.
 //
