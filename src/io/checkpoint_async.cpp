@@ -4,6 +4,7 @@
 #include <optional>
 
 #include <signal.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -108,13 +109,38 @@ void BackgroundWriter::start(StagedCheckpoint s) {
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
 
+namespace {
+
+// Lets the calling thread run on every CPU of the node that the job's cpuset allows (the kernel
+// intersects the mask with it). The writer inherits the rank's binding, and launchers bind a
+// rank to its cores (Open MPI binds each of up to 2 ranks to one core by default): there the
+// writer shared the training thread's one core while the node's other cores idled, and on a
+// 2-core machine a write took 20-37 s instead of 10 (perf/README, asynchronous checkpoints). At
+// nice 19 it takes only what other threads leave, wherever that is. Returns the CPUs it may run
+// on now (the inherited mask where widening fails).
+int widen_to_node() {
+  const long n = sysconf(_SC_NPROCESSORS_CONF);
+  if (n > 0 && n <= CPU_SETSIZE) {
+    cpu_set_t all;
+    CPU_ZERO(&all);
+    for (long c = 0; c < n; ++c) CPU_SET(static_cast<int>(c), &all);
+    sched_setaffinity(0, sizeof all, &all);  // 0: this thread; a failure keeps the binding
+  }
+  cpu_set_t now;
+  CPU_ZERO(&now);
+  return sched_getaffinity(0, sizeof now, &now) == 0 ? CPU_COUNT(&now) : 0;
+}
+
+}  // namespace
+
 void BackgroundWriter::run(const std::shared_ptr<Shared>& sh, StagedCheckpoint s) {
   // The writer takes what the training thread leaves: the lowest CPU priority for this thread
-  // (Linux gives each thread its own nice value). Where a core is free (GPU nodes) it changes
-  // nothing; where training keeps every core busy (a small CPU node) training keeps its speed
-  // and the write takes longer.
+  // (Linux gives each thread its own nice value), on any CPU of the node. Where a core is free
+  // (GPU nodes, a CPU rank bound to one core of several) it writes there; where training keeps
+  // every core busy (a small CPU node) training keeps its speed and the write takes longer.
   setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19);
   Outcome o;
+  o.cpus = widen_to_node();
   o.started = true;
   o.step = s.step;
   const Timer t;

@@ -62,7 +62,8 @@ void TrainerT<T>::collect_write(bool log) {
   last_checkpoint_ = o.path;
   if (log)
     logging::info("saved checkpoint ", o.path, " (step ", o.step, ", written in the background in ",
-                  static_cast<long long>(o.seconds * 1e3 + 0.5), " ms)");
+                  static_cast<long long>(o.seconds * 1e3 + 0.5), " ms on ", o.cpus, " CPU",
+                  o.cpus == 1 ? "" : "s", ")");
 }
 
 template <class T>

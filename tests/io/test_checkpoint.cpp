@@ -3,17 +3,22 @@
 // element checked against its expected value; corruption, truncation, model mismatch, missing
 // files, an uncommitted save, retention, h5ls, export to safetensors.
 #include <hdf5.h>
+#include <sched.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <sstream>
 
 #include "checkpoint_fixture.hpp"
 #include "harness.hpp"
 #include "io_test_util.hpp"
 #include "meshtrain/core/error.hpp"
+#include "meshtrain/core/mpi_threads.hpp"
+#include "meshtrain/io/checkpoint_async.hpp"
 #include "meshtrain/io/safetensors.hpp"
 #include "meshtrain/io/safetensors_sharded.hpp"
 #include "meshtrain/io/hf_export.hpp"
@@ -411,4 +416,64 @@ TEST_CASE("export of the weights to a HuggingFace folder", "[io][checkpoint][mpi
     CHECK(io::read_checkpoint_attributes(path).model.key() == c.key());
   }
   REQUIRE(mt_test::all_ranks(ok));
+}
+
+namespace {
+
+// Online CPUs, within the cgroup's cpuset where it is readable ("0-3,6").
+int node_cpus() {
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  std::ifstream in("/sys/fs/cgroup/cpuset.cpus.effective");
+  std::string list;
+  if (!(in >> list) || list.empty()) return static_cast<int>(online);
+  int n = 0;
+  std::stringstream ss(list);
+  std::string part;
+  while (std::getline(ss, part, ',')) {
+    const auto dash = part.find('-');
+    const int lo = std::stoi(part.substr(0, dash));
+    const int hi = dash == std::string::npos ? lo : std::stoi(part.substr(dash + 1));
+    for (int c = lo; c <= hi; ++c) n += c < online ? 1 : 0;
+  }
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("the background writer runs on every CPU of the node, not only the rank's binding",
+          "[io][checkpoint][async][mpi]") {
+  if (!mpi_thread_multiple()) {
+    WARN("the background writer needs MPI_THREAD_MULTIPLE (MESHTRAIN_MPI_THREAD_LEVEL)");
+    return;
+  }
+  // As a launcher binds a rank to one core: the writer thread inherits this mask.
+  cpu_set_t before, one;
+  REQUIRE(sched_getaffinity(0, sizeof before, &before) == 0);
+  const int allowed = CPU_COUNT(&before);
+  CPU_ZERO(&one);
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &before)) {
+      CPU_SET(c, &one);
+      break;
+    }
+  REQUIRE(sched_setaffinity(0, sizeof one, &one) == 0);
+  const std::string dir = scratch("background_cpus");
+  const Layout L = save_layout();
+  const Holder h = make_holder(L);
+  io::BackgroundWriter writer(mt_test::world());
+  io::StagedCheckpoint staged;
+  staged.dir = dir;
+  staged.step = 9;
+  staged.attrs = attributes(L);
+  staged.groups = save_groups(h);
+  writer.start(std::move(staged));
+  const io::BackgroundWriter::Outcome o = writer.wait();
+  REQUIRE(sched_setaffinity(0, sizeof before, &before) == 0);
+  INFO("the process could run on " << allowed << " CPUs; the writer on " << o.cpus);
+  REQUIRE(o.ok);
+  // The writer is not confined to the training thread's core: every online CPU that the job's
+  // cpuset allows is open to it.
+  REQUIRE(o.cpus == node_cpus());
+  REQUIRE(o.cpus >= allowed);
+  REQUIRE(mt_test::all_ranks(load_and_count(dir, L, true, true) == 0));
 }

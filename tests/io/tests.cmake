@@ -25,3 +25,8 @@ meshtrain_add_test(NAME test_io_checkpoint_layout
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_checkpoint_layout.cpp)
 meshtrain_add_test(NAME test_io_checkpoint SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_checkpoint.cpp
   RANKS 1 2 4)
+# The background writer's case needs MPI_THREAD_MULTIPLE (the other counts skip it).
+if(TEST test_io_checkpoint_np2)
+  set_property(TEST test_io_checkpoint_np2 APPEND PROPERTY ENVIRONMENT
+    MESHTRAIN_MPI_THREAD_LEVEL=multiple)
+endif()

@@ -75,6 +75,7 @@ class BackgroundWriter {
     std::string error;         // the cause (not ok): names the file
     bool config_error = false;
     double seconds = 0;        // the write's duration on this rank
+    int cpus = 0;              // CPUs the writer thread could run on (its affinity)
   };
   // Lets a write held by the test hook (fault::Hooks::hold_ckpt_write) go on.
   void release_hold();
