@@ -53,7 +53,7 @@ void linear_fp8_forward(const ExecSpace& exec, View1<T> out, View1<const T> inp,
   const Fp8Tensor a = cast<T>(exec, "inp", inp, N, IC, opt.forward, false, opt);
   const Fp8Tensor b = cast<T>(exec, "weight", weight, IC, OC, opt.forward, true, opt);
   // b stores weight^T [OC, IC]: op(B) = its transpose, K = IC contiguous in both operands.
-  gemm_fp8_emulated<T>(exec, Trans::N, Trans::T, N, OC, IC, 1.0f, a, b, has_bias ? 1.0f : 0.0f,
+  gemm_fp8<T>(exec, Trans::N, Trans::T, N, OC, IC, 1.0f, a, b, has_bias ? 1.0f : 0.0f,
                        out.data(), OC);
 }
 
@@ -73,7 +73,7 @@ void linear_fp8_backward(const ExecSpace& exec, View1<T> dinp, View1<T> dweight,
     detail::check_extent(dinp, std::size_t(N) * IC, fn, "dinp");
     const Fp8Tensor w = cast<T>(exec, "weight", weight, IC, OC, opt.forward, false, opt);
     // dinp[N, IC] = dout[N, OC] . weight[IC, OC]^T: K = OC contiguous in both.
-    gemm_fp8_emulated<T>(exec, Trans::N, Trans::T, N, IC, OC, 1.0f, g, w, 0.0f, dinp.data(), IC);
+    gemm_fp8<T>(exec, Trans::N, Trans::T, N, IC, OC, 1.0f, g, w, 0.0f, dinp.data(), IC);
   }
   Fp8Tensor gt = make_fp8_tensor("linear_fp8_dout_t", N, OC, opt.backward,
                                  Fp8Scaling::tensorwise, true);
@@ -83,7 +83,7 @@ void linear_fp8_backward(const ExecSpace& exec, View1<T> dinp, View1<T> dweight,
   fp8_cast<T>(exec, gt.data, dout, N, OC, gt.scale, Fp8Scaling::tensorwise, opt.backward, true);
   const Fp8Tensor xt = cast<T>(exec, "inp", inp, N, IC, opt.forward, true, opt);
   // dweight[IC, OC] += (inp^T)[IC, N] . (dout^T)[OC, N]^T: K = N contiguous in both.
-  gemm_fp8_emulated<T>(exec, Trans::N, Trans::T, IC, OC, N, 1.0f, xt, gt, 1.0f, dweight.data(),
+  gemm_fp8<T>(exec, Trans::N, Trans::T, IC, OC, N, 1.0f, xt, gt, 1.0f, dweight.data(),
                        OC);
   if (detail::present(dbias)) {
     detail::check_extent(dbias, OC, fn, "dbias");

@@ -10,7 +10,7 @@
 //   backward  dinp[N,IC]   = dout[N,OC]     . weight[IC,OC]^T       dout as is, weight as is
 //             dweight[IC,OC] += (inp^T)[IC,N] . (dout^T)[OC,N]^T    both transposed
 //
-// The GEMMs are gemm_fp8_emulated (gemm/gemm_fp8.hpp); the casts are requantized on every call and
+// The GEMMs are gemm_fp8 (gemm/gemm_fp8.hpp); the casts are requantized on every call and
 // their temporaries allocated per call: the oracle and host path of an FP8 linear, not yet a fast
 // one. A tensor split over tp/sp takes `agree` (model/fp8_amax.hpp) so its scale is the whole
 // tensor's; the hooks get which tensor they agree ("inp", "weight", "dout").

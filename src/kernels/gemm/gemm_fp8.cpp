@@ -73,6 +73,18 @@ void gemm_fp8_emulated(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, 
       });
 }
 
+template <class T>
+void gemm_fp8(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K, float alpha,
+              const Fp8Tensor& A, const Fp8Tensor& B, float beta, T* C, int ldc) {
+  gemm_fp8_emulated<T>(exec, ta, tb, M, N, K, alpha, A, B, beta, C, ldc);
+}
+
+template void gemm_fp8<float>(const ExecSpace&, Trans, Trans, int, int, int, float,
+                              const Fp8Tensor&, const Fp8Tensor&, float, float*, int);
+#if MESHTRAIN_HAVE_BF16
+template void gemm_fp8<bf16>(const ExecSpace&, Trans, Trans, int, int, int, float,
+                             const Fp8Tensor&, const Fp8Tensor&, float, bf16*, int);
+#endif
 template void gemm_fp8_emulated<float>(const ExecSpace&, Trans, Trans, int, int, int, float,
                                        const Fp8Tensor&, const Fp8Tensor&, float, float*, int);
 #if MESHTRAIN_HAVE_BF16

@@ -21,6 +21,13 @@
 
 namespace meshtrain::kernels {
 
+// The FP8 GEMM the model calls: cuBLASLt's FP8 matmul on CUDA builds where it has an algorithm
+// for the call, gemm_fp8_emulated otherwise (host builds, and the shapes or layouts cuBLASLt
+// refuses). Same arguments and contract as gemm_fp8_emulated.
+template <class T>
+void gemm_fp8(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K, float alpha,
+              const Fp8Tensor& A, const Fp8Tensor& B, float beta, T* C, int ldc);
+
 template <class T>
 void gemm_fp8_emulated(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K,
                        float alpha, const Fp8Tensor& A, const Fp8Tensor& B, float beta, T* C,
