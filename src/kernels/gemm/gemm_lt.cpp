@@ -32,6 +32,7 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <vector>
 
 #include "gemm_lt.hpp"
 #include "meshtrain/kernels/gemm/gemm_varying.hpp"
@@ -63,20 +64,9 @@ struct PlanKey {
   bool operator<(const PlanKey& o) const { return tie() < o.tie(); }
 };
 
-struct Plan {
-  bool ok = false;  // false: cuBLASLt has no algorithm, the caller falls back (also cached)
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
-  cublasLtMatmulAlgo_t algo{};
-};
-
-// No checks here: also called from the finalize hook, where a throw would abort.
-void destroy(Plan& p) {
-  if (p.op) cublasLtMatmulDescDestroy(p.op);
-  for (auto* l : {p.a, p.b, p.c, p.d})
-    if (l) cublasLtMatrixLayoutDestroy(l);
-  p = Plan{};
-}
+// ok false: cuBLASLt has no algorithm, the caller falls back (also cached). gemm_lt.hpp.
+using Plan = LtPlan;
+void destroy(Plan& p) { lt_destroy_plan(p); }
 
 // One cuBLASLt handle, workspace and plan cache per process (one GPU per rank), made on first
 // use and released by a Kokkos finalize hook. All GEMMs of a run go to one execution-space
@@ -89,6 +79,7 @@ struct LtState {
   void* workspace_aligned = nullptr;  // cuBLASLt wants its workspace 256-byte aligned
   std::map<PlanKey, Plan> plans;
   std::map<PlanKey, Plan> bucket_plans;  // lt_matmul_bucketed's: op and algo only, no layouts
+  std::map<std::vector<std::int64_t>, Plan> keyed_plans;  // other callers' (LtLocked)
 };
 
 constexpr std::size_t kAlign = 256;
@@ -122,6 +113,8 @@ void ensure_started(LtState& s) {
       st.plans.clear();
       for (auto& kv : st.bucket_plans) destroy(kv.second);
       st.bucket_plans.clear();
+      for (auto& kv : st.keyed_plans) destroy(kv.second);
+      st.keyed_plans.clear();
       st.workspace = {};
       st.workspace_aligned = nullptr;
       st.bias_scratch = {};
@@ -454,6 +447,24 @@ void* lt_bias_scratch(std::size_t bytes) {
         Kokkos::view_alloc("meshtrain::cublaslt_bias_scratch", Kokkos::WithoutInitializing),
         bytes + kAlign);
   return align_up(s.bias_scratch.data());
+}
+
+// No checks here: also called from the finalize hook, where a throw would abort.
+void lt_destroy_plan(LtPlan& p) {
+  if (p.op) cublasLtMatmulDescDestroy(p.op);
+  for (auto* l : {p.a, p.b, p.c, p.d})
+    if (l) cublasLtMatrixLayoutDestroy(l);
+  p = LtPlan{};
+}
+
+std::uint32_t lt_align_log2(const void* p) { return align_log2(p); }
+
+LtLocked::LtLocked() : lock_(state().mutex) { ensure_started(state()); }
+cublasLtHandle_t LtLocked::handle() const { return state().handle; }
+void* LtLocked::workspace() const { return state().workspace_aligned; }
+std::size_t LtLocked::workspace_bytes() const { return kWorkspaceBytes; }
+std::map<std::vector<std::int64_t>, LtPlan>& LtLocked::keyed_plans() {
+  return state().keyed_plans;
 }
 
 }  // namespace meshtrain::kernels::detail

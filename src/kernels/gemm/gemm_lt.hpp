@@ -4,6 +4,10 @@
 #include <cublasLt.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <vector>
 
 #include "gemm_detail.hpp"
 
@@ -50,5 +54,38 @@ bool lt_matmul_bucketed(const Kokkos::Cuda& exec, const LtCall& call, bool vary_
 // epilogue overwrites its output, so gemm_dbias points it here and adds the result into dbias.
 // Uses are ordered by the one execution-space instance's stream, as for persistent_buffer.
 void* lt_bias_scratch(std::size_t bytes);
+
+// What other cuBLASLt callers in src/kernels (gemm_lt_fp8.cpp) share with lt_matmul: one handle,
+// one workspace and one place for cached plans per process, so a second caller neither creates a
+// second 32 MiB workspace nor its own finalize hook.
+
+// A plan: descriptors and the heuristic's algorithm (ok false: cuBLASLt has none, cached too).
+struct LtPlan {
+  bool ok = false;
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+};
+void lt_destroy_plan(LtPlan& p);  // releases the descriptors; p becomes an empty plan
+
+// log2 of the largest power of two dividing the address, capped at 8 (256 bytes); null gives 8.
+std::uint32_t lt_align_log2(const void* p);
+
+// The shared state, locked for the object's lifetime (started on first use): plans and the
+// workspace are used under the lock, as lt_matmul does. keyed_plans() is for callers other than
+// lt_matmul; each key starts with a tag of its caller. The finalize hook destroys those plans.
+class LtLocked {
+ public:
+  LtLocked();
+  LtLocked(const LtLocked&) = delete;
+  LtLocked& operator=(const LtLocked&) = delete;
+  cublasLtHandle_t handle() const;
+  void* workspace() const;  // 256-byte aligned
+  std::size_t workspace_bytes() const;
+  std::map<std::vector<std::int64_t>, LtPlan>& keyed_plans();
+
+ private:
+  std::unique_lock<std::mutex> lock_;
+};
 
 }  // namespace meshtrain::kernels::detail
