@@ -33,6 +33,7 @@ target_sources(meshtrain_lib PRIVATE
 if(MESHTRAIN_ENABLE_CUDA)
   target_sources(meshtrain_lib PRIVATE
     ${CMAKE_CURRENT_LIST_DIR}/gemm/gemm_lt.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/gemm/gemm_lt_fp8.cpp
     ${CMAKE_CURRENT_LIST_DIR}/gemm/column_sums_cuda.cpp
     ${CMAKE_CURRENT_LIST_DIR}/attention/attention_cuda.cpp
     ${CMAKE_CURRENT_LIST_DIR}/attention/attention_cuda_bf16.cpp

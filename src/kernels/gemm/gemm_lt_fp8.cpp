@@ -1,0 +1,172 @@
+// cuBLASLt FP8 matmul behind gemm_fp8 (CUDA builds; empty otherwise).
+//
+// What cuBLASLt computes (cuBLAS docs, "Narrow Precision Data Types Usage", tensorwise and
+// outer-vector scaling of FP8): D = alpha * scale_A * scale_B * op(A) op(B) + beta * C, the
+// scales multiplying as given (a scale may be negative); the scale pointers take our operands'
+// scale_inv, so D is the dequantized product, exactly gemm_fp8's contract. Accumulation is fp32
+// (CUBLAS_COMPUTE_32F, scale type CUDA_R_32F); FAST_ACCUM stays off, so Hopper promotes the
+// tensor cores' partial sums into fp32 at intervals instead of accumulating all of K inside them.
+//
+// Restrictions we check before asking (cublasLtMatmul's FP8 requirements): A transposed and B not
+// (the "TN" form: both operands K-contiguous), 16-byte aligned pointers and leading dimensions,
+// E5M2 x E5M2 not supported, C and D of one 16/32-bit type (here CUDA_R_16BF or CUDA_R_32F; FP8
+// outputs are not used). Rowwise scaling is cuBLASLt's outer-vector mode
+// (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, compute capability 9.0): both A and B in that mode,
+// one fp32 scale per row of op(A) and per column of op(B); on other GPUs the heuristic or the
+// matmul refuses it and the caller emulates.
+//
+// Row-major -> column-major as in gemm_lt.cpp: row-major D[M, N] = A[M, K] . B[N, K]^T is
+// column-major D^T[N, M] = B^T(T) . A^T; B's memory read column-major is the K x N matrix B^T,
+// so cuBLASLt's "A" is our B with op T and its "B" is our A with op N: TRANSA = T, TRANSB = N,
+// m = N, n = M, k = K. The scales swap with them: cuBLASLt's A scale is our B's (N entries
+// rowwise: its m), its B scale our A's (M entries: its n).
+//
+// Plans: one per (shape, formats, output type, scaling, beta != 0, pointer alignments), cached in
+// gemm_lt.cpp's shared state with its handle and workspace; the scale pointers are set on the
+// descriptor per call (a host-side store, under the state's lock). The heuristic's first answer
+// is taken untimed, as PyTorch's scaled_mm does.
+#include "../common.hpp"  // first: Kokkos defines KOKKOS_ENABLE_CUDA
+
+#if defined(KOKKOS_ENABLE_CUDA)
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+#include "gemm_lt.hpp"
+#include "gemm_lt_fp8.hpp"
+
+namespace meshtrain::kernels::detail {
+
+namespace {
+
+// First entry of our keys in LtLocked::keyed_plans ('F' 'P' '8').
+constexpr std::int64_t kKeyTag = 0x465038;
+
+// Outer-vector scaling came with cuBLAS 12.9; older headers lack the enum: rowwise falls back.
+#if CUBLAS_VERSION >= 120900
+constexpr bool kHaveOuterVec = true;
+#else
+constexpr bool kHaveOuterVec = false;
+#endif
+
+template <class V>
+void set_desc(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const V& v) {
+  MESHTRAIN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, attr, &v, sizeof(v)));
+}
+template <class V>
+void set_pref(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t attr,
+              const V& v) {
+  MESHTRAIN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(p, attr, &v, sizeof(v)));
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+// The documented restrictions (see the top of the file); false means: emulate.
+bool fp8_allowed(const LtFp8Call& c) {
+  const auto fp8 = [](cudaDataType_t t) { return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2; };
+  if (!fp8(c.a_type) || !fp8(c.b_type)) return false;
+  if (c.a_type == CUDA_R_8F_E5M2 && c.b_type == CUDA_R_8F_E5M2) return false;  // no such kernel
+  if (c.out_type != CUDA_R_32F && c.out_type != CUDA_R_16BF) return false;
+  if (c.rowwise && !kHaveOuterVec) return false;
+  if (c.M < 1 || c.N < 1 || c.K < 16) return false;
+  // 16-byte alignment of every pointer and leading dimension; K too, since a K-contiguous row of
+  // FP8 codes must fill whole 16-byte vectors.
+  const int out_bytes = c.out_type == CUDA_R_32F ? 4 : 2;
+  if (c.K % 16 != 0 || c.lda % 16 != 0 || c.ldb % 16 != 0) return false;
+  if ((c.ldc * out_bytes) % 16 != 0 || (c.ldd * out_bytes) % 16 != 0) return false;
+  if (!aligned16(c.A) || !aligned16(c.B) || !aligned16(c.C) || !aligned16(c.D)) return false;
+  // Scale vectors: 16-byte aligned, as the docs require of block-scale tensors.
+  if (c.rowwise && (!aligned16(c.a_scale) || !aligned16(c.b_scale))) return false;
+  return true;
+}
+
+LtPlan make_plan(cublasLtHandle_t handle, const LtFp8Call& c, std::size_t workspace_bytes) {
+  LtPlan p;
+  MESHTRAIN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  set_desc(p.op, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
+  set_desc(p.op, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
+#if CUBLAS_VERSION >= 120900
+  if (c.rowwise) {
+    const std::int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;  // int32_t attribute
+    set_desc(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, mode);
+    set_desc(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, mode);
+  }
+#endif
+  // The swap (top of the file): cuBLASLt's A is our B.
+  set_desc(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(c.b_scale));
+  set_desc(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(c.a_scale));
+  MESHTRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, c.b_type, c.K, c.N, c.ldb));
+  MESHTRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, c.a_type, c.K, c.M, c.lda));
+  MESHTRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, c.out_type, c.N, c.M, c.ldc));
+  MESHTRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, c.out_type, c.N, c.M, c.ldd));
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  MESHTRAIN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  set_pref(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, workspace_bytes);
+  const auto bytes = [](const void* q) { return std::uint32_t(1) << lt_align_log2(q); };
+  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, bytes(c.B));
+  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, bytes(c.A));
+  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, bytes(c.C));
+  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, bytes(c.D));
+  cublasLtMatmulHeuristicResult_t result = {};
+  int found = 0;
+  // A status other than success means the same as no algorithm: this case is not supported.
+  const cublasStatus_t rc =
+      cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.c, p.d, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (rc != CUBLAS_STATUS_SUCCESS || found == 0) {
+    lt_destroy_plan(p);
+    return p;
+  }
+  p.algo = result.algo;
+  p.ok = true;
+  return p;
+}
+
+const char* fp8_name(cudaDataType_t t) { return t == CUDA_R_8F_E4M3 ? "e4m3" : "e5m2"; }
+
+}  // namespace
+
+bool lt_matmul_fp8(const Kokkos::Cuda& exec, const LtFp8Call& call) {
+  LtFp8Call c = call;
+  // C is not read when beta == 0: point it at D so that the key does not depend on it.
+  if (c.beta == 0.0f) {
+    c.C = c.D;
+    c.ldc = c.ldd;
+  }
+  if (!fp8_allowed(c)) return false;
+  const std::vector<std::int64_t> key{
+      kKeyTag, c.a_type, c.b_type, c.out_type, c.rowwise, c.M, c.N, c.K, c.lda, c.ldb, c.ldc,
+      c.ldd, c.beta != 0.0f,
+      std::int64_t(lt_align_log2(c.A) | lt_align_log2(c.B) << 4 | lt_align_log2(c.C) << 8 |
+                   lt_align_log2(c.D) << 12)};
+  // Held through the launch: the plan's descriptor gets this call's scale pointers.
+  LtLocked lt;
+  auto& plans = lt.keyed_plans();
+  auto it = plans.find(key);
+  if (it == plans.end())
+    it = plans.emplace(key, make_plan(lt.handle(), c, lt.workspace_bytes())).first;
+  LtPlan& p = it->second;
+  if (!p.ok) return false;
+  set_desc(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(c.b_scale));
+  set_desc(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(c.a_scale));
+  const cublasStatus_t rc =
+      cublasLtMatmul(lt.handle(), p.op, &c.alpha, c.B, p.a, c.A, p.b, &c.beta, c.C, p.c, c.D,
+                     p.d, &p.algo, lt.workspace(), lt.workspace_bytes(), exec.cuda_stream());
+  if (rc != CUBLAS_STATUS_SUCCESS) {
+    // Nothing was launched (cuBLASLt checks the scale modes here, not in the heuristic):
+    // remember the refusal and let the caller emulate. Said once per plan, on stderr.
+    std::fprintf(stderr,
+                 "meshtrain: cublasLtMatmul refused FP8 TN M=%d N=%d K=%d A %s B %s out %s %s "
+                 "(%s); this shape runs the FP8 emulation\n",
+                 c.M, c.N, c.K, fp8_name(c.a_type), fp8_name(c.b_type),
+                 c.out_type == CUDA_R_32F ? "fp32" : "bf16", c.rowwise ? "rowwise" : "tensorwise",
+                 cublasGetStatusString(rc));
+    lt_destroy_plan(p);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace meshtrain::kernels::detail
+#endif
