@@ -1,7 +1,15 @@
-// The emulated FP8 GEMM (kernels/gemm_fp8.hpp): decode, fp32 GEMM, scale epilogue.
+// The FP8 GEMM (kernels/gemm/gemm_fp8.hpp): the dispatch to cuBLASLt's FP8 matmul on CUDA builds
+// (gemm_lt_fp8.cpp), and the emulation: decode, fp32 GEMM, scale epilogue.
 #include "meshtrain/kernels/gemm/gemm_fp8.hpp"
 
+#include <atomic>
+#include <type_traits>
+
 #include "../common.hpp"
+
+#if defined(KOKKOS_ENABLE_CUDA)
+#include "gemm_lt_fp8.hpp"
+#endif
 
 namespace meshtrain::kernels {
 
@@ -18,10 +26,76 @@ Stored stored(const Fp8Tensor& t) {
   return t.transposed ? Stored{t.cols, t.rows} : Stored{t.rows, t.cols};
 }
 
+// The contract's checks, before either path: shapes as stored against op(A), op(B), rowwise
+// scales only where they follow op(A)'s rows and op(B)'s columns, and the extents of codes and
+// scales (the cuBLASLt path reads them through raw pointers).
+void check_fp8_gemm(const char* fn, Trans ta, Trans tb, int M, int N, int K, const Fp8Tensor& A,
+                    const Fp8Tensor& B, int ldc) {
+  const Stored sa = stored(A), sb = stored(B);
+  const int want_ar = ta == Trans::N ? M : K, want_ac = ta == Trans::N ? K : M;
+  const int want_br = tb == Trans::N ? K : N, want_bc = tb == Trans::N ? N : K;
+  MESHTRAIN_CHECK(sa.rows == want_ar && sa.cols == want_ac, fn, ": A is stored [", sa.rows, ", ",
+                  sa.cols, "], op(A) must be [M=", M, ", K=", K, "] with ta=",
+                  ta == Trans::N ? "N" : "T");
+  MESHTRAIN_CHECK(sb.rows == want_br && sb.cols == want_bc, fn, ": B is stored [", sb.rows, ", ",
+                  sb.cols, "], op(B) must be [K=", K, ", N=", N, "] with tb=",
+                  tb == Trans::N ? "N" : "T");
+  MESHTRAIN_CHECK(A.scaling == Fp8Scaling::tensorwise || (ta == Trans::N && !A.transposed), fn,
+                  ": rowwise A scales rows of op(A); A must be stored [M, K] "
+                  "(ta=N, not transposed)");
+  MESHTRAIN_CHECK(B.scaling == Fp8Scaling::tensorwise || (tb == Trans::T && !B.transposed), fn,
+                  ": rowwise B scales columns of op(B); B must be stored [N, K] "
+                  "(tb=T, not transposed)");
+  MESHTRAIN_CHECK(ldc >= N, fn, ": ldc=", ldc, " < N=", N);
+  const auto extents = [fn](const Fp8Tensor& t, const char* what) {
+    detail::check_extent(t.data, std::size_t(t.rows) * std::size_t(t.cols), fn, what);
+    detail::check_extent(t.scale_inv, t.scale_count(), fn, what);
+  };
+  extents(A, "A");
+  extents(B, "B");
+}
+
+// gemm_fp8 calls that cuBLASLt ran (gemm_fp8_cublaslt_calls).
+std::atomic<int> cublaslt_calls{0};
+
+#if defined(KOKKOS_ENABLE_CUDA)
+cudaDataType_t lt_fp8_type(Fp8Format f) {
+  return f == Fp8Format::e4m3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
+}
+
+// The call as cuBLASLt's FP8 matmul, where it serves it: the TN form, whose stored operands are
+// both K-contiguous. That is ta = N (A stored [M, K]) and tb = T (B stored [N, K]), whatever the
+// `transposed` flag says of how the stored matrix was cast (linear_fp8's weight is a transposed
+// cast of [IC, OC], stored [OC, IC]: K-contiguous for tb = T). The other forms would need a
+// transposed copy of an operand first; they run the emulation. Both operands rowwise or both
+// tensorwise: cuBLASLt's outer-vector mode is for A and B together.
+template <class T>
+bool try_cublaslt(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K, float alpha,
+                  const Fp8Tensor& A, const Fp8Tensor& B, float beta, T* C, int ldc) {
+  if constexpr (!std::is_same_v<ExecSpace, Kokkos::Cuda>) {
+    return false;
+  } else {
+    if (ta != Trans::N || tb != Trans::T || A.scaling != B.scaling) return false;
+    constexpr bool f32 = std::is_same_v<T, float>;
+#if MESHTRAIN_HAVE_BF16
+    constexpr bool b16 = std::is_same_v<T, bf16>;
+#else
+    constexpr bool b16 = false;
+#endif
+    static_assert(f32 || b16, "gemm_fp8 is instantiated for float and bf16 outputs");
+    const cudaDataType_t out = f32 ? CUDA_R_32F : CUDA_R_16BF;
+    detail::LtFp8Call call{lt_fp8_type(A.format), lt_fp8_type(B.format), out,
+                           A.scaling == Fp8Scaling::rowwise, M, N, K, alpha,
+                           A.data.data(), K, A.scale_inv.data(),
+                           B.data.data(), K, B.scale_inv.data(),
+                           beta, C, ldc, C, ldc};
+    return detail::lt_matmul_fp8(exec, call);
+  }
+}
+#endif
+
 View1<float> decode_codes(const ExecSpace& exec, const Fp8Tensor& t, const char* what) {
-  const std::size_t n = std::size_t(t.rows) * std::size_t(t.cols);
-  detail::check_extent(t.data, n, "gemm_fp8_emulated", what);
-  detail::check_extent(t.scale_inv, t.scale_count(), "gemm_fp8_emulated", what);
+  const std::size_t n = std::size_t(t.rows) * std::size_t(t.cols);  // extents: check_fp8_gemm
   View1<float> out = alloc<float>(std::string("gemm_fp8_") + what, n);
   auto q = t.data;
   const Fp8Format f = t.format;
@@ -37,23 +111,9 @@ template <class T>
 void gemm_fp8_emulated(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K,
                        float alpha, const Fp8Tensor& A, const Fp8Tensor& B, float beta, T* C,
                        int ldc) {
-  const Stored sa = stored(A), sb = stored(B);
-  const int want_ar = ta == Trans::N ? M : K, want_ac = ta == Trans::N ? K : M;
-  const int want_br = tb == Trans::N ? K : N, want_bc = tb == Trans::N ? N : K;
-  MESHTRAIN_CHECK(sa.rows == want_ar && sa.cols == want_ac, "gemm_fp8_emulated: A is stored [",
-                  sa.rows, ", ", sa.cols, "], op(A) must be [M=", M, ", K=", K, "] with ta=",
-                  ta == Trans::N ? "N" : "T");
-  MESHTRAIN_CHECK(sb.rows == want_br && sb.cols == want_bc, "gemm_fp8_emulated: B is stored [",
-                  sb.rows, ", ", sb.cols, "], op(B) must be [K=", K, ", N=", N, "] with tb=",
-                  tb == Trans::N ? "N" : "T");
-  MESHTRAIN_CHECK(A.scaling == Fp8Scaling::tensorwise || (ta == Trans::N && !A.transposed),
-                  "gemm_fp8_emulated: rowwise A scales rows of op(A); A must be stored [M, K] "
-                  "(ta=N, not transposed)");
-  MESHTRAIN_CHECK(B.scaling == Fp8Scaling::tensorwise || (tb == Trans::T && !B.transposed),
-                  "gemm_fp8_emulated: rowwise B scales columns of op(B); B must be stored [N, K] "
-                  "(tb=T, not transposed)");
-  MESHTRAIN_CHECK(ldc >= N, "gemm_fp8_emulated: ldc=", ldc, " < N=", N);
+  check_fp8_gemm("gemm_fp8_emulated", ta, tb, M, N, K, A, B, ldc);
   if (M == 0 || N == 0) return;
+  const Stored sa = stored(A), sb = stored(B);
 
   const View1<float> a = decode_codes(exec, A, "A"), b = decode_codes(exec, B, "B");
   View1<float> acc = alloc<float>("gemm_fp8_acc", std::size_t(M) * std::size_t(N));
@@ -76,8 +136,18 @@ void gemm_fp8_emulated(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, 
 template <class T>
 void gemm_fp8(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K, float alpha,
               const Fp8Tensor& A, const Fp8Tensor& B, float beta, T* C, int ldc) {
+  check_fp8_gemm("gemm_fp8", ta, tb, M, N, K, A, B, ldc);
+  if (M == 0 || N == 0) return;
+#if defined(KOKKOS_ENABLE_CUDA)
+  if (try_cublaslt<T>(exec, ta, tb, M, N, K, alpha, A, B, beta, C, ldc)) {
+    cublaslt_calls.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+#endif
   gemm_fp8_emulated<T>(exec, ta, tb, M, N, K, alpha, A, B, beta, C, ldc);
 }
+
+int gemm_fp8_cublaslt_calls() { return cublaslt_calls.load(std::memory_order_relaxed); }
 
 template void gemm_fp8<float>(const ExecSpace&, Trans, Trans, int, int, int, float,
                               const Fp8Tensor&, const Fp8Tensor&, float, float*, int);

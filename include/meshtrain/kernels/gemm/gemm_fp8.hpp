@@ -24,9 +24,21 @@ namespace meshtrain::kernels {
 // The FP8 GEMM the model calls: cuBLASLt's FP8 matmul on CUDA builds where it has an algorithm
 // for the call, gemm_fp8_emulated otherwise (host builds, and the shapes or layouts cuBLASLt
 // refuses). Same arguments and contract as gemm_fp8_emulated.
+//
+// cuBLASLt serves (CUDA builds, T = float or bf16): the TN form, ta = N and tb = T, so that both
+// stored matrices are K-contiguous ([M, K] and [N, K]; a transposed cast stored that way counts:
+// what matters is the stored layout); formats E4M3 x E4M3, E4M3 x E5M2, E5M2 x E4M3; both
+// operands tensorwise, or both rowwise (outer-vector scaling, Hopper); K, the stored row
+// strides (= K) and ldc * sizeof(T) multiples of 16 bytes, every pointer 16-byte aligned. The
+// rest, and what cuBLASLt finds no algorithm for, is emulated. Results agree with the emulation
+// to fp32 summation-order rounding of the tensor cores' accumulation (not bit for bit).
 template <class T>
 void gemm_fp8(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K, float alpha,
               const Fp8Tensor& A, const Fp8Tensor& B, float beta, T* C, int ldc);
+
+// How many gemm_fp8 calls of this process cuBLASLt's FP8 matmul ran (always 0 on host builds):
+// tests read it before and after a call to know which path served it.
+int gemm_fp8_cublaslt_calls();
 
 template <class T>
 void gemm_fp8_emulated(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K,
