@@ -2,8 +2,11 @@
 // operands (decode(q) * scale_inv in double): every transpose form tensorwise, the TN form
 // rowwise, E4M3 x E4M3 and E5M2 x E4M3 (gradient x weight), beta = 0 (C poisoned) and beta != 0,
 // a padded ldc. Also the quantization error against the unquantized product, as a sanity bound.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "kernel_test_util.hpp"
@@ -151,4 +154,135 @@ TEST_CASE("gemm_fp8_emulated refuses shapes and rowwise layouts it cannot scale"
   REQUIRE_THROWS_WITH(gemm_fp8_emulated<float>(ExecSpace(), Trans::N, Trans::N, 5, 6, 8, 1.0f,
                                                a, b, 0.0f, c.data(), 6),
                       mt_test::contains("A is stored [4, 8]"));
+}
+
+// gemm_fp8, the dispatch, against gemm_fp8_emulated on the same quantized operands. Host builds
+// run the emulation: the results must be bit-identical and cuBLASLt never counted. CUDA builds
+// must run cuBLASLt's FP8 matmul for the tensorwise TN forms (gemm_fp8_cublaslt_calls counts it,
+// so a silent fallback fails) and the forms it cannot serve must fall back; rowwise may go
+// either way (outer-vector scaling needs cuBLAS >= 12.9 on Hopper) and is reported.
+namespace {
+
+enum class Path { cublaslt, emulated, either };
+
+struct DCase {
+  int M, N, K;
+  Fp8Format fa, fb;
+  Fp8Scaling sa, sb;
+  bool b_transposed;  // B stored [N, K] from a transposed cast of [K, N] (linear's weight)
+  float alpha, beta;
+  Path on_cuda;  // which path a CUDA build must take (host builds always emulate)
+  Trans ta = Trans::N, tb = Trans::T;
+};
+
+// The tolerance of a CUDA result, relative to S = |alpha| sum_k |a_k b_k| + |beta c| (operands
+// dequantized). Both paths accumulate in fp32 but in different orders, and Hopper's FP8 tensor
+// cores add a group of products with fewer bits than fp32 (around 14, DeepSeek-V3 report §3.3.2)
+// before cuBLASLt promotes the partial sum into fp32 (FAST_ACCUM off): 2^-10 of S covers that
+// with margin and still fails any wrong scale, format, layout or operand swap, which err by O(S).
+// The largest ratio seen is printed, so a GPU run says how close to fp32 rounding it really is.
+constexpr double kCudaRel = 1.0 / 1024;
+
+double bf16_ulp(double v) {
+  const double a = std::fabs(v);
+  if (!(a > 0)) return 0x1p-133;  // smallest bf16 subnormal step
+  return std::ldexp(1.0, std::ilogb(a) - 7);  // 8 significant bits
+}
+
+template <class T>
+void check_dispatch(const DCase& g) {
+  const bool is_f32 = std::is_same_v<T, float>;
+  INFO("gemm_fp8 " << (is_f32 ? "fp32" : "bf16") << " ta=" << (g.ta == Trans::N ? "N" : "T")
+                   << " tb=" << (g.tb == Trans::N ? "N" : "T") << " M=" << g.M << " N=" << g.N
+                   << " K=" << g.K << " A " << fp8_format_name(g.fa) << " "
+                   << fp8_scaling_name(g.sa) << " B " << fp8_format_name(g.fb) << " "
+                   << fp8_scaling_name(g.sb) << (g.b_transposed ? " (transposed cast)" : "")
+                   << " alpha " << g.alpha << " beta " << g.beta);
+  const int a_sr = g.ta == Trans::N ? g.M : g.K, a_sc = g.ta == Trans::N ? g.K : g.M;
+  const int b_sr = g.tb == Trans::N ? g.K : g.N, b_sc = g.tb == Trans::N ? g.N : g.K;
+  const Operand A = make_operand(a_sr, a_sc, g.fa, g.sa, false, 51);
+  const Operand B = g.b_transposed ? make_operand(b_sc, b_sr, g.fb, g.sb, true, 52)
+                                   : make_operand(b_sr, b_sc, g.fb, g.sb, false, 52);
+  // Row padding of 16 bytes keeps ldc * sizeof(T) a multiple of 16; the pad holds a sentinel.
+  const int ldc = g.N + int(16 / sizeof(T));
+  const float sentinel = 777.0f;
+  auto c0f = kt::random_vector<float>(std::size_t(g.M) * ldc, 53, -4.0, 4.0);
+  for (int i = 0; i < g.M; ++i)
+    for (int j = 0; j < ldc; ++j)
+      if (j >= g.N) c0f[std::size_t(i) * ldc + j] = sentinel;
+      else if (g.beta == 0.0f) c0f[std::size_t(i) * ldc + j] = std::nanf("");  // must not be read
+  const std::vector<T> c0 = kt::convert<T>(c0f);
+  View1<T> c_emu = kt::to_device(c0), c_got = kt::to_device(c0);
+  gemm_fp8_emulated<T>(ExecSpace(), g.ta, g.tb, g.M, g.N, g.K, g.alpha, A.q, B.q, g.beta,
+                       c_emu.data(), ldc);
+  const int calls = gemm_fp8_cublaslt_calls();
+  gemm_fp8<T>(ExecSpace(), g.ta, g.tb, g.M, g.N, g.K, g.alpha, A.q, B.q, g.beta, c_got.data(),
+              ldc);
+  const bool ran_lt = gemm_fp8_cublaslt_calls() == calls + 1;
+  REQUIRE(gemm_fp8_cublaslt_calls() - calls <= 1);
+  const auto emu = kt::convert<float>(kt::to_host(c_emu));
+  const auto got = kt::convert<float>(kt::to_host(c_got));
+
+#if defined(KOKKOS_ENABLE_CUDA)
+  if (g.on_cuda == Path::cublaslt) REQUIRE(ran_lt);
+  if (g.on_cuda == Path::emulated) REQUIRE_FALSE(ran_lt);
+  if (g.on_cuda == Path::either)
+    WARN("rowwise case ran " << (ran_lt ? "cuBLASLt (outer-vector scaling)" : "the emulation"));
+#else
+  REQUIRE_FALSE(ran_lt);
+#endif
+  double worst = 0;  // max |got - emu| / S over the elements
+  for (int i = 0; i < g.M; ++i)
+    for (int j = 0; j < ldc; ++j) {
+      const std::size_t ij = std::size_t(i) * ldc + j;
+      INFO("element (" << i << ", " << j << ") got " << got[ij] << " emulated " << emu[ij]);
+      if (j >= g.N || !ran_lt) {
+        // The pad is untouched; and where both ran the emulation, they agree bit for bit.
+        REQUIRE(std::memcmp(&got[ij], &emu[ij], sizeof(float)) == 0);
+        continue;
+      }
+      double mag = 0;
+      for (int k = 0; k < g.K; ++k)
+        mag += std::fabs(op_at(A.deq, g.ta, a_sc, i, k) * op_at(B.deq, g.tb, b_sc, k, j));
+      const double s = std::fabs(g.alpha) * mag + std::fabs(g.beta * double(c0f[ij]));
+      const double err = std::fabs(double(got[ij]) - double(emu[ij]));
+      // bf16: each result rounds once from values kCudaRel * s apart: one ulp of the larger.
+      const double ulp =
+          is_f32 ? 0.0 : bf16_ulp(std::max(std::fabs(double(got[ij])), std::fabs(double(emu[ij]))));
+      REQUIRE(err <= kCudaRel * s + ulp + 1e-30);
+      if (s > 0) worst = std::max(worst, std::max(0.0, err - ulp) / s);
+    }
+  if (ran_lt) WARN("cuBLASLt FP8: max |got - emulated| / sum|terms| = " << worst);
+}
+
+template <class T>
+void check_dispatch_cases() {
+  const auto tw = Fp8Scaling::tensorwise, rw = Fp8Scaling::rowwise;
+  const auto e4 = Fp8Format::e4m3, e5 = Fp8Format::e5m2;
+  const auto lt = Path::cublaslt, emu = Path::emulated, any = Path::either;
+  // Tensorwise TN: M and N not multiples of 16 (37), K and the row strides multiples of 16.
+  check_dispatch<T>({37, 48, 64, e4, e4, tw, tw, false, 1.0f, 0.0f, lt});
+  check_dispatch<T>({37, 48, 64, e4, e4, tw, tw, false, 1.0f, 1.0f, lt});
+  check_dispatch<T>({37, 40, 64, e5, e4, tw, tw, false, 1.0f, 0.0f, lt});  // gradient x weight
+  check_dispatch<T>({256, 384, 512, e4, e4, tw, tw, false, 0.5f, 1.0f, lt});
+  // B from a transposed cast, stored [N, K]: linear_fp8's weight; K-contiguous as stored.
+  check_dispatch<T>({256, 384, 512, e5, e4, tw, tw, true, 1.0f, 0.0f, lt});
+  // Rowwise A and B: outer-vector scaling where cuBLASLt has it.
+  check_dispatch<T>({37, 48, 64, e4, e4, rw, rw, false, 1.0f, 0.0f, any});
+  check_dispatch<T>({256, 384, 512, e5, e4, rw, rw, false, 1.0f, 1.0f, any});
+  // What cuBLASLt does not serve, emulated: one operand rowwise and the other not (outer-vector
+  // mode is for both), E5M2 x E5M2, K not a multiple of 16, and a form that is not TN.
+  check_dispatch<T>({37, 48, 64, e4, e4, rw, tw, false, 1.0f, 1.0f, emu});
+  check_dispatch<T>({37, 48, 64, e5, e5, tw, tw, false, 1.0f, 0.0f, emu});
+  check_dispatch<T>({37, 48, 40, e4, e4, tw, tw, false, 1.0f, 0.0f, emu});
+  check_dispatch<T>({37, 48, 64, e4, e4, tw, tw, false, 1.0f, 0.0f, emu, Trans::N, Trans::N});
+}
+
+}  // namespace
+
+TEST_CASE("gemm_fp8 equals gemm_fp8_emulated and runs cuBLASLt where it serves", "[fp8][gemm]") {
+  SECTION("fp32 output") { check_dispatch_cases<float>(); }
+#if MESHTRAIN_HAVE_BF16
+  SECTION("bf16 output") { check_dispatch_cases<bf16>(); }
+#endif
 }
