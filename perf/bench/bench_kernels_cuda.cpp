@@ -16,6 +16,15 @@
 //   bench_kernels_cuda [--rows 16384] [--channels 768] [--vocab 50257] [--padded-vocab 50304]
 //                      [--iters 20] [--warmup 3] [--gemm 0|1] [--only-gemm 0|1]
 //   bench_kernels_cuda --shapes NT:8192x16384x2048,TN:16384x2048x8192:1 [--iters 20]
+//   bench_kernels_cuda --shapes NT:8192x28672x4096,NT:4096x28672x8192:1 --fp8 1
+//   (FP8=1 perf/gpu/gemm_shapes.sh BUNDLE OUT llama8b-fp8: every Llama-3.1-8B GEMM that way)
+//
+// --fp8 1 adds, for each NT item (row-major op(A) = A [M, K], op(B) = B^T with B [N, K]: both
+// K-contiguous, the only form Hopper's FP8 tensor cores take), the same product through
+// kernels::gemm_fp8 with E4M3 x E4M3 operands, tensorwise and rowwise, bf16 output, in the same
+// run as the bf16 row: TF/s side by side, the ratio to bf16, and whether cuBLASLt served it (a
+// "no" is the emulation: decode + fp32 GEMM, not an FP8 figure). The operands are quantized once,
+// outside the timing: the GEMM alone, as the bf16 row.
 //
 // Each figure is the median of --iters calls after --warmup, timed with CUDA events on the
 // execution space's stream. GB/s counts the bytes that must move: every input read once, every
@@ -39,7 +48,9 @@
 #include "meshtrain/core/view.hpp"
 #include "meshtrain/kernels/cross_entropy.hpp"
 #include "meshtrain/kernels/gelu.hpp"
+#include "meshtrain/kernels/fp8_cast.hpp"
 #include "meshtrain/kernels/gemm/gemm.hpp"
+#include "meshtrain/kernels/gemm/gemm_fp8.hpp"
 #include "meshtrain/kernels/layernorm.hpp"
 #include "meshtrain/kernels/linear.hpp"
 
@@ -53,7 +64,7 @@ namespace {
 struct Args {
   int N = 16 * 1024, C = 768, V = 50257, Vp = 50304;
   int iters = 20, warmup = 3;
-  int gemm = 0, only_gemm = 0;
+  int gemm = 0, only_gemm = 0, fp8 = 0;
   std::string shapes;  // --shapes: only these plain GEMMs
 };
 
@@ -74,6 +85,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--warmup") a.warmup = v;
     else if (k == "--gemm") a.gemm = v;
     else if (k == "--only-gemm") a.only_gemm = v;
+    else if (k == "--fp8") a.fp8 = v;
     else {
       std::fprintf(stderr, "bench_kernels_cuda: unknown option %s\n", k.c_str());
       std::exit(2);
@@ -274,6 +286,24 @@ void bench_shapes(const Args& a) {
     const double tf = 2.0 * M * N * K / 1e9;
     std::printf("meshtrain gemm %c%c %6dx%6dx%6d beta %d %9.4f ms %6.1f TF/s\n", ta, tb, M, N, K,
                 beta, ms, tf / ms);
+    if (a.fp8 && opa == Trans::N && opb == Trans::T) {
+      // B as stored is [N, K] (ldb = K): the FP8 operand is its cast, as linear_fp8 casts x and W.
+      for (const Fp8Scaling sc : {Fp8Scaling::tensorwise, Fp8Scaling::rowwise}) {
+        Fp8Tensor qa = make_fp8_tensor("bench_s_qa", M, K, Fp8Format::e4m3, sc);
+        Fp8Tensor qb = make_fp8_tensor("bench_s_qb", N, K, Fp8Format::e4m3, sc);
+        fp8_quantize<T>(exec, qa, A);
+        fp8_quantize<T>(exec, qb, B);
+        const int before = gemm_fp8_cublaslt_calls();
+        const double ms8 = median_ms(exec, a.warmup, a.iters, [&] {
+          gemm_fp8<T>(exec, opa, opb, M, N, K, 1.0f, qa, qb, float(beta), C.data(), N);
+        });
+        const bool lt = gemm_fp8_cublaslt_calls() - before == a.warmup + a.iters;
+        std::printf("meshtrain gemm_fp8 %c%c %6dx%6dx%6d beta %d e4m3 %-10s %9.4f ms %6.1f TF/s"
+                    " %5.2fx bf16 cublaslt %s\n",
+                    ta, tb, M, N, K, beta, fp8_scaling_name(sc), ms8, tf / ms8, ms / ms8,
+                    lt ? "yes" : "no");
+      }
+    }
   }
 }
 
