@@ -284,6 +284,21 @@ void check_dispatch_cases() {
 
 }  // namespace
 
+TEST_CASE("gemm_fp8 checks the contract before choosing a path", "[fp8][gemm]") {
+  const Fp8Tensor a = make_fp8_tensor("a", 4, 16, Fp8Format::e4m3, Fp8Scaling::tensorwise);
+  const Fp8Tensor b = make_fp8_tensor("b", 16, 8, Fp8Format::e4m3, Fp8Scaling::rowwise);
+  View1<float> c("c", 4 * 8);
+  // B stored [K, N] rowwise: its scales run along K, not along op(B)'s columns.
+  REQUIRE_THROWS_WITH(gemm_fp8<float>(ExecSpace(), Trans::N, Trans::N, 4, 8, 16, 1.0f, a, b,
+                                      0.0f, c.data(), 8),
+                      mt_test::contains("gemm_fp8: rowwise B"));
+  // The TN form cuBLASLt would serve, with row strides of C shorter than N.
+  const Fp8Tensor bt = make_fp8_tensor("bt", 8, 16, Fp8Format::e4m3, Fp8Scaling::tensorwise);
+  REQUIRE_THROWS_WITH(gemm_fp8<float>(ExecSpace(), Trans::N, Trans::T, 4, 8, 16, 1.0f, a, bt,
+                                      0.0f, c.data(), 7),
+                      mt_test::contains("gemm_fp8: ldc=7 < N=8"));
+}
+
 TEST_CASE("gemm_fp8 equals gemm_fp8_emulated and runs cuBLASLt where it serves", "[fp8][gemm]") {
   SECTION("fp32 output") { check_dispatch_cases<float>(); }
 #if MESHTRAIN_HAVE_BF16
