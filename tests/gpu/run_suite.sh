@@ -145,8 +145,10 @@ case_ring_attention_2() { catch2 test_ring_attention 2; }
 case_ring_attention_4() { catch2 test_ring_attention 4; }
 case_cp_layouts_2() { catch2 test_cp_layouts 2; }
 case_cp_layouts_4() { catch2 test_cp_layouts 4; }
-# FP8 groundwork (issue 35): the codec, casts and emulated GEMMs in device kernels at one rank;
-# the amax agreement over NCCL at 2.
+# FP8 groundwork (issue 35): the codec, casts and emulated GEMMs in device kernels at one rank,
+# and cuBLASLt's FP8 matmul against the emulation (test_kernels_gemm_fp8 requires cuBLASLt for
+# the tensorwise TN forms; its WARN lines give the largest error over sum|terms| and which path
+# the rowwise cases took); the amax agreement over NCCL at 2.
 case_fp8_kernels_1() {
   local t rc=0
   for t in test_kernels_fp8_format test_kernels_fp8_cast test_kernels_gemm_fp8 \
