@@ -48,9 +48,9 @@ TEST_CASE("linear_fp8 forward and backward match the quantized host reference", 
 
   std::vector<std::string> agreed;
   Fp8LinearOptions opt;
-  opt.agree = [&](const char* name, View1<float>, std::size_t count) {
+  opt.agree = [&](const Fp8Cast& cast, View1<float>, std::size_t count) {
     REQUIRE(count == 1);
-    agreed.emplace_back(name);
+    agreed.emplace_back(cast.tensor);
   };
 
   // Forward.
