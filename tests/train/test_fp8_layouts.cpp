@@ -1,4 +1,4 @@
-// train.precision=fp8 (issue 35) end to end on the Trainer, GPT-2 and Llama blocks, on the CPU
+// train.precision=fp8 (issue 35) end to end on the Trainer, GPT-2, Llama and Qwen2 blocks, on the CPU
 // where the FP8 GEMM is the exact fp32 emulation of cuBLASLt's (the model's type is fp32 here:
 // host builds have no bf16; GPU builds run the same cases in bf16 through tests/gpu/run_suite.sh).
 //  1. One rank: FP8 trains like fp32 — 10 losses finite, within 2e-3 relative of fp32's and
@@ -9,7 +9,8 @@
 //     about 10x and 5x those. fp8.first_last_bf16 = 1 differs within the same bound; covering
 //     every block (2 of 4) it gives fp32's losses and norms bit for bit (the fp8-off path).
 //  2. Layout invariance: dp 2 with ZeRO 1, pp 2, tp 2 (with and without sequence parallelism),
-//     rowwise at tp 2 + sp and dp 2, and at 4 ranks tp 2 x dp 2 + sp and tp 2 x pp 2, against
+//     rowwise at tp 2 + sp and dp 2, cp 2 (ring attention; amaxes agreed over cp) tensorwise and
+//     rowwise, and at 4 ranks tp 2 x dp 2 + sp and tp 2 x pp 2, against
 //     the single-rank FP8 run with the same micro-batches (4 sequences: a tensorwise scale is
 //     a micro-batch's). Step 0 (equal parameters): loss to 1e-6 relative — every cast is the
 //     single rank's once the amaxes are agreed (measured 0 to 1.2e-7; 2e-5 to 4e-5 with tp's
@@ -59,8 +60,9 @@ struct Run {
 struct Layout {
   int dp = 1, pp = 1, tp = 1, zero = 0;
   bool sp = false;
+  int cp = 1;
   std::string name() const {
-    return cat("dp ", dp, " pp ", pp, " tp ", tp, " zero ", zero, sp ? " sp" : "");
+    return cat("dp ", dp, " pp ", pp, " tp ", tp, " cp ", cp, " zero ", zero, sp ? " sp" : "");
   }
 };
 
@@ -76,6 +78,7 @@ Run train_run(MPI_Comm comm, const Layout& l, const model::Fp8Recipe& fp8,
               const std::string& data, const model::GptConfig& cfg) {
   parallel::ParallelConfig pc;
   pc.shape = mesh::Shape{l.dp, l.pp, l.tp};
+  pc.shape.cp = l.cp;
   pc.sequence_parallel = l.sp;
   pc.schedule = parallel::ScheduleKind::one_f_one_b;
   pc.dp.zero_stage = l.zero;
@@ -140,7 +143,8 @@ std::vector<std::pair<Layout, kernels::Fp8Scaling>> layouts() {
   const int W = mt_test::world_size();
   if (W == 2)
     return {{{2, 1, 1, 1}, tw},       {{1, 2, 1, 0}, tw},       {{1, 1, 2, 0}, tw},
-            {{1, 1, 2, 0, true}, tw}, {{1, 1, 2, 0, true}, rw}, {{2, 1, 1, 1}, rw}};
+            {{1, 1, 2, 0, true}, tw}, {{1, 1, 2, 0, true}, rw}, {{2, 1, 1, 1}, rw},
+            {{1, 1, 1, 0, false, 2}, tw}, {{1, 1, 1, 0, false, 2}, rw}};
   if (W == 4)
     return {{{2, 1, 2, 1, true}, tw}, {{1, 2, 2, 0}, tw}, {{1, 2, 2, 0, true}, rw}};
   return {};
@@ -168,6 +172,10 @@ TEST_CASE("fp8 trains the tiny GPT-2 and Llama close to fp32", "[fp8][train]") {
   if (mt_test::world_size() != 1) return;  // one-rank runs: the 1-rank registration
   check_close_to_fp32(mt_test::layout_tiny(), "test_fp8_gpt2");
   check_close_to_fp32(mt_test::layout_tiny_llama(), "test_fp8_llama");
+  model::GptConfig qwen2 = mt_test::layout_tiny_llama();  // q/k/v biases as the GEMMs' C
+  qwen2.name = "tiny-qwen2";
+  qwen2.qkv_bias = true;
+  check_close_to_fp32(qwen2, "test_fp8_qwen2");
 }
 
 TEST_CASE("fp8 layouts train the single-rank fp8 model", "[fp8][train][layout][mpi]") {
