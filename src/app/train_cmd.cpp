@@ -242,9 +242,7 @@ int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
   // fp8 keeps bf16 parameters and activations where the build has bf16 on a GPU; host builds
   // keep fp32 ones (their FP8 GEMMs are the emulation either way). The planner counts the model
   // in that type (the FP8 casts' per-call temporaries are not counted).
-  const bool fp8_bf16 = MESHTRAIN_HAVE_BF16 && !kDeviceIsHost;
-  const std::string model_precision =
-      precision == "fp8" ? (fp8_bf16 ? "bf16" : "fp32") : precision;
+  const std::string model_precision = app::model_precision(precision);
   if (eo.fp8.enabled)
     logging::info("fp8: the linears of blocks [", eo.fp8.first_last_bf16, ", ",
                   mc.n_layer - eo.fp8.first_last_bf16, ") in FP8 (",

@@ -276,6 +276,11 @@ model::GptConfig model_config(const po::variables_map& vm) {
   return c;
 }
 
+std::string model_precision(const std::string& precision) {
+  if (precision != "fp8") return precision;
+  return MESHTRAIN_HAVE_BF16 && !kDeviceIsHost ? "bf16" : "fp32";
+}
+
 model::Fp8Recipe fp8_recipe(const po::variables_map& vm, const model::GptConfig& mc) {
   const std::string precision = vm["train.precision"].as<std::string>();
   model::Fp8Recipe r;

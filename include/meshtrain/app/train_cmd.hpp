@@ -18,6 +18,9 @@ train::TrainConfig train_config(const boost::program_options::variables_map& vm,
 // option is a ConfigError naming it).
 model::Fp8Recipe fp8_recipe(const boost::program_options::variables_map& vm,
                             const model::GptConfig& mc);
+// The type of the model's parameters and activations for train.precision: fp8's is bf16 on GPU
+// builds with bf16 and fp32 on host builds; the others are themselves. What the planner counts.
+std::string model_precision(const std::string& precision);
 io::Transfer parse_transfer(const std::string& s);  // ckpt.io
 int cmd_train(Runtime& rt, const std::vector<std::string>& args);
 int cmd_generate(Runtime& rt, const std::vector<std::string>& args);
