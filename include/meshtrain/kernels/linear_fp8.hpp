@@ -7,10 +7,10 @@
 // Every GEMM takes the K-contiguous "TN" form Hopper's FP8 tensor cores need, so each operand is
 // cast in the orientation its GEMM reads (K the last, contiguous dimension):
 //
-//   forward   out[N,OC]   = inp[N,IC]   . W[OC,IC]^T      K = IC
-//   dinp      dinp[N,IC]  = dout[N,OC]  . (W^T)[IC,OC]^T  K = OC
-//   dweight   dW          += (dout^T)[OC,N] . (inp^T)[IC,N]^T  (out_in; in_out swaps the
-//                          operands: dW[IC,OC] = inp^T . dout^T^T)  K = N
+//   forward   out[N,OC]    = inp[N,IC] . (W as [OC,IC])^T            K = IC
+//   dinp      dinp[N,IC]   = dout[N,OC] . (W^T as [IC,OC])^T         K = OC
+//   dweight   out_in: dW[OC,IC] += (dout^T)[OC,N] . ((inp^T)[IC,N])^T   K = N
+//             in_out: dW[IC,OC] += (inp^T)[IC,N] . ((dout^T)[OC,N])^T
 //
 // Scaling: tensorwise (one scale per tensor, serving both orientations: a transposed operand is
 // cast straight from the source), or rowwise (one scale per row of each K-contiguous operand,
