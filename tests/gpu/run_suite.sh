@@ -158,7 +158,7 @@ case_fp8_kernels_1() {
 case_fp8_amax_2() { catch2 test_fp8_amax 2; }
 # FP8 linears (issue 35): the tp agreement GEMM by GEMM (test_fp8_linears) and the Trainer's
 # FP8 layouts against one rank (test_fp8_layouts: dp 2 ZeRO-1, pp 2, tp 2 with and without sp,
-# rowwise; at 4 ranks tp x dp and tp x pp) over NCCL, with cuBLASLt's FP8 GEMM.
+# rowwise, cp 2; at 4 ranks tp x dp, tp x pp, tp x cp) over NCCL, with cuBLASLt's FP8 GEMM.
 case_fp8_linears_2() { catch2 test_fp8_linears 2; }
 case_fp8_linears_4() { catch2 test_fp8_linears 4; }
 case_fp8_layouts_2() { catch2 test_fp8_layouts 2; }

@@ -12,7 +12,7 @@
 //     (GPT-2 and Llama blocks; FP8 attention linears, experts in fp32) likewise within 2e-3.
 //  2. Layout invariance: dp 2 with ZeRO 1, pp 2, tp 2 (with and without sequence parallelism),
 //     rowwise at tp 2 + sp and dp 2, cp 2 (ring attention; amaxes agreed over cp) tensorwise and
-//     rowwise, and at 4 ranks tp 2 x dp 2 + sp and tp 2 x pp 2, against
+//     rowwise, and at 4 ranks tp 2 x dp 2 + sp, tp 2 x pp 2 and tp 2 + sp x cp 2, against
 //     the single-rank FP8 run with the same micro-batches (4 sequences: a tensorwise scale is
 //     a micro-batch's). Step 0 (equal parameters): loss to 1e-6 relative — every cast is the
 //     single rank's once the amaxes are agreed (measured 0 to 1.2e-7; 2e-5 to 4e-5 with tp's
@@ -157,7 +157,8 @@ std::vector<std::pair<Layout, kernels::Fp8Scaling>> layouts() {
             {{1, 1, 2, 0, true}, tw}, {{1, 1, 2, 0, true}, rw}, {{2, 1, 1, 1}, rw},
             {{1, 1, 1, 0, false, 2}, tw}, {{1, 1, 1, 0, false, 2}, rw}};
   if (W == 4)
-    return {{{2, 1, 2, 1, true}, tw}, {{1, 2, 2, 0}, tw}, {{1, 2, 2, 0, true}, rw}};
+    return {{{2, 1, 2, 1, true}, tw}, {{1, 2, 2, 0}, tw}, {{1, 2, 2, 0, true}, rw},
+            {{1, 1, 2, 0, true, 2}, tw}, {{1, 1, 2, 0, true, 2}, rw}};
   return {};
 }
 
