@@ -113,7 +113,7 @@ plan::Layout layout_of(const po::variables_map& vm, int world) {
   l.sequence_parallel = vm["tp.sequence_parallel"].as<bool>();
   l.recompute = vm["train.recompute"].as<bool>();
   l.recompute_mlp_act = vm["train.recompute_mlp_act"].as<bool>();
-  l.precision = plan::parse_precision(vm["train.precision"].as<std::string>());
+  l.precision = plan::parse_precision(model_precision(vm["train.precision"].as<std::string>()));
   l.bucket_bytes = static_cast<std::size_t>(vm["dp.bucket_mb"].as<double>() * 1048576.0);
   return l;
 }

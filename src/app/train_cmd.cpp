@@ -238,8 +238,23 @@ int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
   MESHTRAIN_CONFIG_CHECK(eo.head_chunk_tokens >= 0, "train.head_chunk_tokens=",
                          eo.head_chunk_tokens, " must be 0 (auto) or positive");
   eo.attention = attn;
+  eo.fp8 = fp8_recipe(p.vm, mc);
+  // fp8 keeps bf16 parameters and activations where the build has bf16 on a GPU; host builds
+  // keep fp32 ones (their FP8 GEMMs are the emulation either way). The planner counts the model
+  // in that type (the FP8 casts' per-call temporaries are not counted).
+  const std::string model_precision = app::model_precision(precision);
+  if (eo.fp8.enabled)
+    logging::info("fp8: the linears of blocks [", eo.fp8.first_last_bf16, ", ",
+                  mc.n_layer - eo.fp8.first_last_bf16, ") in FP8 (",
+                  kernels::fp8_scaling_name(eo.fp8.scaling), " current scaling, E4M3 forward, ",
+                  "E5M2 gradients", eo.fp8.wgrad_bf16 ? ", weight gradients in bf16" : "",
+                  "); embedding, LM head, attention, norms", mc.moe.enabled() ? ", MoE routers "
+                  "and experts" : "", " in ", model_precision,
+                  kDeviceIsHost ? "; host build: the FP8 GEMMs are the exact fp32 emulation of "
+                                  "cuBLASLt's FP8 matmul, slow (for tests, not for speed)"
+                                : "");
   // Before anything large is allocated, agreed: the predicted memory of every rank fits.
-  check_train_memory(rt, p.vm, mc, tc, eo, precision);
+  check_train_memory(rt, p.vm, mc, tc, eo, model_precision);
 
   const std::string tok_kind = p.vm["data.tokenizer"].as<std::string>();
   // Before step 1, agreed over the ranks: every rank's data and every place it writes.
@@ -269,11 +284,11 @@ int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
   // that the trainer agrees on at the next step boundary: save, then exit with kExitRequeue.
   signals::install_stop_handlers();
   bool finished = true;
-  if (precision == "fp32")
+  if (model_precision == "fp32")
     finished = train_and_sample<float>(p.vm, mc, tc, data, out_dir, tok_kind,
                                        rt.world(), eo);
 #if MESHTRAIN_HAVE_BF16
-  else if (precision == "bf16")
+  else if (model_precision == "bf16")
     finished = train_and_sample<bf16>(p.vm, mc, tc, data, out_dir, tok_kind,
                                       rt.world(), eo);
   else

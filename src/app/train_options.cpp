@@ -105,7 +105,10 @@ po::options_description train_options() {
       ("train.log_every", po::value<int>()->default_value(1), "progress line every N steps")
       ("train.precision", po::value<std::string>()->default_value("fp32"),
        "fp32, or bf16 / fp16 (GPU builds: 16-bit parameters, activations and gradients with "
-       "fp32 accumulation, fp32 master weights and optimizer state)")
+       "fp32 accumulation, fp32 master weights and optimizer state), or fp8 (as bf16, with the "
+       "transformer blocks' linear layers in FP8: E4M3 activations and weights, E5M2 gradients, "
+       "current scaling, see [fp8]; host builds run the exact but slow fp32 emulation of the "
+       "FP8 GEMMs with fp32 activations)")
       ("train.loss_scaling", po::value<std::string>()->default_value("auto"),
        "dynamic loss scaling: auto (on for fp16), on, off, or static (train.loss_scale_init "
        "throughout; steps with inf/nan gradients are still skipped)")
@@ -203,7 +206,21 @@ po::options_description train_options() {
       ("attn.deterministic", po::value<bool>()->default_value(false)->implicit_value(true),
        "cuDNN's deterministic attention backward (bitwise repeatable, slower); meshtrain's "
        "kernels are deterministic either way");
-  d.add(data).add(t).add(c).add(a).add(mesh_options()).add(parallel_options())
+  po::options_description f("FP8 [fp8] (train.precision=fp8)");
+  f.add_options()
+      ("fp8.recipe", po::value<std::string>()->default_value("tensorwise"),
+       "how each FP8 cast is scaled from the amax of the tensor cast: tensorwise (one scale per "
+       "tensor, TorchTitan's and TransformerEngine's default) or rowwise (one scale per row of "
+       "every GEMM operand along the GEMM's K dimension, torchao's rowwise recipe: an outlier "
+       "spoils only its row)")
+      ("fp8.first_last_bf16", po::value<int>()->default_value(0),
+       "keep the linears of the first N and the last N transformer blocks in bf16 (Megatron's "
+       "--first-last-layers-bf16, for runs whose loss spikes); 0: every block in FP8, the "
+       "default of TorchTitan and TransformerEngine (the embedding and LM head are never FP8)")
+      ("fp8.wgrad_bf16", po::value<bool>()->default_value(false)->implicit_value(true),
+       "run the weight-gradient GEMMs in bf16 (FP8 only for the forward and input-gradient "
+       "GEMMs)");
+  d.add(data).add(t).add(f).add(c).add(a).add(mesh_options()).add(parallel_options())
       .add(comm_options()).add(watchdog_options()).add(profile_options()).add(log_options())
       .add(deepspeed_options());
   return d;
@@ -259,6 +276,29 @@ model::GptConfig model_config(const po::variables_map& vm) {
   return c;
 }
 
+std::string model_precision(const std::string& precision) {
+  if (precision != "fp8") return precision;
+  return MESHTRAIN_HAVE_BF16 && !kDeviceIsHost ? "bf16" : "fp32";
+}
+
+model::Fp8Recipe fp8_recipe(const po::variables_map& vm, const model::GptConfig& mc) {
+  const std::string precision = vm["train.precision"].as<std::string>();
+  model::Fp8Recipe r;
+  r.enabled = precision == "fp8";
+  for (const char* name : {"fp8.recipe", "fp8.first_last_bf16", "fp8.wgrad_bf16"})
+    MESHTRAIN_CONFIG_CHECK(r.enabled || vm[name].defaulted(), name,
+                           " needs train.precision=fp8 (it is ", precision, ")");
+  r.scaling = model::parse_fp8_recipe(vm["fp8.recipe"].as<std::string>(), "fp8.recipe");
+  r.first_last_bf16 = vm["fp8.first_last_bf16"].as<int>();
+  r.wgrad_bf16 = vm["fp8.wgrad_bf16"].as<bool>();
+  MESHTRAIN_CONFIG_CHECK(r.first_last_bf16 >= 0, "fp8.first_last_bf16=", r.first_last_bf16,
+                         " must be >= 0");
+  MESHTRAIN_CONFIG_CHECK(!r.enabled || 2 * r.first_last_bf16 < mc.n_layer,
+                         "fp8.first_last_bf16=", r.first_last_bf16, " keeps all model.n_layer=",
+                         mc.n_layer, " blocks in bf16: no linear would run in FP8");
+  return r;
+}
+
 io::Transfer parse_transfer(const std::string& s) {
   if (s == "automatic") return io::Transfer::automatic;
   if (s == "collective") return io::Transfer::collective;
@@ -281,11 +321,14 @@ train::TrainConfig train_config(const po::variables_map& vm, const model::GptCon
   tc.loss_scale_min = static_cast<float>(vm["train.loss_scale_min"].as<double>());
   tc.loss_scale_hysteresis = vm["train.loss_scale_hysteresis"].as<int>();
   tc.loss_scale_consecutive_hysteresis = vm["train.loss_scale_consecutive_hysteresis"].as<bool>();
-  MESHTRAIN_CONFIG_CHECK(precision == "fp32" || precision == "bf16" || precision == "fp16",
-                         "train.precision='", precision, "' is not one of fp32, bf16, fp16");
+  MESHTRAIN_CONFIG_CHECK(precision == "fp32" || precision == "bf16" || precision == "fp16" ||
+                             precision == "fp8",
+                         "train.precision='", precision, "' is not one of fp32, bf16, fp16, fp8");
   // 16-bit training exists where Kokkos has the types (Kokkos 4) and runs on GPUs only: the CPU
-  // build trains in fp32.
-  MESHTRAIN_CONFIG_CHECK(precision == "fp32" || (MESHTRAIN_HAVE_BF16 && !kDeviceIsHost),
+  // build trains in fp32. fp8 runs everywhere: on host builds, FP8 GEMMs emulated with fp32
+  // activations.
+  MESHTRAIN_CONFIG_CHECK(precision == "fp32" || precision == "fp8" ||
+                             (MESHTRAIN_HAVE_BF16 && !kDeviceIsHost),
                          "train.precision=", precision,
                          " needs a GPU build (Kokkos 4 with CUDA); the CPU build trains in fp32");
   tc.micro_batch = vm["train.micro_batch"].as<int>();

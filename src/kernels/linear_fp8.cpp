@@ -1,6 +1,8 @@
-// The FP8 linear layer (kernels/linear_fp8.hpp): casts in the orientation each GEMM reads, then
-// the FP8 GEMM contract of gemm/gemm_fp8.hpp.
+// The FP8 linear layer (kernels/linear_fp8.hpp): each operand cast K-contiguous in the
+// orientation its GEMM reads, then the FP8 GEMM contract of gemm/gemm_fp8.hpp.
 #include "meshtrain/kernels/linear_fp8.hpp"
+
+#include <string>
 
 #include "common.hpp"
 #include "meshtrain/kernels/gemm/gemm.hpp"
@@ -17,20 +19,123 @@ void check_shape(const char* fn, int N, int IC, int OC) {
   MESHTRAIN_CHECK(N >= 0 && IC > 0 && OC > 0, fn, ": bad shape N=", N, ", IC=", IC, ", OC=", OC);
 }
 
-// x [rows, cols] quantized tensorwise in `format`, as is or transposed.
+// The row-major [rows, cols] block at x (row stride ld) copied contiguous, or its transpose
+// [cols, rows]: the casts read contiguous tensors.
 template <class T>
-Fp8Tensor cast(const ExecSpace& exec, const char* name, View1<const T> x, int rows, int cols,
-               Fp8Format format, bool transposed, const Fp8LinearOptions& opt) {
-  Fp8Tensor q = make_fp8_tensor(std::string("linear_fp8_") + name, rows, cols, format,
-                                Fp8Scaling::tensorwise, transposed);
+View1<const T> pack(const ExecSpace& exec, const T* x, int ld, int rows, int cols,
+                    bool transpose) {
+  View1<T> out(Kokkos::view_alloc(Kokkos::WithoutInitializing, "meshtrain::linear_fp8_pack"),
+               std::size_t(rows) * cols);
+  const Index R = rows, C = cols, L = ld;
+  if (transpose)
+    Kokkos::parallel_for(
+        "meshtrain::linear_fp8_pack_t", Range(exec, 0, R * C),
+        KOKKOS_LAMBDA(Index i) { out(i) = x[(i % R) * L + i / R]; });
+  else
+    Kokkos::parallel_for(
+        "meshtrain::linear_fp8_pack", Range(exec, 0, R * C),
+        KOKKOS_LAMBDA(Index i) { out(i) = x[(i / C) * L + i % C]; });
+  return out;
+}
+
+// The tensor x (row-major [rows, cols], row stride ld) as the K-contiguous operand of a GEMM
+// summing over its dimension k_dim: itself ([rows, cols]) for k_dim 1, its transpose
+// ([cols, rows]) for k_dim 0. Tensorwise with `reuse`, reuse's scale (the same tensor cast
+// before in the other orientation) instead of a new, agreed amax.
+template <class T>
+Fp8Tensor operand(const ExecSpace& exec, const char* tensor, const T* x, int ld, int rows,
+                  int cols, int k_dim, Fp8Format format, const Fp8LinearOptions& opt,
+                  const Fp8Tensor* reuse = nullptr) {
+  const std::size_t n = std::size_t(rows) * cols;
+  bool transpose = k_dim == 0;
+  View1<const T> src = ld == cols ? View1<const T>(x, n) : pack<T>(exec, x, ld, rows, cols, false);
+  int r = rows, c = cols;
+  if (opt.scaling == Fp8Scaling::rowwise && transpose) {
+    // Rowwise scales follow rows: the transpose is materialised first, then cast as is.
+    src = pack<T>(exec, src.data(), cols, rows, cols, true);
+    r = cols;
+    c = rows;
+    transpose = false;
+  }
+  Fp8Tensor q = make_fp8_tensor(std::string("linear_fp8_") + tensor, r, c, format, opt.scaling,
+                                transpose);
+  if (reuse != nullptr && opt.scaling == Fp8Scaling::tensorwise) {
+    Kokkos::deep_copy(exec, q.amax, reuse->amax);
+    Kokkos::deep_copy(exec, q.scale, reuse->scale);
+    Kokkos::deep_copy(exec, q.scale_inv, reuse->scale_inv);
+    fp8_cast<T>(exec, q.data, src, r, c, q.scale, q.scaling, format, transpose);
+    return q;
+  }
   AmaxHook hook;
-  if (opt.agree)
-    hook = [&](View1<float> amax, std::size_t count) { opt.agree(name, amax, count); };
-  fp8_quantize<T>(exec, q, x, hook);
+  if (opt.agree) {
+    const Fp8Cast site{tensor, k_dim, opt.scaling};
+    hook = [&opt, site](View1<float> amax, std::size_t count) { opt.agree(site, amax, count); };
+  }
+  fp8_quantize<T>(exec, q, src, hook);
   return q;
 }
 
 }  // namespace
+
+template <class T>
+void linear_fp8_forward_gemm(const ExecSpace& exec, T* out, int ld_out, const T* bias,
+                             const T* inp, const T* weight, int N, int IC, int OC,
+                             const Fp8LinearOptions& opt) {
+  check_shape("linear_fp8_forward_gemm", N, IC, OC);
+  if (bias != nullptr) {
+    // The bias enters as the GEMM's C (beta = 1), in the layer's type as linear_forward adds it.
+    const Index C = OC, L = ld_out;
+    Kokkos::parallel_for(
+        "meshtrain::linear_fp8_bias", Range(exec, 0, Index(N) * C),
+        KOKKOS_LAMBDA(Index i) { out[(i / C) * L + i % C] = bias[i % C]; });
+  }
+  const bool out_in = opt.layout == Fp8WeightLayout::out_in;
+  const Fp8Tensor a = operand<T>(exec, "inp", inp, IC, N, IC, 1, opt.forward, opt);
+  // W as [OC, IC]: nn.Linear's weight as stored, Conv1D's transposed.
+  const Fp8Tensor b = out_in ? operand<T>(exec, "weight", weight, IC, OC, IC, 1, opt.forward, opt)
+                             : operand<T>(exec, "weight", weight, OC, IC, OC, 0, opt.forward, opt);
+  gemm_fp8<T>(exec, Trans::N, Trans::T, N, OC, IC, 1.0f, a, b, bias != nullptr ? 1.0f : 0.0f,
+              out, ld_out);
+}
+
+template <class T>
+Fp8Tensor linear_fp8_grad(const ExecSpace& exec, const T* dout, int ld, int N, int OC,
+                          const Fp8LinearOptions& opt) {
+  return operand<T>(exec, "dout", dout, ld, N, OC, 1, opt.backward, opt);
+}
+
+template <class T>
+void linear_fp8_dinp_gemm(const ExecSpace& exec, T* dinp, float beta, const Fp8Tensor& g,
+                          const T* weight, int N, int IC, int OC, const Fp8LinearOptions& opt) {
+  check_shape("linear_fp8_dinp_gemm", N, IC, OC);
+  const bool out_in = opt.layout == Fp8WeightLayout::out_in;
+  // W^T as [IC, OC] (K = OC): Conv1D's weight as stored, nn.Linear's transposed.
+  const Fp8Tensor w = out_in ? operand<T>(exec, "weight", weight, IC, OC, IC, 0, opt.forward, opt)
+                             : operand<T>(exec, "weight", weight, OC, IC, OC, 1, opt.forward, opt);
+  gemm_fp8<T>(exec, Trans::N, Trans::T, N, IC, OC, 1.0f, g, w, beta, dinp, IC);
+}
+
+template <class T>
+void linear_fp8_dweight_gemm(const ExecSpace& exec, T* dweight, const Fp8Tensor& g,
+                             const T* dout, int ld, const T* inp, int N, int IC, int OC,
+                             const Fp8LinearOptions& opt) {
+  check_shape("linear_fp8_dweight_gemm", N, IC, OC);
+  const bool out_in = opt.layout == Fp8WeightLayout::out_in;
+  if (opt.wgrad_high_precision) {  // linear_backward's / the Llama block's GEMM, unchanged
+    if (out_in)
+      gemm<T>(exec, Trans::T, Trans::N, OC, IC, N, 1.0f, dout, ld, inp, IC, 1.0f, dweight, IC);
+    else
+      gemm<T>(exec, Trans::T, Trans::N, IC, OC, N, 1.0f, inp, IC, dout, ld, 1.0f, dweight, OC);
+    return;
+  }
+  // Both operands transposed (K = N): inp^T [IC, N], dout^T [OC, N].
+  const Fp8Tensor xt = operand<T>(exec, "inp", inp, IC, N, IC, 0, opt.forward, opt);
+  const Fp8Tensor gt = operand<T>(exec, "dout", dout, ld, N, OC, 0, opt.backward, opt, &g);
+  if (out_in)
+    gemm_fp8<T>(exec, Trans::N, Trans::T, OC, IC, N, 1.0f, gt, xt, 1.0f, dweight, IC);
+  else
+    gemm_fp8<T>(exec, Trans::N, Trans::T, IC, OC, N, 1.0f, xt, gt, 1.0f, dweight, OC);
+}
 
 template <class T>
 void linear_fp8_forward(const ExecSpace& exec, View1<T> out, View1<const T> inp,
@@ -42,19 +147,9 @@ void linear_fp8_forward(const ExecSpace& exec, View1<T> out, View1<const T> inp,
   detail::check_extent(inp, std::size_t(N) * IC, fn, "inp");
   detail::check_extent(weight, std::size_t(IC) * OC, fn, "weight");
   const bool has_bias = detail::present(bias);
-  if (has_bias) {
-    detail::check_extent(bias, OC, fn, "bias");
-    // The bias enters as the GEMM's C (beta = 1): the layer's type, as linear_forward adds it.
-    const Index C = OC;
-    Kokkos::parallel_for(
-        "meshtrain::linear_fp8_bias", Range(exec, 0, Index(N) * C),
-        KOKKOS_LAMBDA(Index i) { out(i) = bias(i % C); });
-  }
-  const Fp8Tensor a = cast<T>(exec, "inp", inp, N, IC, opt.forward, false, opt);
-  const Fp8Tensor b = cast<T>(exec, "weight", weight, IC, OC, opt.forward, true, opt);
-  // b stores weight^T [OC, IC]: op(B) = its transpose, K = IC contiguous in both operands.
-  gemm_fp8<T>(exec, Trans::N, Trans::T, N, OC, IC, 1.0f, a, b, has_bias ? 1.0f : 0.0f,
-                       out.data(), OC);
+  if (has_bias) detail::check_extent(bias, OC, fn, "bias");
+  linear_fp8_forward_gemm<T>(exec, out.data(), OC, has_bias ? bias.data() : nullptr, inp.data(),
+                             weight.data(), N, IC, OC, opt);
 }
 
 template <class T>
@@ -67,44 +162,40 @@ void linear_fp8_backward(const ExecSpace& exec, View1<T> dinp, View1<T> dweight,
   detail::check_extent(inp, std::size_t(N) * IC, fn, "inp");
   detail::check_extent(weight, std::size_t(IC) * OC, fn, "weight");
   detail::check_extent(dweight, std::size_t(IC) * OC, fn, "dweight");
-  // One amax serves both orientations of dout; the transposed copy is a second cast of it.
-  const Fp8Tensor g = cast<T>(exec, "dout", dout, N, OC, opt.backward, false, opt);
+  // One amax serves both orientations of dout (tensorwise).
+  const Fp8Tensor g = linear_fp8_grad<T>(exec, dout.data(), OC, N, OC, opt);
   if (detail::present(dinp)) {
     detail::check_extent(dinp, std::size_t(N) * IC, fn, "dinp");
-    const Fp8Tensor w = cast<T>(exec, "weight", weight, IC, OC, opt.forward, false, opt);
-    // dinp[N, IC] = dout[N, OC] . weight[IC, OC]^T: K = OC contiguous in both.
-    gemm_fp8<T>(exec, Trans::N, Trans::T, N, IC, OC, 1.0f, g, w, 0.0f, dinp.data(), IC);
+    linear_fp8_dinp_gemm<T>(exec, dinp.data(), 0.0f, g, weight.data(), N, IC, OC, opt);
   }
-  Fp8Tensor gt = make_fp8_tensor("linear_fp8_dout_t", N, OC, opt.backward,
-                                 Fp8Scaling::tensorwise, true);
-  Kokkos::deep_copy(exec, gt.amax, g.amax);
-  Kokkos::deep_copy(exec, gt.scale, g.scale);
-  Kokkos::deep_copy(exec, gt.scale_inv, g.scale_inv);
-  fp8_cast<T>(exec, gt.data, dout, N, OC, gt.scale, Fp8Scaling::tensorwise, opt.backward, true);
-  const Fp8Tensor xt = cast<T>(exec, "inp", inp, N, IC, opt.forward, true, opt);
-  // dweight[IC, OC] += (inp^T)[IC, N] . (dout^T)[OC, N]^T: K = N contiguous in both.
-  gemm_fp8<T>(exec, Trans::N, Trans::T, IC, OC, N, 1.0f, xt, gt, 1.0f, dweight.data(),
-                       OC);
+  linear_fp8_dweight_gemm<T>(exec, dweight.data(), g, dout.data(), OC, inp.data(), N, IC, OC,
+                             opt);
   if (detail::present(dbias)) {
     detail::check_extent(dbias, OC, fn, "dbias");
     column_sums_add<T>(exec, N, OC, dout.data(), OC, dbias.data());
   }
 }
 
-template void linear_fp8_forward<float>(const ExecSpace&, View1<float>, View1<const float>,
-                                        View1<const float>, View1<const float>, int, int, int,
-                                        const Fp8LinearOptions&);
-template void linear_fp8_backward<float>(const ExecSpace&, View1<float>, View1<float>,
-                                         View1<float>, View1<const float>, View1<const float>,
-                                         View1<const float>, int, int, int,
-                                         const Fp8LinearOptions&);
+#define MESHTRAIN_INSTANTIATE_LINEAR_FP8(T)                                                      \
+  template void linear_fp8_forward<T>(const ExecSpace&, View1<T>, View1<const T>,                \
+                                      View1<const T>, View1<const T>, int, int, int,             \
+                                      const Fp8LinearOptions&);                                  \
+  template void linear_fp8_backward<T>(const ExecSpace&, View1<T>, View1<T>, View1<T>,           \
+                                       View1<const T>, View1<const T>, View1<const T>, int, int, \
+                                       int, const Fp8LinearOptions&);                            \
+  template void linear_fp8_forward_gemm<T>(const ExecSpace&, T*, int, const T*, const T*,        \
+                                           const T*, int, int, int, const Fp8LinearOptions&);    \
+  template Fp8Tensor linear_fp8_grad<T>(const ExecSpace&, const T*, int, int, int,               \
+                                        const Fp8LinearOptions&);                                \
+  template void linear_fp8_dinp_gemm<T>(const ExecSpace&, T*, float, const Fp8Tensor&,           \
+                                        const T*, int, int, int, const Fp8LinearOptions&);       \
+  template void linear_fp8_dweight_gemm<T>(const ExecSpace&, T*, const Fp8Tensor&, const T*,     \
+                                           int, const T*, int, int, int,                         \
+                                           const Fp8LinearOptions&);
+MESHTRAIN_INSTANTIATE_LINEAR_FP8(float)
 #if MESHTRAIN_HAVE_BF16
-template void linear_fp8_forward<bf16>(const ExecSpace&, View1<bf16>, View1<const bf16>,
-                                       View1<const bf16>, View1<const bf16>, int, int, int,
-                                       const Fp8LinearOptions&);
-template void linear_fp8_backward<bf16>(const ExecSpace&, View1<bf16>, View1<bf16>, View1<bf16>,
-                                        View1<const bf16>, View1<const bf16>, View1<const bf16>,
-                                        int, int, int, const Fp8LinearOptions&);
+MESHTRAIN_INSTANTIATE_LINEAR_FP8(bf16)  // gemm_fp8 has no fp16 output: FP8 training is bf16's
 #endif
+#undef MESHTRAIN_INSTANTIATE_LINEAR_FP8
 
 }  // namespace meshtrain::kernels

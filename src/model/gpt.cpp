@@ -222,7 +222,9 @@ GptT<T>::GptT(const GptConfig& cfg, int micro_batch, int seq_len, const ModelLay
   dqkv_ = alloc<T>("grad.dqkv", N * (QW_ + 2 * KW_));
   datty_ = alloc<T>("grad.datty", N * QW_);
   if (any_dense) dfch_ = alloc<T>("grad.dfch", N * shape.FW);
-  if (swiglu && any_dense) dh_ = alloc<T>("grad.dh", N * Il_);
+  // The MLP's d(activation output): SwiGLU's; GPT-2's under FP8, whose GELU derivative is not an
+  // epilogue of the FP8 GEMM.
+  if ((swiglu || layout_.fp8.enabled) && any_dense) dh_ = alloc<T>("grad.dh", N * Il_);
   if (cfg_.qkv_bias) qkv_b_ = alloc<T>("act.qkv_bias", static_cast<std::size_t>(QW_ + 2 * KW_));
   if (reg_.kv_replicated() && P > 1)
     kv_dw_ = alloc<T>("tp.kv_dw", 2 * static_cast<std::size_t>(cfg_.kv_heads()) * HS_ *

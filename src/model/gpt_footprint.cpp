@@ -120,9 +120,10 @@ ModelFootprint model_footprint(const GptConfig& cfg, int micro_batch, int seq_le
     if (P > 1) f.head += static_cast<double>(N * 4 + 2 * N * 4);  // vocab-parallel CE
   }
   // ---- backward scratch: dres, dln, dqkv, datty, dfch (the GELU derivative is a GEMM
-  // epilogue: no separate gradient of the GELU output; SwiGLU's is dh) ----
+  // epilogue: no separate gradient of the GELU output; SwiGLU's is dh, and GPT-2's under FP8,
+  // whose GELU derivative is a kernel of its own) ----
   f.scratch = static_cast<double>((Nl * C + N * C + N * (QW + 2 * KW) + N * QW + N * FW) * E);
-  if (swiglu) f.scratch += static_cast<double>(N * I * E);
+  if (swiglu || layout.fp8.enabled) f.scratch += static_cast<double>(N * I * E);
   if (KV < P)  // replicated kv heads' weight (and Qwen2 bias) gradients before their tp sum
     f.scratch += static_cast<double>(2 * KV * HS * (C + (cfg.qkv_bias ? 1 : 0)) * E);
   if (cfg.positions == Positions::rotary) f.scratch += static_cast<double>(T * HS * 4);  // rope

@@ -10,7 +10,8 @@
 // heads split by heads when n_kv_head >= tp; when fewer, every rank holds all of k_proj and
 // v_proj and projects the one head its query heads read (registry first_kv_head); their weight
 // gradients are then partial on each rank and summed over tp here, so that after the block's
-// backward they are complete on every rank like every other gradient.
+// backward they are complete on every rank like every other gradient. Where fp8_block(l)
+// (train.precision=fp8) the linears are gpt_fp8.cpp's FP8 parts, one GEMM per projection.
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/kernels/attention/attention.hpp"
 #include "meshtrain/kernels/gemm/gemm.hpp"
@@ -24,17 +25,13 @@ namespace meshtrain::model {
 
 namespace k = meshtrain::kernels;
 using k::Trans;
+constexpr auto kLinear = k::Fp8WeightLayout::out_in;  // nn.Linear [out, in]
 
 namespace {
 // One column-parallel linear of a packed output: its weight [width, C] (rows of the local
 // slice), its weight gradient, and its columns [col, col + width) of the packed buffer.
 template <class T>
-struct Piece {
-  const T* w;
-  T* dw;
-  int col, width;
-  const T* b = nullptr;  // the forward's bias (Qwen2's q/k/v), or none
-};
+using Piece = LinearPiece<T>;  // b: the forward's bias (Qwen2's q/k/v), or none
 
 // Pieces whose weights, weight gradients and output columns each follow the previous piece's
 // in memory become one (the registry lays out q, k, v and gate, up one after another, each at a
@@ -104,7 +101,12 @@ void GptT<T>::llama_block_forward(int l, View1<const T> x, BlockActivations<T>& 
   Piece<T> parts[3] = {{w.q_w.data(), nullptr, 0, QW, bias(w.q_b, 0)},
                        {w.k_w.data() + kv_row, nullptr, QW, KW, bias(w.k_b, kv_col)},
                        {w.v_w.data() + kv_row, nullptr, QW + KW, KW, bias(w.v_b, kv_col)}};
-  if (cfg_.qkv_bias && parts[0].w + std::size_t(QW) * C == parts[1].w &&
+  const bool f8 = fp8_block(l);
+  if (f8) {  // one FP8 linear each, with its own scales (gpt_fp8.cpp: never merged)
+    for (const Piece<T>& p : parts)
+      fp8_column_forward(qkv.data() + p.col, ld, p.b, ln1, p.w, p.width, kLinear);
+  }
+  if (!f8 && cfg_.qkv_bias && parts[0].w + std::size_t(QW) * C == parts[1].w &&
       parts[1].w + std::size_t(KW) * C == parts[2].w &&
       !(parts[0].b + QW == parts[1].b && parts[1].b + KW == parts[2].b)) {
     View1<T> cat = qkv_b_;
@@ -114,7 +116,7 @@ void GptT<T>::llama_block_forward(int l, View1<const T> x, BlockActivations<T>& 
     for (int i = 0; i < 3; ++i) parts[i].b = cat.data() + parts[i].col;
   }
   Piece<T> merged[3];
-  const int pieces = merge_adjacent(parts, 3, merged, C);
+  const int pieces = f8 ? 0 : merge_adjacent(parts, 3, merged, C);
   for (int i = 0; i < pieces; ++i) {
     const Piece<T>& p = merged[i];
     T* out = qkv.data() + p.col;
@@ -131,7 +133,10 @@ void GptT<T>::llama_block_forward(int l, View1<const T> x, BlockActivations<T>& 
     ring_->forward(a.atty, a.lse, a.qkv);
   else
     k::attention_forward<T>(exec_, a.atty, a.lse, a.qkv, B_, T_, NHl_, HS, NKVl_);
-  row_parallel_forward_nt(a.res2, a.atty, w.attn_proj_w, QW, x);
+  if (f8)
+    fp8_row_forward(a.res2, a.atty, w.attn_proj_w.data(), nullptr, QW, x, kLinear);
+  else
+    row_parallel_forward_nt(a.res2, a.atty, w.attn_proj_w, QW, x);
   // MLP: out = res2 + down(swiglu(gate_up(norm2(res2))))
   norm_enter(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln_2_w, {});
   if (a.moe && cfg_.moe.is_moe_layer(l)) {
@@ -141,6 +146,13 @@ void GptT<T>::llama_block_forward(int l, View1<const T> x, BlockActivations<T>& 
   // [gate | up] of this rank's MLP columns, one packed row each (one GEMM where adjacent)
   const Piece<T> mlp[2] = {{w.gate_w.data(), nullptr, 0, I}, {w.up_w.data(), nullptr, I, I}};
   Piece<T> gate_up[2];
+  if (f8) {
+    for (const Piece<T>& p : mlp)
+      fp8_column_forward(a.fch.data() + p.col, 2 * I, nullptr, a.ln2.data(), p.w, I, kLinear);
+    k::swiglu_forward<T>(exec_, a.fch_gelu, a.fch, N, I);
+    fp8_row_forward(out, a.fch_gelu, w.mlp_proj_w.data(), nullptr, I, a.res2, kLinear);
+    return;
+  }
   const int n = merge_adjacent(mlp, 2, gate_up, C);
   for (int i = 0; i < n; ++i)
     k::gemm<T>(exec_, Trans::N, Trans::T, N, gate_up[i].width, C, 1.0f, a.ln2.data(), C,
@@ -157,11 +169,16 @@ void GptT<T>::llama_block_backward(int l, View1<const T> x, BlockActivations<T>&
   const BlockTensors<T>& w = block_params_[static_cast<std::size_t>(l)];
   const BlockTensors<T>& g = block_grads_[static_cast<std::size_t>(l)];
   const View1<T> dx = tp_.local_grad_rows(dln_);  // column-parallel input gradient, local rows
+  const bool f8 = fp8_block(l);
   // The input gradient of a column-parallel group of pieces into dln_ (partial over tp; at
   // tp = 1 it is dx), reduced over tp while the weight gradients run (as
   // column_parallel_backward).
   auto column_parallel = [&](const Piece<T>* pieces, int count, const T* dout, int ld,
                              const T* inp) {
+    if (f8) {
+      fp8_column_backward(dx, pieces, count, dout, ld, inp, kLinear);
+      return;
+    }
     Piece<T> p[3];
     const int n = merge_adjacent(pieces, count, p, C);
     input_grad<T>(exec_, dln_.data(), p, n, dout, ld, N, C);
@@ -178,10 +195,15 @@ void GptT<T>::llama_block_backward(int l, View1<const T> x, BlockActivations<T>&
     // train.recompute_mlp_act: the shared buffer holds a later block's activation; this one's
     // again (the same kernel as the forward: the same bits).
     if (!a.own_mlp_act) k::swiglu_forward<T>(exec_, a.fch_gelu, a.fch, N, I);
-    k::gemm<T>(exec_, Trans::N, Trans::N, N, I, C, 1.0f, dfull.data(), C, w.mlp_proj_w.data(), I,
-               0.0f, dh_.data(), I);
-    k::gemm<T>(exec_, Trans::T, Trans::N, C, I, N, 1.0f, dfull.data(), C, a.fch_gelu.data(), I,
-               1.0f, g.mlp_proj_w.data(), I);
+    if (f8) {
+      fp8_row_backward(dh_.data(), g.mlp_proj_w.data(), nullptr, dfull, a.fch_gelu.data(),
+                       w.mlp_proj_w.data(), I, kLinear);
+    } else {
+      k::gemm<T>(exec_, Trans::N, Trans::N, N, I, C, 1.0f, dfull.data(), C, w.mlp_proj_w.data(),
+                 I, 0.0f, dh_.data(), I);
+      k::gemm<T>(exec_, Trans::T, Trans::N, C, I, N, 1.0f, dfull.data(), C, a.fch_gelu.data(), I,
+                 1.0f, g.mlp_proj_w.data(), I);
+    }
     k::swiglu_backward<T>(exec_, dfch_, a.fch, dh_, N, I);
     const Piece<T> mlp[2] = {{w.gate_w.data(), g.gate_w.data(), 0, I},
                              {w.up_w.data(), g.up_w.data(), I, I}};
@@ -191,10 +213,15 @@ void GptT<T>::llama_block_backward(int l, View1<const T> x, BlockActivations<T>&
 
   // Attention: res2 = x + o_proj(attn(rope(q, k), v)), q/k/v = proj(norm1(x))
   dfull = tp_.exit_backward(dres);
-  k::gemm<T>(exec_, Trans::N, Trans::N, N, QW, C, 1.0f, dfull.data(), C, w.attn_proj_w.data(), QW,
-             0.0f, datty_.data(), QW);
-  k::gemm<T>(exec_, Trans::T, Trans::N, C, QW, N, 1.0f, dfull.data(), C, a.atty.data(), QW, 1.0f,
-             g.attn_proj_w.data(), QW);
+  if (f8) {
+    fp8_row_backward(datty_.data(), g.attn_proj_w.data(), nullptr, dfull, a.atty.data(),
+                     w.attn_proj_w.data(), QW, kLinear);
+  } else {
+    k::gemm<T>(exec_, Trans::N, Trans::N, N, QW, C, 1.0f, dfull.data(), C, w.attn_proj_w.data(),
+               QW, 0.0f, datty_.data(), QW);
+    k::gemm<T>(exec_, Trans::T, Trans::N, C, QW, N, 1.0f, dfull.data(), C, a.atty.data(), QW,
+               1.0f, g.attn_proj_w.data(), QW);
+  }
   // dK and dV of each kv head are summed over its query heads by the kernel.
   if (ring_)
     ring_->backward(dqkv_, datty_, a.qkv, a.atty, a.lse);

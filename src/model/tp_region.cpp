@@ -5,6 +5,7 @@
 #include "meshtrain/model/tp_region.hpp"
 
 #include "meshtrain/core/timer.hpp"
+#include "meshtrain/model/fp8_amax.hpp"
 
 namespace meshtrain::model {
 
@@ -34,6 +35,13 @@ TpRegion<T>::TpRegion(comm::Communicator* tp, bool sequence_parallel, std::size_
   local_ = alloc<T>("sp.ln_local", local * cols);
   norm_dw_ = alloc<T>("sp.ln_dw", cols);
   if (norm_bias) norm_db_ = alloc<T>("sp.ln_db", cols);
+}
+
+template <class T>
+void TpRegion<T>::agree_amax(const ExecSpace& exec, View1<float> amax, std::size_t count) {
+  if (!active()) return;
+  CommTimer t(seconds_);
+  model::agree_amax(*tp_, exec, amax, count);
 }
 
 template <class T>

@@ -44,6 +44,7 @@ Engine<T>::Engine(MPI_Comm world, const model::GptConfig& cfg, const EngineOptio
   // 2. this rank's slice of the model: its stage's chunks, split over tp inside the model
   model::ModelLayout layout = ctx_->layout(opt_.recompute);
   layout.recompute_mlp_act = opt_.recompute_mlp_act;
+  layout.fp8 = opt_.fp8;
   layout.head_chunk_rows = opt_.head_chunk_tokens;
   // (with context parallelism the model holds seq_len / cp rows of each sequence)
   model_ = std::make_unique<model::GptT<T>>(cfg_, opt_.micro_batch, local_seq_len(), layout, exec);

@@ -169,8 +169,26 @@ if(NOT MESHTRAIN_ENABLE_CUDA)
 endif()
 meshtrain_cli_test(train_bad_attn_impl 1 2 "attn.impl='flash' is not one of auto, cudnn, meshtrain"
   train --attn.impl flash)
-meshtrain_cli_test(train_bad_precision 1 2 "train.precision='fp8' is not one of fp32, bf16, fp16"
-  train --train.precision fp8)
+meshtrain_cli_test(train_bad_precision 1 2 "train.precision='fp9' is not one of fp32, bf16, fp16, fp8"
+  train --train.precision fp9)
+# Issue 35: train.precision=fp8 (on the CPU build, the FP8 GEMMs' exact emulation) at tp 2 with
+# sequence parallelism, rowwise, the weight gradients in bf16; and the fp8.* options' errors.
+meshtrain_cli_test(train_fp8 2 0
+  "fp8: the linears of blocks \\[0, 2\\) in FP8 \\(rowwise current scaling.*weight gradients in bf16.*emulation.*step +3/3 \\| loss [0-9.]+ .*final val loss"
+  train ${_train_base} --model.n_layer 2 --model.n_head 2 --mesh.tp 2 --tp.sequence_parallel
+  --train.precision fp8 --fp8.recipe rowwise --fp8.wgrad_bf16
+  --train.out_dir ${CMAKE_BINARY_DIR}/cli_train_fp8)
+set_tests_properties(cli_train_fp8 PROPERTIES FIXTURES_REQUIRED kjv_shards)
+meshtrain_cli_test(train_fp8_option_without_fp8 1 2
+  "fp8.wgrad_bf16 needs train.precision=fp8 \\(it is fp32\\)" train --fp8.wgrad_bf16)
+meshtrain_cli_test(train_fp8_bad_recipe 1 2
+  "fp8.recipe='blockwise' is not one of tensorwise, rowwise" train --train.precision fp8
+  --fp8.recipe blockwise)
+meshtrain_cli_test(train_fp8_all_bf16 1 2
+  "fp8.first_last_bf16=1 keeps all model.n_layer=2 blocks in bf16: no linear would run in FP8"
+  train --train.precision fp8 --model.n_layer 2 --fp8.first_last_bf16 1)
+meshtrain_cli_test(train_help_fp8 0 0 "fp8.recipe.*tensorwise.*rowwise.*fp8.first_last_bf16.*fp8.wgrad_bf16"
+  train --help)
 
 # Checkpoints and restarts (issue 8): a crash during a save, SIGUSR1 from a rank and from
 # outside, corrupt/truncated/mismatched checkpoints, convert -> generate. Each case runs the

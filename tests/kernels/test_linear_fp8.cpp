@@ -48,9 +48,9 @@ TEST_CASE("linear_fp8 forward and backward match the quantized host reference", 
 
   std::vector<std::string> agreed;
   Fp8LinearOptions opt;
-  opt.agree = [&](const char* name, View1<float>, std::size_t count) {
+  opt.agree = [&](const Fp8Cast& cast, View1<float>, std::size_t count) {
     REQUIRE(count == 1);
-    agreed.emplace_back(name);
+    agreed.emplace_back(cast.tensor);
   };
 
   // Forward.
@@ -139,4 +139,164 @@ TEST_CASE("linear_fp8 forward and backward match the quantized host reference", 
   linear_fp8_backward<float>(ExecSpace(), View1<float>(), dw2, View1<float>(), kt::to_device(dout),
                              kt::to_device(inp), kt::to_device(w), N, IC, OC);
   require_near(kt::to_host(dw2), want_dw, mag_dw, 1e-5, "dweight (alone)");
+}
+
+namespace {
+
+// Fake-quantizes the row-major [rows, K] operand m as the GEMM reads it (K contiguous): one
+// scale for all of it (tensorwise), or one per row (rowwise).
+std::vector<double> host_quant_rows(const std::vector<double>& m, int rows, int K, bool rowwise,
+                                    Fp8Format f) {
+  std::vector<double> q(m.size());
+  std::vector<float> amax(rowwise ? rows : 1, 0.0f);
+  for (int r = 0; r < rows; ++r)
+    for (int k = 0; k < K; ++k) {
+      float& a = amax[rowwise ? r : 0];
+      a = std::max(a, std::fabs(float(m[std::size_t(r) * K + k])));
+    }
+  for (int r = 0; r < rows; ++r) {
+    const float s = fp8_scale_from_amax(amax[rowwise ? r : 0], f), sinv = 1.0f / s;
+    for (int k = 0; k < K; ++k) {
+      const std::size_t i = std::size_t(r) * K + k;
+      q[i] = double(fp8_decode(fp8_encode(float(m[i]) * s, f), f)) * double(sinv);
+    }
+  }
+  return q;
+}
+
+// C[M, N] = sum_k A[m, k] B[n, k] of two K-contiguous operands, with sum |A B| as magnitude.
+void host_tn(const std::vector<double>& a, const std::vector<double>& b, int M, int N, int K,
+             std::vector<double>& c, std::vector<double>& mag) {
+  c.assign(std::size_t(M) * N, 0.0);
+  mag.assign(c.size(), 0.0);
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n)
+      for (int k = 0; k < K; ++k) {
+        const double p = a[std::size_t(m) * K + k] * b[std::size_t(n) * K + k];
+        c[std::size_t(m) * N + n] += p;
+        mag[std::size_t(m) * N + n] += std::fabs(p);
+      }
+}
+
+}  // namespace
+
+// The GEMMs one at a time, as Llama's block calls them: nn.Linear's [OC, IC] weight (and
+// Conv1D's), the output and its gradient column blocks of wider buffers (row stride > OC), the
+// input gradient accumulated (beta = 1), tensorwise and rowwise; against an fp64 host reference
+// of the dequantized operands each GEMM reads (K-contiguous, rowwise scales along K). 1e-5 of
+// sum |a b|: the emulation is exact products in fp32 with fp32 sums and one scale multiply.
+TEST_CASE("linear_fp8 GEMMs in both weight layouts, strided, tensorwise and rowwise", "[fp8]") {
+  const int N = 20, IC = 24, OC = 40, LD = 56;  // dout and out: columns [8, 48) of LD
+  const int col = 8;
+  for (const auto layout : {Fp8WeightLayout::out_in, Fp8WeightLayout::in_out})
+    for (const auto scaling : {Fp8Scaling::tensorwise, Fp8Scaling::rowwise}) {
+      const bool oi = layout == Fp8WeightLayout::out_in, rw = scaling == Fp8Scaling::rowwise;
+      INFO((oi ? "out_in " : "in_out ") << fp8_scaling_name(scaling));
+      // Row-dependent magnitudes so that rowwise scales differ from the tensor's.
+      auto inp = kt::random_vector<float>(std::size_t(N) * IC, 61, -2.0, 2.0);
+      for (int n = 0; n < N; ++n)
+        for (int i = 0; i < IC; ++i) inp[std::size_t(n) * IC + i] *= 1.0f + n;
+      const auto w = kt::random_vector<float>(std::size_t(IC) * OC, 62, -0.2, 0.2);
+      auto wide = kt::random_vector<float>(std::size_t(N) * LD, 63, -1e-3, 1e-3);
+      const auto dinp0 = kt::random_vector<float>(std::size_t(N) * IC, 64);
+      const auto dw0 = kt::random_vector<float>(std::size_t(IC) * OC, 65);
+      auto W = [&](int o, int i) {  // the weight as [OC, IC] whatever its layout
+        return double(oi ? w[std::size_t(o) * IC + i] : w[std::size_t(i) * OC + o]);
+      };
+      auto G = [&](int n, int o) { return double(wide[std::size_t(n) * LD + col + o]); };
+      std::vector<double> x_nk(inp.begin(), inp.end()), x_kn(std::size_t(IC) * N),
+          w_oi(std::size_t(OC) * IC), w_io(std::size_t(IC) * OC), g_no(std::size_t(N) * OC),
+          g_on(std::size_t(OC) * N);
+      for (int n = 0; n < N; ++n)
+        for (int i = 0; i < IC; ++i) x_kn[std::size_t(i) * N + n] = inp[std::size_t(n) * IC + i];
+      for (int o = 0; o < OC; ++o)
+        for (int i = 0; i < IC; ++i) {
+          w_oi[std::size_t(o) * IC + i] = W(o, i);
+          w_io[std::size_t(i) * OC + o] = W(o, i);
+        }
+      for (int n = 0; n < N; ++n)
+        for (int o = 0; o < OC; ++o) {
+          g_no[std::size_t(n) * OC + o] = G(n, o);
+          g_on[std::size_t(o) * N + n] = G(n, o);
+        }
+      const auto e4 = Fp8Format::e4m3, e5 = Fp8Format::e5m2;
+
+      Fp8LinearOptions opt;
+      opt.layout = layout;
+      opt.scaling = scaling;
+      std::vector<std::string> sites;
+      opt.agree = [&](const Fp8Cast& c, View1<float>, std::size_t count) {
+        REQUIRE(c.scaling == scaling);
+        sites.push_back(cat(c.tensor, " k", c.k_dim));
+        REQUIRE(count >= 1);
+      };
+      const auto d_inp = kt::to_device(inp), d_w = kt::to_device(w);
+      View1<float> d_wide = kt::to_device(wide);
+      // Forward into the column block: the other columns stay.
+      linear_fp8_forward_gemm<float>(ExecSpace(), d_wide.data() + col, LD, nullptr, d_inp.data(),
+                                     d_w.data(), N, IC, OC, opt);
+      std::vector<double> want, mag;
+      host_tn(host_quant_rows(x_nk, N, IC, rw, e4), host_quant_rows(w_oi, OC, IC, rw, e4), N, OC,
+              IC, want, mag);
+      const auto got = kt::to_host(d_wide);
+      for (int n = 0; n < N; ++n)
+        for (int c = 0; c < LD; ++c) {
+          const float v = got[std::size_t(n) * LD + c];
+          if (c < col || c >= col + OC) {
+            REQUIRE(v == wide[std::size_t(n) * LD + c]);
+            continue;
+          }
+          const std::size_t i = std::size_t(n) * OC + (c - col);
+          INFO("out " << n << "," << c - col);
+          REQUIRE(std::fabs(double(v) - want[i]) <= 1e-5 * mag[i] + 1e-30);
+        }
+      REQUIRE(sites == std::vector<std::string>{"inp k1", oi ? "weight k1" : "weight k0"});
+
+      // Backward: dout from the wide buffer, dinp accumulated, dweight added.
+      sites.clear();
+      const auto d_g = kt::to_device(wide);
+      View1<float> d_dinp = kt::to_device(dinp0), d_dw = kt::to_device(dw0);
+      const Fp8Tensor g = linear_fp8_grad<float>(ExecSpace(), d_g.data() + col, LD, N, OC, opt);
+      linear_fp8_dinp_gemm<float>(ExecSpace(), d_dinp.data(), 1.0f, g, d_w.data(), N, IC, OC, opt);
+      linear_fp8_dweight_gemm<float>(ExecSpace(), d_dw.data(), g, d_g.data() + col, LD,
+                                     d_inp.data(), N, IC, OC, opt);
+      std::vector<std::string> want_sites{"dout k1", oi ? "weight k0" : "weight k1", "inp k0"};
+      if (rw) want_sites.push_back("dout k0");  // tensorwise reuses dout's scale
+      REQUIRE(sites == want_sites);
+      host_tn(host_quant_rows(g_no, N, OC, rw, e5), host_quant_rows(w_io, IC, OC, rw, e4), N, IC,
+              OC, want, mag);
+      const auto got_dinp = kt::to_host(d_dinp);
+      for (std::size_t i = 0; i < got_dinp.size(); ++i) {
+        INFO("dinp " << i);
+        REQUIRE(std::fabs(double(got_dinp[i]) - (dinp0[i] + want[i])) <=
+                1e-5 * (mag[i] + std::fabs(dinp0[i])) + 1e-30);
+      }
+      // dW[o, i] = sum_n dout^T[o, n] inp^T[i, n]
+      host_tn(host_quant_rows(g_on, OC, N, rw, e5), host_quant_rows(x_kn, IC, N, rw, e4), OC, IC,
+              N, want, mag);
+      const auto got_dw = kt::to_host(d_dw);
+      for (int o = 0; o < OC; ++o)
+        for (int i = 0; i < IC; ++i) {
+          const std::size_t at = oi ? std::size_t(o) * IC + i : std::size_t(i) * OC + o;
+          const std::size_t r = std::size_t(o) * IC + i;
+          INFO("dweight " << o << "," << i);
+          REQUIRE(std::fabs(double(got_dw[at]) - (dw0[at] + want[r])) <=
+                  1e-5 * (mag[r] + std::fabs(dw0[at])) + 1e-30);
+        }
+
+      // --fp8.wgrad_bf16: the weight gradient in the layer's type, unquantized (fp32 here).
+      opt.wgrad_high_precision = true;
+      View1<float> d_dw2 = kt::to_device(dw0);
+      linear_fp8_dweight_gemm<float>(ExecSpace(), d_dw2.data(), g, d_g.data() + col, LD,
+                                     d_inp.data(), N, IC, OC, opt);
+      host_tn(g_on, x_kn, OC, IC, N, want, mag);
+      const auto got_dw2 = kt::to_host(d_dw2);
+      for (int o = 0; o < OC; ++o)
+        for (int i = 0; i < IC; ++i) {
+          const std::size_t at = oi ? std::size_t(o) * IC + i : std::size_t(i) * OC + o;
+          const std::size_t r = std::size_t(o) * IC + i;
+          REQUIRE(std::fabs(double(got_dw2[at]) - (dw0[at] + want[r])) <=
+                  1e-5 * (mag[r] + std::fabs(dw0[at])) + 1e-30);
+        }
+    }
 }

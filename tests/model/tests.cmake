@@ -23,3 +23,7 @@ target_include_directories(test_ring_attention PRIVATE ${PROJECT_SOURCE_DIR}/tes
 # Issue 35: FP8 amaxes agreed over the group that splits a tensor.
 meshtrain_add_test(NAME test_fp8_amax SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_fp8_amax.cpp RANKS 1 2)
 target_include_directories(test_fp8_amax PRIVATE ${PROJECT_SOURCE_DIR}/tests/kernels)
+# Issue 35: the FP8 recipe's tp agreement on one column- or row-parallel linear.
+meshtrain_add_test(NAME test_fp8_linears SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_fp8_linears.cpp
+  RANKS 1 2 4)
+target_include_directories(test_fp8_linears PRIVATE ${PROJECT_SOURCE_DIR}/tests/kernels)

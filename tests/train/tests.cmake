@@ -30,3 +30,6 @@ if(TEST test_ckpt_async_np2)
   set_property(TEST test_ckpt_async_np2 APPEND PROPERTY ENVIRONMENT
     MESHTRAIN_MPI_THREAD_LEVEL=multiple)
 endif()
+# Issue 35: train.precision=fp8 against fp32 (1 rank) and its layouts against one rank (2, 4).
+meshtrain_add_test(NAME test_fp8_layouts SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_fp8_layouts.cpp
+  RANKS 1 2 4 TIMEOUT 600)

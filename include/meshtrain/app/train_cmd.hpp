@@ -2,6 +2,7 @@
 #include "meshtrain/app/subcommands.hpp"
 #include "meshtrain/core/config.hpp"
 #include "meshtrain/model/config.hpp"
+#include "meshtrain/model/fp8_recipe.hpp"
 #include "meshtrain/train/trainer.hpp"
 
 namespace meshtrain::app {
@@ -13,6 +14,13 @@ model::GptConfig model_config(const boost::program_options::variables_map& vm);
 // The trainer's configuration from train.*, ckpt.* and profile.* (ConfigError naming the option).
 train::TrainConfig train_config(const boost::program_options::variables_map& vm,
                                 const model::GptConfig& mc);
+// train.precision=fp8's recipe from fp8.* (disabled for other precisions, where any fp8.*
+// option is a ConfigError naming it).
+model::Fp8Recipe fp8_recipe(const boost::program_options::variables_map& vm,
+                            const model::GptConfig& mc);
+// The type of the model's parameters and activations for train.precision: fp8's is bf16 on GPU
+// builds with bf16 and fp32 on host builds; the others are themselves. What the planner counts.
+std::string model_precision(const std::string& precision);
 io::Transfer parse_transfer(const std::string& s);  // ckpt.io
 int cmd_train(Runtime& rt, const std::vector<std::string>& args);
 int cmd_generate(Runtime& rt, const std::vector<std::string>& args);

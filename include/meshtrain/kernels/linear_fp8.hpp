@@ -1,44 +1,98 @@
 #pragma once
-// The linear layer (linear.hpp's HF Conv1D layout: weight [IC, OC], out = inp @ weight + bias)
-// with its three GEMMs in FP8, tensorwise current scaling — the recipe of TorchTitan's float8
-// linears and TransformerEngine's current scaling: activations and weights E4M3, output
-// gradients E5M2, fp32 accumulation, outputs and the bias in the layer's type. Every GEMM takes
-// the K-contiguous "TN" form Hopper's FP8 tensor cores need, so each operand is cast in the
-// orientation its GEMM reads (a tensorwise scale serves both orientations of a tensor):
+// The linear layer with its three GEMMs in FP8 — the recipe of TorchTitan's float8 linears and
+// TransformerEngine's current scaling: activations and weights E4M3, output gradients E5M2,
+// fp32 accumulation, outputs and the bias in the layer's type. Two weight layouts:
+//   in_out  HF Conv1D (GPT-2, linear.hpp): weight [IC, OC], out = inp @ weight + bias
+//   out_in  nn.Linear (Llama, Qwen2):       weight [OC, IC], out = inp @ weight^T + bias
+// Every GEMM takes the K-contiguous "TN" form Hopper's FP8 tensor cores need, so each operand is
+// cast in the orientation its GEMM reads (K the last, contiguous dimension):
 //
-//   forward   out[N,OC]    = inp[N,IC]      . (weight^T)[OC,IC]^T   inp as is, weight transposed
-//   backward  dinp[N,IC]   = dout[N,OC]     . weight[IC,OC]^T       dout as is, weight as is
-//             dweight[IC,OC] += (inp^T)[IC,N] . (dout^T)[OC,N]^T    both transposed
+//   forward   out[N,OC]    = inp[N,IC] . (W as [OC,IC])^T            K = IC
+//   dinp      dinp[N,IC]   = dout[N,OC] . (W^T as [IC,OC])^T         K = OC
+//   dweight   out_in: dW[OC,IC] += (dout^T)[OC,N] . ((inp^T)[IC,N])^T   K = N
+//             in_out: dW[IC,OC] += (inp^T)[IC,N] . ((dout^T)[OC,N])^T
 //
-// The GEMMs are gemm_fp8 (gemm/gemm_fp8.hpp); the casts are requantized on every call and
-// their temporaries allocated per call: the oracle and host path of an FP8 linear, not yet a fast
-// one. A tensor split over tp/sp takes `agree` (model/fp8_amax.hpp) so its scale is the whole
-// tensor's; the hooks get which tensor they agree ("inp", "weight", "dout").
+// Scaling: tensorwise (one scale per tensor, serving both orientations: a transposed operand is
+// cast straight from the source), or rowwise (one scale per row of each K-contiguous operand,
+// torchao's "rowwise" recipe: every operand of every GEMM is scaled along its K; a tensor read
+// along its other dimension is first transposed in the layer's type, then cast rowwise). With
+// wgrad_high_precision the weight-gradient GEMM runs in the layer's type (linear.hpp's GEMM).
+//
+// The casts are requantized on every call and their temporaries allocated per call (weights
+// too: once per forward and once per backward): the oracle and host path of an FP8 linear, not
+// yet a fast one. A tensor split over a parallel group takes `agree` (model/fp8_amax.hpp) so its
+// scales are the whole tensor's; the hook is told which tensor and along which of its
+// dimensions the cast's scales run (Fp8Cast), so a rowwise hook can agree only where the split
+// dimension is K.
+#include <cstddef>
 #include <functional>
 
 #include "meshtrain/kernels/fp8_cast.hpp"
 
 namespace meshtrain::kernels {
 
+enum class Fp8WeightLayout { in_out, out_in };
+
+// What an agree hook is called for.
+struct Fp8Cast {
+  const char* tensor;   // "inp" [N, IC], "weight" (as stored), "dout" [N, OC]
+  int k_dim;            // the dimension of that tensor the GEMM sums over (0 or 1): a rowwise
+                        // scale covers one index of the other dimension, all of this one
+  Fp8Scaling scaling;   // tensorwise: count == 1; rowwise: count == the other dimension's size
+};
+
 struct Fp8LinearOptions {
   Fp8Format forward = Fp8Format::e4m3;   // inp and weight
   Fp8Format backward = Fp8Format::e5m2;  // dout
-  // Called with the tensor's name and its amax between amax and scales (no-op when empty).
-  std::function<void(const char* tensor, View1<float> amax, std::size_t count)> agree;
+  Fp8Scaling scaling = Fp8Scaling::tensorwise;
+  Fp8WeightLayout layout = Fp8WeightLayout::in_out;
+  bool wgrad_high_precision = false;  // dweight GEMM in the layer's type (--fp8.wgrad_bf16)
+  // Called between amax and scales (no-op when empty).
+  std::function<void(const Fp8Cast& cast, View1<float> amax, std::size_t count)> agree;
 };
 
-// out[N, OC] = inp @ weight + bias (bias may be empty).
+// out[N, OC] = the layer's forward (+ bias when present).
 template <class T>
 void linear_fp8_forward(const ExecSpace& exec, View1<T> out, View1<const T> inp,
                         View1<const T> weight, View1<const T> bias, int N, int IC, int OC,
                         const Fp8LinearOptions& opt = {});
 
-// dweight[IC, OC] += inp^T @ dout; dbias[OC] += sum_rows(dout) (of the unquantized gradient,
-// as linear_backward's column sums; skipped when empty);
-// dinp[N, IC] = dout @ weight^T (skipped when empty).
+// dweight += the layer's weight gradient; dbias[OC] += sum_rows(dout) (of the unquantized
+// gradient, as linear_backward's column sums; skipped when empty); dinp[N, IC] = dout . W
+// (skipped when empty).
 template <class T>
 void linear_fp8_backward(const ExecSpace& exec, View1<T> dinp, View1<T> dweight, View1<T> dbias,
                          View1<const T> dout, View1<const T> inp, View1<const T> weight, int N,
                          int IC, int OC, const Fp8LinearOptions& opt = {});
+
+// ---- The GEMMs one at a time ----
+// For callers whose tensors are column blocks of wider row-major buffers (Llama's packed q|k|v
+// and gate|up: leading dimensions ld_*), that accumulate several linears' input gradients into
+// one buffer, or that overlap a reduction of dinp with the weight-gradient GEMM. inp and weight
+// are contiguous; N may be 0.
+
+// out[n, o] (row stride ld_out) = forward; bias (OC values, or null) enters as the GEMM's C.
+template <class T>
+void linear_fp8_forward_gemm(const ExecSpace& exec, T* out, int ld_out, const T* bias,
+                             const T* inp, const T* weight, int N, int IC, int OC,
+                             const Fp8LinearOptions& opt);
+
+// dout [N, OC] (row stride ld) cast once for the dinp GEMM (K = OC); tensorwise, its scale is
+// also the dweight GEMM's.
+template <class T>
+Fp8Tensor linear_fp8_grad(const ExecSpace& exec, const T* dout, int ld, int N, int OC,
+                          const Fp8LinearOptions& opt);
+
+// dinp[N, IC] = beta * dinp + g . W (g from linear_fp8_grad).
+template <class T>
+void linear_fp8_dinp_gemm(const ExecSpace& exec, T* dinp, float beta, const Fp8Tensor& g,
+                          const T* weight, int N, int IC, int OC, const Fp8LinearOptions& opt);
+
+// dweight += the weight gradient of dout (row stride ld) and inp; g is dout's cast from
+// linear_fp8_grad (its tensorwise scale is reused, not agreed again).
+template <class T>
+void linear_fp8_dweight_gemm(const ExecSpace& exec, T* dweight, const Fp8Tensor& g,
+                             const T* dout, int ld, const T* inp, int N, int IC, int OC,
+                             const Fp8LinearOptions& opt);
 
 }  // namespace meshtrain::kernels

@@ -28,6 +28,7 @@
 #include "meshtrain/core/view.hpp"
 #include "meshtrain/kernels/rotary.hpp"
 #include "meshtrain/model/config.hpp"
+#include "meshtrain/model/fp8_recipe.hpp"
 #include "meshtrain/model/registry.hpp"
 #include "meshtrain/model/ring_attention.hpp"
 #include "meshtrain/model/tp_region.hpp"
@@ -77,6 +78,9 @@ struct ModelLayout {
   // two backward GEMMs before the next chunk, so only one chunk's logits are ever held. 0: auto
   // (head_chunk_rows()); >= the rows of a micro-batch: one chunk.
   int head_chunk_rows = 0;
+  // train.precision=fp8: the blocks' linears in FP8 (fp8_recipe.hpp; gpt_fp8.cpp). T must be
+  // float (host builds) or bf16.
+  Fp8Recipe fp8;
   // Mixture of Experts: the expert-parallel group (ranks holding the other experts; null or size
   // 1: this rank holds all of them). The registry holds experts of rank ep->rank().
   comm::Communicator* ep = nullptr;
@@ -94,6 +98,17 @@ struct ModelLayout {
   // false: the caller binds storage per unit (bind_unit) before use, e.g. ZeRO-3 gathering a
   // unit's parameters just in time, ZeRO-2 keeping gradients only for buckets in flight.
   bool allocate_params = true, allocate_grads = true;
+};
+
+// One linear of a column-parallel group whose outputs share a row-major buffer (Llama's packed
+// q|k|v and gate|up): its weight (rows of the local slice), its weight gradient (null in the
+// forward), its columns [col, col + width) of the buffer and its bias (or null).
+template <class T>
+struct LinearPiece {
+  const T* w;
+  T* dw;
+  int col, width;
+  const T* b = nullptr;
 };
 
 // Callbacks around each unit (registry().units()). DP gradient buckets and ZeRO implement them.
@@ -252,6 +267,24 @@ class GptT {
   // of dout @ w^T, overlapped with the weight gradient of the same linear.
   void column_parallel_backward(View1<T> dx, View1<T> dw, View1<T> db, View1<const T> dout,
                                 View1<const T> inp, View1<const T> w, int out_cols);
+  // The FP8 linears (gpt_fp8.cpp), each the FP8 counterpart of a part above:
+  bool fp8_block(int l) const { return layout_.fp8.fp8_block(l, cfg_.n_layer); }
+  kernels::Fp8LinearOptions fp8_options(TpSplit split, kernels::Fp8WeightLayout layout);
+  // A column-parallel linear's forward into columns of out (row stride ld), bias or null.
+  void fp8_column_forward(T* out, int ld, const T* bias, const T* inp, const T* w, int out_cols,
+                          kernels::Fp8WeightLayout layout);
+  // Row-parallel linear plus the residual (row_parallel_forward's FP8 form; bias or null).
+  void fp8_row_forward(View1<T> out, View1<const T> inp, const T* w, const T* b, int in_cols,
+                       View1<const T> residual, kernels::Fp8WeightLayout layout);
+  // Row-parallel backward from every row of the output gradient: dinp [N, in_cols], dw += ,
+  // db += column sums of dfull (db may be null).
+  void fp8_row_backward(T* dinp, T* dw, T* db, View1<const T> dfull, const T* inp, const T* w,
+                        int in_cols, kernels::Fp8WeightLayout layout);
+  // column_parallel_backward's FP8 form over pieces of one packed output gradient (row stride
+  // ld): dx = reduce over tp of the summed input gradients, overlapped with the weight
+  // gradients; bias gradients are the caller's.
+  void fp8_column_backward(View1<T> dx, const LinearPiece<T>* pieces, int n, const T* dout,
+                           int ld, const T* inp, kernels::Fp8WeightLayout layout);
   // Cross-entropy of the head's n rows from row r0 against `targets` (the caller's, not copied;
   // logits_ in place -> dlogits when train):
   // the fused single-rank kernel, or the vocabulary-parallel one whose row max and sums are

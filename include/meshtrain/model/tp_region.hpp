@@ -91,6 +91,11 @@ class TpRegion {
   void vocab_max(View1<float> row_max);  // max over tp
   void vocab_sum(View1<float> sums);     // sum over tp
 
+  // ---- FP8 scales (fp8_recipe.hpp) ----
+  // amax[0, count) <- its max over tp (fp8_amax.hpp's agree_amax), so that a split tensor is
+  // cast with the whole tensor's scales.
+  void agree_amax(const ExecSpace& exec, View1<float> amax, std::size_t count);
+
   // Finishes an operation started above, timed (tp > 1).
   void wait(comm::Request& r);
 

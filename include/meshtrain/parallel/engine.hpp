@@ -51,6 +51,7 @@ struct EngineOptions {
   bool recompute = false;    // activation checkpointing per block
   bool recompute_mlp_act = false;  // keep only the MLP pre-activation (model::ModelLayout)
   int head_chunk_tokens = 0;  // rows of the LM head at once; 0 auto (model::ModelLayout)
+  model::Fp8Recipe fp8;       // train.precision=fp8's linears (model::ModelLayout)
   optim::AdamWConfig adamw;
   kernels::AttentionOptions attention;  // attention backend (--attn.*), set process-wide
 };

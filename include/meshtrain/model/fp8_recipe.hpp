@@ -1,0 +1,59 @@
+#pragma once
+// The FP8 recipe of train.precision=fp8 (issue 35): which linears run their GEMMs in FP8, with
+// which scaling, and over which groups each cast's amax is agreed so that every layout computes
+// what one rank does (DESIGN invariant 1).
+//
+// FP8 are the transformer blocks' linear layers (GPT-2's c_attn, attention c_proj, c_fc, MLP
+// c_proj; Llama's q/k/v, o, gate/up, down; a MoE block's attention linears), forward E4M3 x E4M3,
+// input gradient E5M2 x E4M3, weight gradient E5M2 x E4M3 or (wgrad_bf16) the model's type;
+// kernels/linear_fp8.hpp has the GEMM forms. Embeddings, the LM head, attention, norms, MoE
+// routers and experts stay in the model's type. The first and last first_last_bf16 blocks do
+// too (Megatron's --first-last-layers-bf16).
+//
+// Agreement. Every cast's scales must be those of the whole tensor (tensorwise) or of the whole
+// row (rowwise, the row running along the GEMM's K). A tensor split over a group gets its amax
+// agreed over that group where its scale covers the split: tensorwise always, rowwise only where
+// the split dimension is the cast's K (a split of the rows themselves leaves each row whole).
+//  - tp: a column-parallel linear's weight (split by output features) and output gradient
+//    (split by columns); a row-parallel linear's weight (split by input features) and input
+//    (split by columns). Their other operands — the column-parallel input, all-gathered under
+//    sequence parallelism, and the row-parallel output gradient, all-gathered likewise — are
+//    whole on every tp rank: sequence parallelism adds nothing, since every cast reads all N rows.
+//  - cp: inputs and output gradients are split by tokens (dimension 0); weights are whole.
+//  - dp and pp: every rank holds whole tensors (its micro-batches, its blocks): nothing. A
+//    dp layout equals one rank for the same micro-batch size (the scale is a micro-batch's).
+// Where the kv heads are fewer than tp (replicated k/v weights), each rank's k/v output
+// gradient is a partial sum over its query heads: its cast is not the whole tensor's, so such
+// layouts match one rank only to FP8 rounding, not to reduction order.
+#include <string>
+
+#include "meshtrain/kernels/linear_fp8.hpp"
+
+namespace meshtrain::model {
+
+struct Fp8Recipe {
+  bool enabled = false;                                         // train.precision=fp8
+  kernels::Fp8Scaling scaling = kernels::Fp8Scaling::tensorwise;  // fp8.recipe
+  int first_last_bf16 = 0;                                      // fp8.first_last_bf16
+  bool wgrad_bf16 = false;                                      // fp8.wgrad_bf16
+  // Whether block l (global index) of n_layer runs its linears in FP8.
+  bool fp8_block(int l, int n_layer) const {
+    return enabled && l >= first_last_bf16 && l < n_layer - first_last_bf16;
+  }
+};
+
+// "tensorwise" | "rowwise"; a ConfigError naming `option` otherwise.
+kernels::Fp8Scaling parse_fp8_recipe(const std::string& text, const char* option);
+
+// How tensor parallelism splits a linear (Megatron's column / row parallel).
+enum class TpSplit { column, row };
+
+// The dimension of the cast's tensor (inp [N, IC], dout [N, OC], weight as stored in `layout`)
+// that tp splits, or -1.
+int tp_split_dim(TpSplit split, kernels::Fp8WeightLayout layout, const char* tensor);
+// Whether the cast's amax is agreed over tp (see above).
+bool agree_over_tp(TpSplit split, kernels::Fp8WeightLayout layout, const kernels::Fp8Cast& cast);
+// Whether it is agreed over cp (tokens: dimension 0 of inp and dout).
+bool agree_over_cp(const kernels::Fp8Cast& cast);
+
+}  // namespace meshtrain::model

@@ -1,0 +1,151 @@
+// GptT's FP8 linears (train.precision=fp8, model/fp8_recipe.hpp): the FP8 counterparts of the
+// parallel parts in gpt_parallel.cpp, called by the blocks where fp8_block(l). The GEMMs are
+// kernels/linear_fp8.hpp's; what differs from the bf16 parts:
+//  - each cast's amax is agreed over tp (and cp) where the recipe says (fp8_options), before the
+//    scales, so every layout casts with the scales of one rank;
+//  - biases enter as the GEMM's C and the residual is added after the GEMM (and after the tp
+//    reduction), in the model's type: cuBLASLt's fused epilogues are not used for FP8 here;
+//  - every linear of a packed output is its own GEMM with its own scales (q, k, v; gate, up),
+//    never merged as the bf16 path merges adjacent pieces: adjacency depends on the layout
+//    (replicated kv heads), the scales must not.
+// The output gradient of a linear is cast once, for its input gradient (agreed there) and its
+// weight gradient, so the weight-gradient GEMMs that overlap the column-parallel reduction
+// issue no collective of their own.
+#include <type_traits>
+#include <vector>
+
+#include "meshtrain/core/error.hpp"
+#include "meshtrain/kernels/gemm/gemm.hpp"
+#include "meshtrain/kernels/linear_fp8.hpp"
+#include "meshtrain/kernels/residual.hpp"
+#include "meshtrain/model/fp8_amax.hpp"
+#include "meshtrain/model/gpt.hpp"
+#include "meshtrain/model/gpt_activations.hpp"
+
+namespace meshtrain::model {
+
+namespace k = meshtrain::kernels;
+
+namespace {
+// The FP8 GEMM has no fp16 output: FP8 training keeps bf16 (or, on host builds, fp32) copies.
+template <class T>
+constexpr bool kFp8Type = std::is_same_v<T, float>
+#if MESHTRAIN_HAVE_BF16
+                          || std::is_same_v<T, bf16>
+#endif
+    ;
+void no_fp8_type() {
+  throw ConfigError("train.precision=fp8 keeps bf16 (GPU builds) or fp32 (host builds) "
+                    "activations; this model's type has no FP8 GEMM");
+}
+}  // namespace
+
+template <class T>
+k::Fp8LinearOptions GptT<T>::fp8_options(TpSplit split, k::Fp8WeightLayout layout) {
+  k::Fp8LinearOptions o;
+  o.scaling = layout_.fp8.scaling;
+  o.layout = layout;
+  o.wgrad_high_precision = layout_.fp8.wgrad_bf16;
+  comm::Communicator* cp = layout_.cp != nullptr && layout_.cp->size() > 1 ? layout_.cp : nullptr;
+  if (!tp_.active() && cp == nullptr) return o;
+  o.agree = [this, split, layout, cp](const k::Fp8Cast& c, View1<float> amax, std::size_t n) {
+    if (agree_over_tp(split, layout, c)) tp_.agree_amax(exec_, amax, n);
+    if (cp != nullptr && agree_over_cp(c)) agree_amax(*cp, exec_, amax, n);
+  };
+  return o;
+}
+
+template <class T>
+void GptT<T>::fp8_column_forward(T* out, int ld, const T* bias, const T* inp, const T* w,
+                                 int out_cols, k::Fp8WeightLayout layout) {
+  if constexpr (!kFp8Type<T>) {
+    no_fp8_type();
+  } else {
+    const k::Fp8LinearOptions o = fp8_options(TpSplit::column, layout);
+    k::linear_fp8_forward_gemm<T>(exec_, out, ld, bias, inp, w, N_, cfg_.n_embd, out_cols, o);
+  }
+}
+
+template <class T>
+void GptT<T>::fp8_row_forward(View1<T> out, View1<const T> inp, const T* w, const T* b,
+                              int in_cols, View1<const T> residual, k::Fp8WeightLayout layout) {
+  if constexpr (!kFp8Type<T>) {
+    no_fp8_type();
+  } else {
+    const int C = cfg_.n_embd;
+    const std::size_t n = static_cast<std::size_t>(Nl_) * C;
+    const k::Fp8LinearOptions o = fp8_options(TpSplit::row, layout);
+    if (!tp_.active()) {
+      // inp W (+ b) into out, then the residual: the same roundings as at tp > 1.
+      k::linear_fp8_forward_gemm<T>(exec_, out.data(), C, b, inp.data(), w, N_, in_cols, C, o);
+      k::residual_forward<T>(exec_, out, residual, out, n);
+      return;
+    }
+    // The bias once (tp rank 0) and the residual once, after the reduction.
+    k::linear_fp8_forward_gemm<T>(exec_, tp_.partial().data(), C, tp_.rank() == 0 ? b : nullptr,
+                                  inp.data(), w, N_, in_cols, C, o);
+    tp_.exit(tp_.partial(), tp_.reduced());
+    k::residual_forward<T>(exec_, out, residual, tp_.reduced(), n);
+  }
+}
+
+template <class T>
+void GptT<T>::fp8_row_backward(T* dinp, T* dw, T* db, View1<const T> dfull, const T* inp,
+                               const T* w, int in_cols, k::Fp8WeightLayout layout) {
+  if constexpr (!kFp8Type<T>) {
+    no_fp8_type();
+  } else {
+    const int C = cfg_.n_embd;
+    const k::Fp8LinearOptions o = fp8_options(TpSplit::row, layout);
+    const k::Fp8Tensor g = k::linear_fp8_grad<T>(exec_, dfull.data(), C, N_, C, o);
+    k::linear_fp8_dinp_gemm<T>(exec_, dinp, 0.0f, g, w, N_, in_cols, C, o);
+    k::linear_fp8_dweight_gemm<T>(exec_, dw, g, dfull.data(), C, inp, N_, in_cols, C, o);
+    if (db != nullptr) k::column_sums_add<T>(exec_, N_, C, dfull.data(), C, db);
+  }
+}
+
+template <class T>
+void GptT<T>::fp8_column_backward(View1<T> dx, const LinearPiece<T>* pieces, int n,
+                                  const T* dout, int ld, const T* inp,
+                                  k::Fp8WeightLayout layout) {
+  if constexpr (!kFp8Type<T>) {
+    no_fp8_type();
+  } else {
+    const int C = cfg_.n_embd;
+    const k::Fp8LinearOptions o = fp8_options(TpSplit::column, layout);
+    // Input gradients summed into dln_ (partial over tp), each piece's gradient cast once.
+    std::vector<k::Fp8Tensor> g;
+    for (int i = 0; i < n; ++i) {
+      const LinearPiece<T>& p = pieces[i];
+      g.push_back(k::linear_fp8_grad<T>(exec_, dout + p.col, ld, N_, p.width, o));
+      k::linear_fp8_dinp_gemm<T>(exec_, dln_.data(), i == 0 ? 0.0f : 1.0f, g.back(), p.w, N_, C,
+                                 p.width, o);
+    }
+    comm::Request r = tp_.enter_backward(dln_, dx);
+    for (int i = 0; i < n; ++i) {
+      const LinearPiece<T>& p = pieces[i];
+      k::linear_fp8_dweight_gemm<T>(exec_, p.dw, g[static_cast<std::size_t>(i)], dout + p.col, ld,
+                                    inp, N_, C, p.width, o);
+    }
+    tp_.wait(r);
+  }
+}
+
+#define MESHTRAIN_INSTANTIATE_GPT_FP8(T)                                                         \
+  template k::Fp8LinearOptions GptT<T>::fp8_options(TpSplit, k::Fp8WeightLayout);                \
+  template void GptT<T>::fp8_column_forward(T*, int, const T*, const T*, const T*, int,          \
+                                            k::Fp8WeightLayout);                                 \
+  template void GptT<T>::fp8_row_forward(View1<T>, View1<const T>, const T*, const T*, int,      \
+                                         View1<const T>, k::Fp8WeightLayout);                    \
+  template void GptT<T>::fp8_row_backward(T*, T*, T*, View1<const T>, const T*, const T*, int,   \
+                                          k::Fp8WeightLayout);                                   \
+  template void GptT<T>::fp8_column_backward(View1<T>, const LinearPiece<T>*, int, const T*,     \
+                                             int, const T*, k::Fp8WeightLayout);
+MESHTRAIN_INSTANTIATE_GPT_FP8(float)
+#if MESHTRAIN_HAVE_BF16
+MESHTRAIN_INSTANTIATE_GPT_FP8(bf16)
+MESHTRAIN_INSTANTIATE_GPT_FP8(fp16)
+#endif
+#undef MESHTRAIN_INSTANTIATE_GPT_FP8
+
+}  // namespace meshtrain::model

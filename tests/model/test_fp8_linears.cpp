@@ -1,0 +1,145 @@
+// The FP8 recipe's agreement over tp (model/fp8_recipe.hpp) on the GEMMs of one linear
+// (kernels/linear_fp8.hpp): each rank holds Megatron's column- or row-parallel piece of one
+// linear (weight in either layout), agrees the amaxes the recipe names over the group, and must
+// compute the single-rank linear's slice — forward, input gradient and weight gradient, both
+// scalings. At this level every rank casts exactly the values one rank casts, so the results
+// match to the fp32 summation-order rounding of the split sums (1e-6 of sum |a b|): a scale
+// that is not the whole tensor's (a missing or wrong agreement) moves most elements by FP8
+// rounding, ~1e-2. Runs at 1, 2 and 4 ranks. Also the policy's table itself.
+#include <cmath>
+#include <vector>
+
+#include "kernel_test_util.hpp"
+#include "meshtrain/comm/factory.hpp"
+#include "meshtrain/kernels/linear_fp8.hpp"
+#include "meshtrain/model/fp8_amax.hpp"
+#include "meshtrain/model/fp8_recipe.hpp"
+
+using namespace meshtrain;
+using namespace meshtrain::kernels;
+
+namespace {
+
+constexpr int N = 16, IC = 24, OC = 32;
+
+// Rows [r0, r1) x columns [c0, c1) of the row-major x with `cols` columns.
+std::vector<float> block(const std::vector<float>& x, int cols, int r0, int r1, int c0, int c1) {
+  std::vector<float> b;
+  for (int r = r0; r < r1; ++r)
+    for (int c = c0; c < c1; ++c) b.push_back(x[std::size_t(r) * cols + c]);
+  return b;
+}
+
+struct Result {
+  std::vector<float> out, dinp, dw;  // out [N, oc], dinp [N, ic], dw as the weight is stored
+};
+
+// One linear with every GEMM: weight [ic, oc] (in_out) or [oc, ic] (out_in).
+Result run(const std::vector<float>& inp, const std::vector<float>& w,
+           const std::vector<float>& dout, int ic, int oc, const Fp8LinearOptions& o) {
+  View1<float> out("out", std::size_t(N) * oc), dinp("dinp", std::size_t(N) * ic),
+      dw("dw", std::size_t(ic) * oc);
+  const auto x = kt::to_device(inp), wd = kt::to_device(w), g = kt::to_device(dout);
+  linear_fp8_forward_gemm<float>(ExecSpace(), out.data(), oc, nullptr, x.data(), wd.data(), N,
+                                 ic, oc, o);
+  const Fp8Tensor q = linear_fp8_grad<float>(ExecSpace(), g.data(), oc, N, oc, o);
+  linear_fp8_dinp_gemm<float>(ExecSpace(), dinp.data(), 0.0f, q, wd.data(), N, ic, oc, o);
+  linear_fp8_dweight_gemm<float>(ExecSpace(), dw.data(), q, g.data(), oc, x.data(), N, ic, oc, o);
+  return {kt::to_host(out), kt::to_host(dinp), kt::to_host(dw)};
+}
+
+void require_close(const std::vector<float>& got, const std::vector<float>& want,
+                   const char* what) {
+  REQUIRE(got.size() == want.size());
+  double mag = 0;
+  for (float v : want) mag = std::max(mag, std::fabs(double(v)));
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    INFO(what << " element " << i << " got " << got[i] << " want " << want[i]);
+    REQUIRE(std::fabs(double(got[i]) - want[i]) <= 1e-6 * mag);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("the recipe agrees where tp splits a scale", "[fp8]") {
+  using model::TpSplit;
+  const auto oi = Fp8WeightLayout::out_in, io = Fp8WeightLayout::in_out;
+  const auto tw = Fp8Scaling::tensorwise, rw = Fp8Scaling::rowwise;
+  REQUIRE(model::tp_split_dim(TpSplit::column, oi, "weight") == 0);
+  REQUIRE(model::tp_split_dim(TpSplit::column, io, "weight") == 1);
+  REQUIRE(model::tp_split_dim(TpSplit::column, oi, "dout") == 1);
+  REQUIRE(model::tp_split_dim(TpSplit::column, oi, "inp") == -1);
+  REQUIRE(model::tp_split_dim(TpSplit::row, oi, "weight") == 1);
+  REQUIRE(model::tp_split_dim(TpSplit::row, io, "weight") == 0);
+  REQUIRE(model::tp_split_dim(TpSplit::row, io, "inp") == 1);
+  REQUIRE(model::tp_split_dim(TpSplit::row, io, "dout") == -1);
+  // Tensorwise: every split tensor; rowwise: only along K.
+  REQUIRE(model::agree_over_tp(TpSplit::column, oi, {"weight", 1, tw}));
+  REQUIRE_FALSE(model::agree_over_tp(TpSplit::column, oi, {"weight", 1, rw}));
+  REQUIRE(model::agree_over_tp(TpSplit::column, oi, {"weight", 0, rw}));
+  REQUIRE_FALSE(model::agree_over_tp(TpSplit::column, oi, {"inp", 1, tw}));
+  REQUIRE(model::agree_over_tp(TpSplit::row, oi, {"inp", 1, rw}));
+  REQUIRE_FALSE(model::agree_over_tp(TpSplit::row, oi, {"inp", 0, rw}));
+  REQUIRE_FALSE(model::agree_over_tp(TpSplit::row, io, {"dout", 1, tw}));
+  // cp splits tokens: activations and gradients, never weights.
+  REQUIRE(model::agree_over_cp({"inp", 1, tw}));
+  REQUIRE(model::agree_over_cp({"dout", 0, rw}));
+  REQUIRE_FALSE(model::agree_over_cp({"dout", 1, rw}));
+  REQUIRE_FALSE(model::agree_over_cp({"weight", 0, tw}));
+  REQUIRE(model::parse_fp8_recipe("rowwise", "fp8.recipe") == rw);
+  REQUIRE_THROWS_WITH(model::parse_fp8_recipe("blockwise", "fp8.recipe"),
+                      "fp8.recipe='blockwise' is not one of tensorwise, rowwise");
+}
+
+TEST_CASE("column- and row-parallel FP8 linears compute the single-rank linear", "[fp8][mpi]") {
+  auto group = comm::make_group_communicator(comm::default_backend(), mt_test::world());
+  const int P = group->size(), r = group->rank();
+  // Magnitudes vary by row and column so that no rank's piece holds every amax.
+  auto inp = kt::random_vector<float>(std::size_t(N) * IC, 71, -1.0, 1.0);
+  for (std::size_t i = 0; i < inp.size(); ++i) inp[i] *= 1.0f + float(i % IC) / 4 + float(i / IC);
+  const auto dout = kt::random_vector<float>(std::size_t(N) * OC, 72, -1e-3, 1e-3);
+  for (const auto layout : {Fp8WeightLayout::out_in, Fp8WeightLayout::in_out})
+    for (const auto scaling : {Fp8Scaling::tensorwise, Fp8Scaling::rowwise})
+      for (const auto split : {model::TpSplit::column, model::TpSplit::row}) {
+        const bool oi = layout == Fp8WeightLayout::out_in;
+        const bool col = split == model::TpSplit::column;
+        INFO((oi ? "out_in " : "in_out ") << fp8_scaling_name(scaling) << (col ? " column" : " row")
+                                          << " ranks " << P);
+        auto w = kt::random_vector<float>(std::size_t(IC) * OC, 73, -0.2, 0.2);
+        for (std::size_t i = 0; i < w.size(); ++i) w[i] *= 1.0f + float(i % 7);
+        Fp8LinearOptions o;
+        o.layout = layout;
+        o.scaling = scaling;
+        const Result ref = run(inp, w, dout, IC, OC, o);
+        o.agree = [&](const Fp8Cast& c, View1<float> amax, std::size_t n) {
+          if (model::agree_over_tp(split, layout, c))
+            model::agree_amax(*group, ExecSpace(), amax, n);
+        };
+        // The weight stored as [rows, cols]; this rank's piece of its output (column) or
+        // input (row) features.
+        const int wc = oi ? IC : OC;  // the stored weight's columns
+        if (col) {
+          const int oc = OC / P, o0 = r * oc;
+          const auto wl = oi ? block(w, wc, o0, o0 + oc, 0, IC) : block(w, wc, 0, IC, o0, o0 + oc);
+          const Result got = run(inp, wl, block(dout, OC, 0, N, o0, o0 + oc), IC, oc, o);
+          require_close(got.out, block(ref.out, OC, 0, N, o0, o0 + oc), "out");
+          std::vector<float> dinp = got.dinp;  // partial over the ranks
+          MPI_Allreduce(MPI_IN_PLACE, dinp.data(), int(dinp.size()), MPI_FLOAT, MPI_SUM,
+                        mt_test::world());
+          require_close(dinp, ref.dinp, "dinp");
+          require_close(got.dw, oi ? block(ref.dw, wc, o0, o0 + oc, 0, IC)
+                                   : block(ref.dw, wc, 0, IC, o0, o0 + oc), "dweight");
+        } else {
+          const int ic = IC / P, i0 = r * ic;
+          const auto wl = oi ? block(w, wc, 0, OC, i0, i0 + ic) : block(w, wc, i0, i0 + ic, 0, OC);
+          const Result got = run(block(inp, IC, 0, N, i0, i0 + ic), wl, dout, ic, OC, o);
+          std::vector<float> out = got.out;  // partial over the ranks
+          MPI_Allreduce(MPI_IN_PLACE, out.data(), int(out.size()), MPI_FLOAT, MPI_SUM,
+                        mt_test::world());
+          require_close(out, ref.out, "out");
+          require_close(got.dinp, block(ref.dinp, IC, 0, N, i0, i0 + ic), "dinp");
+          require_close(got.dw, oi ? block(ref.dw, wc, 0, OC, i0, i0 + ic)
+                                   : block(ref.dw, wc, i0, i0 + ic, 0, OC), "dweight");
+        }
+      }
+}
