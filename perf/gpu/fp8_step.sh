@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# FP8 against bf16 on one GPU (issue 35), in one device call: `meshtrain train` in bf16 and in
+# fp8 (tensorwise; rowwise where asked), beside PyTorch torch.compile in bf16 and with float8
+# linears on torch._scaled_mm (perf/reference/torch_llama_gpu.py --linears bf16,float8): the same
+# model, AdamW, clipping at 1.0 and sequence length on both sides; meshtrain reads the shipped
+# corpus as byte tokens, PyTorch random tokens (the step time does not depend on the ids).
+#   jobs/bundle-gpu.sh gpubundle build/cuda/src/meshtrain
+#   perf/gpu/fp8_step.sh gpubundle OUT [parts]
+# parts (comma-separated, default llama8b,torch8b,converge):
+#   llama8b   Llama-3.1-8B shape cut to LAYERS blocks (4), seq 4096, micro-batch 1
+#   llama1b   Llama 3.2 1B, seq 2048, micro-batch 4
+#   gpt2xl    GPT-2 1.5B, seq 1024, micro-batch 4
+#   rowwise   the llama8b run again with --fp8.recipe rowwise
+#   torch8b / torch1b   the PyTorch side of llama8b / llama1b (compile, bf16 and float8)
+#   converge  llama-150m, CONVERGE_STEPS (600) steps on the corpus, bf16 and fp8, same seed:
+#             the final losses (mean of the last 50 steps) and their ratio
+# Environment: STEPS (20; the median of steps 6..STEPS is reported). OUT receives one log and
+# one metrics file per run and summary.txt.
+set -uo pipefail
+bundle=$(cd "$1" && pwd); out=$(mkdir -p "$2" && cd "$2" && pwd); what=${3:-llama8b,torch8b,converge}
+# shellcheck disable=SC1091
+source "$bundle/env.sh"
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
+sum=$out/summary.txt
+status=0
+# shellcheck source=perf/gpu/lib.sh
+source "$here/lib.sh"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$sum"
+steps=${STEPS:-20}
+data=/tmp/fp8_step_data/kjv
+mkdir -p "$(dirname "$data")"
+[ -e "${data}_train_000000.bin" ] || "$bundle/bin/meshtrain" prep --prep.input "$root/inputs/kjv.txt" \
+  --prep.output "$data" --prep.tokenizer byte > "$out/prep.log" 2>&1
+common=(--train.log_every 1 --train.eval_every 0 --train.sample_tokens 0 --train.save false
+        --ckpt.final false --data.train "${data}_train_*.bin" --data.val "")
+
+# median step ms, tokens/s and the largest memory of steps 6.. of a metrics file
+stats() {
+  python3 - "$1" << 'EOF'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
+rows = [r for r in rows if "step_ms" in r]
+tail = rows[5:] or rows
+ms = statistics.median(r["step_ms"] for r in tail)
+tok = statistics.median(r["tokens_per_s"] for r in tail)
+mem = max(r.get("memory_bytes", 0) for r in rows) / 2**30
+mfu = statistics.median(r.get("mfu", 0) for r in tail)
+print(f"{ms:.2f} ms/step, {tok:,.0f} tok/s, MFU {100 * mfu:.1f}% (bf16 peak), {mem:.1f} GiB, "
+      f"final loss {rows[-1]['loss']:.4f}")
+EOF
+}
+train() {  # NAME SECS ARGS...: one meshtrain run, its line in the summary
+  local name=$1 secs=$2; shift 2
+  if run "$name" "$secs" "$bundle/bin/meshtrain" train "${common[@]}" \
+      --train.out_dir "/tmp/fp8_step_runs/$name" --train.metrics "$out/$name.jsonl" "$@"; then
+    note "$name: $(stats "$out/$name.jsonl")"
+  else
+    tail -5 "$out/$name.log" | tee -a "$sum"
+  fi
+}
+ratio() {  # A B: step-time ratio A / B from their metrics files
+  python3 - "$out/$1.jsonl" "$out/$2.jsonl" << 'EOF'
+import json, statistics, sys
+def med(p):
+    rows = [json.loads(l) for l in open(p) if l.strip().startswith("{")]
+    return statistics.median(r["step_ms"] for r in rows[5:] if "step_ms" in r)
+a, b = med(sys.argv[1]), med(sys.argv[2])
+print(f"speed-up {sys.argv[2].split('/')[-1][:-6]} / {sys.argv[1].split('/')[-1][:-6]}: {a / b:.3f}x")
+EOF
+}
+layers=${LAYERS:-4}
+l8=(--model.preset llama3.1-8b --model.n_layer "$layers" --train.seq_len 4096 --train.micro_batch 1
+    --train.steps "$steps")
+if has llama8b; then
+  train llama8b_bf16 240 "${l8[@]}" --train.precision bf16
+  train llama8b_fp8 240 "${l8[@]}" --train.precision fp8
+  [ -e "$out/llama8b_fp8.jsonl" ] && note "$(ratio llama8b_bf16 llama8b_fp8)"
+fi
+if has rowwise; then
+  train llama8b_fp8_rowwise 240 "${l8[@]}" --train.precision fp8 --fp8.recipe rowwise
+fi
+l1=(--model.preset llama3.2-1b --train.seq_len 2048 --train.micro_batch 4 --train.steps "$steps")
+if has llama1b; then
+  train llama1b_bf16 240 "${l1[@]}" --train.precision bf16
+  train llama1b_fp8 240 "${l1[@]}" --train.precision fp8
+  [ -e "$out/llama1b_fp8.jsonl" ] && note "$(ratio llama1b_bf16 llama1b_fp8)"
+fi
+g=(--model.preset gpt2-1.5b --train.seq_len 1024 --train.micro_batch 4 --train.steps "$steps")
+if has gpt2xl; then
+  train gpt2xl_bf16 300 "${g[@]}" --train.precision bf16
+  train gpt2xl_fp8 300 "${g[@]}" --train.precision fp8
+  [ -e "$out/gpt2xl_fp8.jsonl" ] && note "$(ratio gpt2xl_bf16 gpt2xl_fp8)"
+fi
+if has torch8b; then
+  run torch8b 300 python3 "$root/perf/reference/torch_llama_gpu.py" --preset llama3.1-8b \
+    --layers "$layers" --seq 4096 --micro-batch 1 --mode compile --linears bf16,float8 \
+    --steps "$steps"
+  grep -vi warn "$out/torch8b.log" | tail -4 | tee -a "$sum"
+fi
+if has torch1b; then
+  run torch1b 300 python3 "$root/perf/reference/torch_llama_gpu.py" --preset llama3.2-1b \
+    --seq 2048 --micro-batch 4 --mode compile --linears bf16,float8 --steps "$steps"
+  grep -vi warn "$out/torch1b.log" | tail -4 | tee -a "$sum"
+fi
+if has converge; then
+  cs=${CONVERGE_STEPS:-600}
+  c=(--model.preset llama-150m --train.seq_len 1024 --train.micro_batch 8 --train.steps "$cs"
+     --train.seed 1234)
+  train converge_bf16 300 "${c[@]}" --train.precision bf16
+  train converge_fp8 300 "${c[@]}" --train.precision fp8
+  python3 - "$out/converge_bf16.jsonl" "$out/converge_fp8.jsonl" << 'EOF' | tee -a "$sum"
+import json, sys
+def last(p):
+    rows = [json.loads(l) for l in open(p) if l.strip().startswith("{")]
+    tail = [r["loss"] for r in rows if "loss" in r][-50:]
+    return sum(tail) / len(tail), len(rows)
+(b, nb), (f, nf) = last(sys.argv[1]), last(sys.argv[2])
+print(f"converge: mean loss of the last 50 steps bf16 {b:.4f} ({nb} steps), fp8 {f:.4f} ({nf}"
+      f" steps): fp8 / bf16 = {f / b:.4f}")
+EOF
+fi
+exit $status
