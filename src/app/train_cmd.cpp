@@ -239,6 +239,7 @@ int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
                          eo.head_chunk_tokens, " must be 0 (auto) or positive");
   eo.attention = attn;
   eo.fp8 = fp8_recipe(p.vm, mc);
+  tc.fp8_flops_share = model::fp8_flops_share(mc, eo.fp8, tc.seq_len);
   // fp8 keeps bf16 parameters and activations where the build has bf16 on a GPU; host builds
   // keep fp32 ones (their FP8 GEMMs are the emulation either way). The planner counts the model
   // in that type (the FP8 casts' per-call temporaries are not counted).

@@ -7,6 +7,20 @@
 
 namespace meshtrain::model {
 
+double fp8_flops_share(const GptConfig& cfg, const Fp8Recipe& recipe, int seq_len) {
+  if (!recipe.enabled) return 0.0;
+  const double C = cfg.n_embd, I = cfg.mlp_width();
+  const double Q = static_cast<double>(cfg.n_head) * cfg.head_size();
+  const double KV = static_cast<double>(cfg.kv_heads()) * cfg.head_size();
+  const double attn = C * (Q + 2 * KV) + Q * C;                      // q/k/v, o
+  const double mlp = (cfg.mlp == Mlp::swiglu ? 3.0 : 2.0) * C * I;  // gate/up, down; fc, proj
+  double weights = 0;
+  for (int l = 0; l < cfg.n_layer; ++l)
+    if (recipe.fp8_block(l, cfg.n_layer)) weights += attn + (cfg.moe.is_moe_layer(l) ? 0 : mlp);
+  const double per_weight = recipe.wgrad_bf16 ? 4.0 : 6.0;
+  return per_weight * weights / cfg.flops_per_token(seq_len);
+}
+
 kernels::Fp8Scaling parse_fp8_recipe(const std::string& text, const char* option) {
   if (text == "tensorwise") return kernels::Fp8Scaling::tensorwise;
   if (text == "rowwise") return kernels::Fp8Scaling::rowwise;

@@ -83,6 +83,7 @@ Json step_record(const StepMetrics& m, int ranks, std::int64_t tokens_per_step) 
          {"tp_comm_ms", m.tp_comm_ms},
          {"ranks", ranks},
          {"tokens", (m.step + 1) * tokens_per_step}};
+  if (m.fp8_share > 0) r["fp8_flops_share"] = m.fp8_share;
   if (!m.moe.empty()) {
     r["moe_aux"] = m.moe_aux;
     r["moe_z"] = m.moe_z;

@@ -115,6 +115,7 @@ StepMetrics TrainerT<T>::step(std::int64_t s, bool read_back) {
   m.tflops = engine_.config().flops_per_token(cfg_.seq_len) * m.tokens_per_second / 1e12 /
              engine_.world_size();
   m.mfu = cfg_.peak_tflops > 0 ? m.tflops / cfg_.peak_tflops : 0;
+  m.fp8_share = cfg_.fp8_flops_share;
   m.memory_bytes = kDeviceIsHost ? host_peak_rss_bytes() : device_used_bytes();
   // What each source has supplied: a function of the data order, the same on every rank.
   const std::vector<std::uint64_t> before = data_.drawn(data_batch, global_batch);
@@ -145,6 +146,7 @@ void TrainerT<T>::log_step(const StepMetrics& m, double eta) {
                 m.lr, m.grad_norm, m.tokens_per_second, m.tflops, 100.0 * m.mfu,
                 m.memory_bytes / 1048576.0, m.step_seconds * 1e3, format_duration(eta).c_str());
   std::string text = line;
+  if (m.fp8_share > 0) text += cat(" | FP8 ", std::lround(100.0 * m.fp8_share), "% of FLOPs");
   if (cfg_.loss_scaling)
     text += cat(" | scale ", m.loss_scale, m.skipped ? " (inf/nan: step skipped)" : "");
   if (!m.moe.empty()) {  // one field over the MoE blocks: worst balance and drops, expert time

@@ -174,7 +174,7 @@ meshtrain_cli_test(train_bad_precision 1 2 "train.precision='fp9' is not one of 
 # Issue 35: train.precision=fp8 (on the CPU build, the FP8 GEMMs' exact emulation) at tp 2 with
 # sequence parallelism, rowwise, the weight gradients in bf16; and the fp8.* options' errors.
 meshtrain_cli_test(train_fp8 2 0
-  "fp8: the linears of blocks \\[0, 2\\) in FP8 \\(rowwise current scaling.*weight gradients in bf16.*emulation.*step +3/3 \\| loss [0-9.]+ .*final val loss"
+  "fp8: the linears of blocks \\[0, 2\\) in FP8 \\(rowwise current scaling.*weight gradients in bf16.*emulation.*step +3/3 \\| loss [0-9.]+ .*\\| FP8 [0-9]+% of FLOPs.*final val loss"
   train ${_train_base} --model.n_layer 2 --model.n_head 2 --mesh.tp 2 --tp.sequence_parallel
   --train.precision fp8 --fp8.recipe rowwise --fp8.wgrad_bf16
   --train.out_dir ${CMAKE_BINARY_DIR}/cli_train_fp8)

@@ -91,6 +91,47 @@ TEST_CASE("the recipe agrees where tp splits a scale", "[fp8]") {
                       "fp8.recipe='blockwise' is not one of tensorwise, rowwise");
 }
 
+static double relative_gap(double got, double want) { return std::abs(got - want) / want; }
+
+TEST_CASE("the FP8 share of a token's FLOPs counts the FP8 blocks' linears", "[fp8]") {
+  // GPT-2, 4 blocks, C = 64, seq 32, counted by hand: parameters 256 x 64 (tied embedding) +
+  // 32 x 64 (positions) + 4 x 49,984 (per block: norms 256, c_attn 12,480, attention c_proj
+  // 4,160, c_fc 16,640, MLP c_proj 16,448) + 128 (final norm) = 218,496, so a token's model
+  // FLOPs are 6 x 218,496 + 12 x 4 x 4 x 16 x 32 = 1,409,280. The linears' weights are
+  // 12 C^2 = 49,152 per block: 6 x 4 x 49,152 = 1,179,648 of those FLOPs run in FP8.
+  model::GptConfig g;
+  g.n_layer = 4;
+  g.n_head = 4;
+  g.n_embd = 64;
+  g.vocab_size = 256;
+  g.block_size = 32;
+  REQUIRE(g.flops_per_token(32) == 1409280.0);
+  model::Fp8Recipe r;
+  REQUIRE(model::fp8_flops_share(g, r, 32) == 0.0);  // fp8 off
+  r.enabled = true;
+  REQUIRE(relative_gap(model::fp8_flops_share(g, r, 32), 1179648.0 / 1409280.0) < 1e-12);
+  r.first_last_bf16 = 1;  // blocks 1 and 2 only
+  REQUIRE(relative_gap(model::fp8_flops_share(g, r, 32), 589824.0 / 1409280.0) < 1e-12);
+  r.wgrad_bf16 = true;  // 4 of each weight's 6 FLOPs
+  REQUIRE(relative_gap(model::fp8_flops_share(g, r, 32), 393216.0 / 1409280.0) < 1e-12);
+  // Llama shape with grouped-query attention (4 heads of 16, 2 kv heads, SwiGLU 128) and an MoE
+  // MLP in every other block: q/k/v 64 x 128 + o 64 x 64 = 12,288 weights per block; the dense
+  // MLP 3 x 64 x 128 = 24,576 in blocks 1 and 3 only (experts stay in the model's type).
+  g.family = model::Family::llama;
+  g.norm = model::Norm::rmsnorm;
+  g.positions = model::Positions::rotary;
+  g.mlp = model::Mlp::swiglu;
+  g.bias = false;
+  g.n_kv_head = 2;
+  g.intermediate_size = 128;
+  g.moe.experts = 4;
+  g.moe.layer_freq = 2;  // blocks 0 and 2 are MoE blocks
+  model::Fp8Recipe all;
+  all.enabled = true;
+  const double fp8 = 6.0 * (4 * 12288.0 + 2 * 24576.0);
+  REQUIRE(relative_gap(model::fp8_flops_share(g, all, 32), fp8 / g.flops_per_token(32)) < 1e-12);
+}
+
 TEST_CASE("column- and row-parallel FP8 linears compute the single-rank linear", "[fp8][mpi]") {
   auto group = comm::make_group_communicator(comm::default_backend(), mt_test::world());
   const int P = group->size(), r = group->rank();

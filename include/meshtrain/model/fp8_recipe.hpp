@@ -28,6 +28,7 @@
 #include <string>
 
 #include "meshtrain/kernels/linear_fp8.hpp"
+#include "meshtrain/model/config.hpp"
 
 namespace meshtrain::model {
 
@@ -41,6 +42,13 @@ struct Fp8Recipe {
     return enabled && l >= first_last_bf16 && l < n_layer - first_last_bf16;
   }
 };
+
+// The share of a token's model FLOPs (GptConfig::flops_per_token, what MFU counts) that FP8 GEMMs
+// compute: 6 FLOPs per weight of an FP8 block's linears (forward 2, input gradient 2, weight
+// gradient 2; 4 with wgrad_bf16), MoE experts not counted (they stay in the model's type). 0 when
+// fp8 is off. MFU stays stated against the bf16 peak, as TorchTitan and Megatron report it; this
+// share says how much of that work ran at the FP8 rate.
+double fp8_flops_share(const GptConfig& cfg, const Fp8Recipe& recipe, int seq_len);
 
 // "tensorwise" | "rowwise"; a ConfigError naming `option` otherwise.
 kernels::Fp8Scaling parse_fp8_recipe(const std::string& text, const char* option);

@@ -50,6 +50,7 @@ struct TrainConfig {
   int eval_batches = 8;
   int log_every = 1;
   double peak_tflops = 0;     // for MFU; 0: not reported
+  double fp8_flops_share = 0; // of the model FLOPs, computed by FP8 GEMMs (model::fp8_flops_share)
   std::string metrics_file;   // JSON lines; empty: none
   optim::AdamWConfig adamw;
   bool loss_scaling = false;  // dynamic loss scaling (fp16)
@@ -73,6 +74,7 @@ struct StepMetrics {
   std::int64_t step = 0;
   float loss = 0, lr = 0, grad_norm = 0;
   double step_seconds = 0, tokens_per_second = 0, tflops = 0, mfu = 0;
+  double fp8_share = 0;  // TrainConfig::fp8_flops_share: MFU stays against the bf16 peak
   std::size_t memory_bytes = 0;
   float loss_scale = 1;   // the scale this step used (1 without loss scaling)
   bool skipped = false;   // inf/nan gradients: the update was skipped
