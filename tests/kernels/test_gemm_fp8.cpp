@@ -245,7 +245,9 @@ void check_dispatch(const DCase& g) {
       double mag = 0;
       for (int k = 0; k < g.K; ++k)
         mag += std::fabs(op_at(A.deq, g.ta, a_sc, i, k) * op_at(B.deq, g.tb, b_sc, k, j));
-      const double s = std::fabs(g.alpha) * mag + std::fabs(g.beta * double(c0f[ij]));
+      // beta = 0 never reads C (poisoned with NaN to prove it): 0 * NaN must not enter the bound.
+      const double c_term = g.beta != 0.0f ? std::fabs(g.beta * double(c0f[ij])) : 0.0;
+      const double s = std::fabs(g.alpha) * mag + c_term;
       const double err = std::fabs(double(got[ij]) - double(emu[ij]));
       // bf16: each result rounds once from values kCudaRel * s apart: one ulp of the larger.
       const double ulp =
