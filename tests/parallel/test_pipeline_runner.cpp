@@ -202,9 +202,12 @@ void run_case(Layout& L, const Case& c, ReferenceCache& cache) {
     // last stage the head's; each copy needs the sum.
     if (wte && emb != MPI_COMM_NULL) {
       auto g = slice(m.grads(), wte->offset, wte->numel);
-      Kokkos::fence();
-      MPI_Allreduce(MPI_IN_PLACE, g.data(), static_cast<int>(wte->numel), MPI_FLOAT, MPI_SUM,
+      // Through host memory: MPI is not CUDA-aware everywhere (the H200 machine's Open MPI
+      // segfaulted on the device pointer); on host builds the mirror is the view itself.
+      auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), g);
+      MPI_Allreduce(MPI_IN_PLACE, h.data(), static_cast<int>(wte->numel), MPI_FLOAT, MPI_SUM,
                     emb);
+      Kokkos::deep_copy(g, h);
     }
     const bool last = L.stage() == L.pp - 1;
     const float loss = loss_of(m) * scale, expect = ref->losses[static_cast<std::size_t>(step)];
