@@ -66,6 +66,7 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, ExecSpace exec, std::string na
   compute_stream_ = exec_.cuda_stream();
   MESHTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   MESHTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+  MESHTRAIN_CUDA_CHECK(cudaMalloc(&probe_, 8));
   ncclUniqueId id;
   if (rank_ == 0) MESHTRAIN_NCCL_CHECK(ncclGetUniqueId(&id));
   MESHTRAIN_MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm));
@@ -109,6 +110,7 @@ NcclCommunicator::~NcclCommunicator() {
   if (comm_ && !aborted_) ncclCommDestroy(comm_);
   if (ready_) cudaEventDestroy(ready_);
   if (stream_) cudaStreamDestroy(stream_);
+  if (probe_) cudaFree(probe_);
 }
 
 // The NCCL stream must not read a buffer before the compute stream has written it.
@@ -241,15 +243,11 @@ Request NcclCommunicator::iall_to_allv_raw(const void* send, const std::size_t* 
 
 // Pairs are made lowest first (by lower rank, then higher), the same order on every rank, so
 // each rank waits only for a partner that is making the same pair: MPI_Comm_create_group and
-// ncclCommInitRank are collective over the two ranks alone.
-void NcclCommunicator::prepare_p2p(const std::vector<int>& peers) {
-  std::vector<int> todo;
-  for (int p : peers) {
-    MESHTRAIN_CHECK(p >= 0 && p < size_, "prepare_p2p: peer ", p, " of a group of ", size_);
-    if (p != rank_ && !pairs_.count(p)) todo.push_back(p);
-  }
-  std::sort(todo.begin(), todo.end());
-  todo.erase(std::unique(todo.begin(), todo.end()), todo.end());
+// ncclCommInitRank are collective over the two ranks alone. Each direction is connected here,
+// by one message, in that same order: NCCL connects a pair at its first message, the host
+// waiting in ncclSend/ncclRecv for the peer to connect too, so a ring whose ranks each send
+// first (on their own pair) would otherwise wait on one another forever.
+void NcclCommunicator::open_p2p(const std::vector<int>& todo) {
   // Ascending peers are ascending (min, max) keys among this rank's pairs: below it, the key's
   // minimum is the peer; above it, the minimum is this rank, and the maximum ascends.
   char parent[MPI_MAX_OBJECT_NAME] = {0};
@@ -270,6 +268,14 @@ void NcclCommunicator::prepare_p2p(const std::vector<int>& peers) {
     const std::string base = len > 0 ? std::string(parent, static_cast<std::size_t>(len)) : "p2p";
     pr.up = std::make_unique<NcclCommunicator>(pair_comm, exec_, cat(base, " ", lo, ">", hi));
     pr.down = std::make_unique<NcclCommunicator>(pair_comm, exec_, cat(base, " ", hi, ">", lo));
+    const bool low = rank_ == lo;  // pair rank 0
+    for (NcclCommunicator* c : {pr.up.get(), pr.down.get()}) {
+      const bool sends = (c == pr.up.get()) == low;
+      Request r = sends ? c->isend_raw(c->probe_, 1, DType::u8, low ? 1 : 0, 0)
+                        : c->irecv_raw(c->probe_, 1, DType::u8, low ? 1 : 0, 0);
+      r.wait();
+      MESHTRAIN_CUDA_CHECK(cudaStreamSynchronize(c->stream_));
+    }
   }
   MESHTRAIN_MPI_CHECK(MPI_Group_free(&all));
 }
@@ -282,8 +288,17 @@ NcclCommunicator* NcclCommunicator::channel(int from, int to) {
 
 // NCCL has no tags: messages between one pair of ranks are matched in issue order. To a peer of
 // prepare_p2p, the direction's own communicator (pair rank: 0 the lower rank, 1 the higher).
+// NCCL runs a message to this rank itself only inside a group with its receive; sent alone it
+// waits for a receive queued behind it on the same stream.
+static void refuse_self_message(int rank, int peer) {
+  MESHTRAIN_CHECK(peer != rank, "comm: rank ", rank, " sends a message to itself over NCCL, "
+                  "which would hang (pp.schedule interleaved with mesh.pp 1 does: use mesh.pp 2 "
+                  "or more, or pp.virtual_chunks 1)");
+}
+
 Request NcclCommunicator::isend_raw(const void* buf, std::size_t count, DType t, int peer,
                                     int tag) {
+  refuse_self_message(rank_, peer);
   if (NcclCommunicator* c = channel(rank_, peer)) return c->isend_raw(buf, count, t, peer > rank_, tag);
   const prof::Range range([&] { return label(OpKind::send, count * dtype_size(t)); });
   bool skip = false;
@@ -296,6 +311,7 @@ Request NcclCommunicator::isend_raw(const void* buf, std::size_t count, DType t,
 
 Request NcclCommunicator::irecv_raw(void* buf, std::size_t count, DType t, int peer,
                                     int tag) {
+  refuse_self_message(rank_, peer);
   if (NcclCommunicator* c = channel(peer, rank_)) return c->irecv_raw(buf, count, t, peer > rank_, tag);
   const prof::Range range([&] { return label(OpKind::recv, count * dtype_size(t)); });
   bool skip = false;

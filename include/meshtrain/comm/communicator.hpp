@@ -111,10 +111,14 @@ class Communicator {
   // operations one after another on one stream, where a receive posted early holds back the
   // rank's own later sends (two pipeline neighbours that each post a receive before they send
   // wait for each other forever); there each direction of each pair gets a communicator and a
-  // stream of its own. Collective over this rank and each of `peers` (each must name this
-  // rank); calls must come in the same order on every rank (the pipeline runners of one
-  // pipeline, made together). A no-op where the backend already behaves so (MPI).
-  virtual void prepare_p2p(const std::vector<int>& peers) { (void)peers; }
+  // stream of its own, connected here (NCCL connects a pair at its first message, and two ranks
+  // whose first messages go out on different communicators wait for each other's connection).
+  // Collective over this rank and each of `peers` (each must name this rank); calls must come
+  // in the same order on every rank (the pipeline runners of one pipeline, made together).
+  // isend/irecv refuse a peer not prepared, on every backend, so a CPU test finds what would
+  // hang on GPUs.
+  void prepare_p2p(const std::vector<int>& peers);
+  bool p2p_prepared(int peer) const;
   // Whether operations wait on the device rather than in the host (NCCL): a receive posted
   // early is a kernel that waits for its peer, and any device-wide synchronisation the host
   // makes meanwhile (a cudaFree, Kokkos freeing a View) waits for it too — so a rank must not
@@ -183,11 +187,13 @@ class Communicator {
   template <class V>
   Request isend(const V& buf, int peer, int tag = 0) {
     check_space<V>("send");
+    check_p2p_peer("send", peer);
     return isend_raw(buf.data(), buf.span(), dtype_of_v<value_t<V>>, peer, tag);
   }
   template <class V>
   Request irecv(const V& buf, int peer, int tag = 0) {
     check_space<V>("recv");
+    check_p2p_peer("recv", peer);
     return irecv_raw(buf.data(), buf.span(), dtype_of_v<value_t<V>>, peer, tag);
   }
 
@@ -204,8 +210,15 @@ class Communicator {
   template <class... A> void send(A&&... a) { isend(std::forward<A>(a)...).wait(); }
   template <class... A> void recv(A&&... a) { irecv(std::forward<A>(a)...).wait(); }
 
+ protected:
+  // The backend's part of prepare_p2p, given the peers not prepared before (sorted, unique,
+  // this rank left out).
+  virtual void open_p2p(const std::vector<int>& new_peers) { (void)new_peers; }
+
  private:
   template <class V> using value_t = typename V::non_const_value_type;
+  void check_p2p_peer(const char* op, int peer) const;
+  std::vector<int> p2p_peers_;  // sorted
 
   template <class V>
   void check_space(const char* op) const {

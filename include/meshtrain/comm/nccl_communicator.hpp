@@ -55,8 +55,10 @@ class NcclCommunicator final : public Communicator {
   Request isend_raw(const void* buf, std::size_t count, DType t, int peer, int tag) override;
   Request irecv_raw(void* buf, std::size_t count, DType t, int peer, int tag) override;
   void barrier() override;
-  void prepare_p2p(const std::vector<int>& peers) override;
   bool stream_ordered() const override { return true; }
+
+ protected:
+  void open_p2p(const std::vector<int>& new_peers) override;
 
  private:
   void order_after_compute();
@@ -68,6 +70,7 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t compute_stream_ = nullptr;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t ready_ = nullptr;
+  void* probe_ = nullptr;  // 8 device bytes: the message that connects a pair (open_p2p)
   ncclComm_t comm_ = nullptr;
   int rank_ = 0, size_ = 1;
   // Watchdog: one completion event per ring slot (slot = seq mod capacity), created up front.
