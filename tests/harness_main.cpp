@@ -10,9 +10,13 @@
 #include <mpi.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
 
 #include "meshtrain/comm/emulated_hosts.hpp"
 #include "meshtrain/comm/flight_recorder.hpp"
+#include "meshtrain/comm/watchdog.hpp"
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/kokkos_compat.hpp"
 #include "meshtrain/core/mpi_threads.hpp"
@@ -40,6 +44,21 @@ int main(int argc, char** argv) {
   meshtrain::kc::initialize(meshtrain::mesh::select_device(node.rank, meshtrain::kc::device_count()));
   int result = 0;
   {
+    // MESHTRAIN_TEST_COMM_TIMEOUT=S (the GPU suite sets it): the collective watchdog, as
+    // meshtrain train runs it, so a test that hangs in a collective ends naming it (flight
+    // dumps in MESHTRAIN_TEST_FLIGHT_DIR, default the working directory) instead of running
+    // into the case's timeout silently.
+    std::unique_ptr<meshtrain::comm::Watchdog> watchdog;
+    if (const char* t = std::getenv("MESHTRAIN_TEST_COMM_TIMEOUT"); t && std::atof(t) > 0) {
+      meshtrain::comm::WatchdogConfig wc;
+      wc.timeout_s = std::atof(t);
+      const char* dir = std::getenv("MESHTRAIN_TEST_FLIGHT_DIR");
+      wc.dump_dir = dir && *dir ? dir : ".";
+      wc.world = MPI_COMM_WORLD;
+      wc.world_rank = rank;
+      meshtrain::comm::set_flight_recording(true);
+      watchdog = std::make_unique<meshtrain::comm::Watchdog>(wc);
+    }
     Catch::Session session;
     result = session.run(argc, argv);
   }
