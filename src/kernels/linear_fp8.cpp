@@ -19,13 +19,23 @@ void check_shape(const char* fn, int N, int IC, int OC) {
   MESHTRAIN_CHECK(N >= 0 && IC > 0 && OC > 0, fn, ": bad shape N=", N, ", IC=", IC, ", OC=", OC);
 }
 
+// The workspace's key of one buffer: the tensor, the dimension its GEMM sums over, the caller's
+// slot, and what the buffer is ("fp8", "pack", "pack_t").
+std::string key(const char* what, const char* tensor, int k_dim, const Fp8LinearOptions& opt) {
+  return std::string(what) + "_" + tensor + "_k" + std::to_string(k_dim) + "_s" +
+         std::to_string(opt.slot);
+}
+
 // The row-major [rows, cols] block at x (row stride ld) copied contiguous, or its transpose
 // [cols, rows]: the casts read contiguous tensors.
 template <class T>
 View1<const T> pack(const ExecSpace& exec, const T* x, int ld, int rows, int cols,
-                    bool transpose) {
-  View1<T> out(Kokkos::view_alloc(Kokkos::WithoutInitializing, "meshtrain::linear_fp8_pack"),
-               std::size_t(rows) * cols);
+                    bool transpose, const std::string& buffer, const Fp8LinearOptions& opt) {
+  const std::size_t n = std::size_t(rows) * cols;
+  View1<T> out = opt.workspace != nullptr
+                     ? opt.workspace->buffer<T>(buffer, n)
+                     : View1<T>(Kokkos::view_alloc(Kokkos::WithoutInitializing,
+                                                   "meshtrain::linear_fp8_pack"), n);
   const Index R = rows, C = cols, L = ld;
   if (transpose)
     Kokkos::parallel_for(
@@ -48,17 +58,23 @@ Fp8Tensor operand(const ExecSpace& exec, const char* tensor, const T* x, int ld,
                   const Fp8Tensor* reuse = nullptr) {
   const std::size_t n = std::size_t(rows) * cols;
   bool transpose = k_dim == 0;
-  View1<const T> src = ld == cols ? View1<const T>(x, n) : pack<T>(exec, x, ld, rows, cols, false);
+  View1<const T> src = ld == cols ? View1<const T>(x, n)
+                                  : pack<T>(exec, x, ld, rows, cols, false,
+                                            key("pack", tensor, k_dim, opt), opt);
   int r = rows, c = cols;
   if (opt.scaling == Fp8Scaling::rowwise && transpose) {
     // Rowwise scales follow rows: the transpose is materialised first, then cast as is.
-    src = pack<T>(exec, src.data(), cols, rows, cols, true);
+    src = pack<T>(exec, src.data(), cols, rows, cols, true, key("pack_t", tensor, k_dim, opt),
+                  opt);
     r = cols;
     c = rows;
     transpose = false;
   }
-  Fp8Tensor q = make_fp8_tensor(std::string("linear_fp8_") + tensor, r, c, format, opt.scaling,
-                                transpose);
+  Fp8Tensor q = opt.workspace != nullptr
+                    ? opt.workspace->tensor(key("fp8", tensor, k_dim, opt), r, c, format,
+                                            opt.scaling, transpose)
+                    : make_fp8_tensor(std::string("linear_fp8_") + tensor, r, c, format,
+                                      opt.scaling, transpose);
   if (reuse != nullptr && opt.scaling == Fp8Scaling::tensorwise) {
     Kokkos::deep_copy(exec, q.amax, reuse->amax);
     Kokkos::deep_copy(exec, q.scale, reuse->scale);
@@ -76,6 +92,43 @@ Fp8Tensor operand(const ExecSpace& exec, const char* tensor, const T* x, int ld,
 }
 
 }  // namespace
+
+View1<std::uint8_t> Fp8Workspace::bytes_for(const std::string& key, std::size_t n) {
+  View1<std::uint8_t>& b = buffers_[key];
+  // Growing frees the old buffer, which waits for the device: the first steps only.
+  if (b.extent(0) < n) b = alloc<std::uint8_t>("meshtrain::fp8_workspace_" + key, n);
+  return b;
+}
+
+Fp8Tensor Fp8Workspace::tensor(const std::string& key, int rows, int cols, Fp8Format format,
+                               Fp8Scaling scaling, bool transposed) {
+  MESHTRAIN_CHECK(rows >= 0 && cols >= 0 && !(transposed && scaling == Fp8Scaling::rowwise),
+                  "Fp8Workspace::tensor(", key, "): rows=", rows, " cols=", cols,
+                  transposed ? ", transposed rowwise" : "");
+  Fp8Tensor t;
+  t.format = format;
+  t.scaling = scaling;
+  t.rows = rows;
+  t.cols = cols;
+  t.transposed = transposed;
+  const std::size_t codes = std::size_t(rows) * std::size_t(cols), s = t.scale_count();
+  const std::size_t at = (codes + 255) / 256 * 256;  // the scales 256-byte aligned after the codes
+  const View1<std::uint8_t> b = bytes_for(key, at + 3 * s * sizeof(float));
+  auto floats = [&](std::size_t i) {
+    return View1<float>(reinterpret_cast<float*>(b.data() + at) + i * s, s);
+  };
+  t.data = View1<std::uint8_t>(b.data(), codes);
+  t.amax = floats(0);
+  t.scale = floats(1);
+  t.scale_inv = floats(2);
+  return t;
+}
+
+std::size_t Fp8Workspace::bytes() const {
+  std::size_t n = 0;
+  for (const auto& [k, b] : buffers_) n += b.extent(0);
+  return n;
+}
 
 template <class T>
 void linear_fp8_forward_gemm(const ExecSpace& exec, T* out, int ld_out, const T* bias,

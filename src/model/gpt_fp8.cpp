@@ -46,6 +46,7 @@ k::Fp8LinearOptions GptT<T>::fp8_options(TpSplit split, k::Fp8WeightLayout layou
   o.scaling = layout_.fp8.scaling;
   o.layout = layout;
   o.wgrad_high_precision = layout_.fp8.wgrad_bf16;
+  o.workspace = &fp8_workspace_;
   comm::Communicator* cp = layout_.cp != nullptr && layout_.cp->size() > 1 ? layout_.cp : nullptr;
   if (!tp_.active() && cp == nullptr) return o;
   o.agree = [this, split, layout, cp](const k::Fp8Cast& c, View1<float> amax, std::size_t n) {
@@ -112,11 +113,13 @@ void GptT<T>::fp8_column_backward(View1<T> dx, const LinearPiece<T>* pieces, int
     no_fp8_type();
   } else {
     const int C = cfg_.n_embd;
-    const k::Fp8LinearOptions o = fp8_options(TpSplit::column, layout);
-    // Input gradients summed into dln_ (partial over tp), each piece's gradient cast once.
+    k::Fp8LinearOptions o = fp8_options(TpSplit::column, layout);
+    // Input gradients summed into dln_ (partial over tp), each piece's gradient cast once, in
+    // a workspace slot of its own (all are held until the weight gradients).
     std::vector<k::Fp8Tensor> g;
     for (int i = 0; i < n; ++i) {
       const LinearPiece<T>& p = pieces[i];
+      o.slot = i;
       g.push_back(k::linear_fp8_grad<T>(exec_, dout + p.col, ld, N_, p.width, o));
       k::linear_fp8_dinp_gemm<T>(exec_, dln_.data(), i == 0 ? 0.0f : 1.0f, g.back(), p.w, N_, C,
                                  p.width, o);
@@ -124,6 +127,7 @@ void GptT<T>::fp8_column_backward(View1<T> dx, const LinearPiece<T>* pieces, int
     comm::Request r = tp_.enter_backward(dln_, dx);
     for (int i = 0; i < n; ++i) {
       const LinearPiece<T>& p = pieces[i];
+      o.slot = i;
       k::linear_fp8_dweight_gemm<T>(exec_, p.dw, g[static_cast<std::size_t>(i)], dout + p.col, ld,
                                     inp, N_, C, p.width, o);
     }

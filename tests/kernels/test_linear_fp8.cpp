@@ -300,3 +300,60 @@ TEST_CASE("linear_fp8 GEMMs in both weight layouts, strided, tensorwise and roww
         }
     }
 }
+
+// The model's casts come from an Fp8Workspace (buffers kept from call to call, grown when a
+// shape needs more, dout's cast kept apart per slot): every GEMM must give the bits of the
+// per-call allocation, whatever ran before it in the workspace — shapes growing and shrinking,
+// strided dout (the pack buffers), both scalings, and two slots' dout casts held at once as the
+// pieces of a packed q|k|v are.
+TEST_CASE("linear_fp8 with a workspace gives the bits of per-call buffers", "[fp8]") {
+  struct Shape {
+    int N, IC, OC;
+  };
+  Fp8Workspace ws;
+  for (const auto scaling : {Fp8Scaling::tensorwise, Fp8Scaling::rowwise})
+    for (const Shape s : {Shape{8, 16, 24}, Shape{20, 40, 48}, Shape{4, 8, 16}}) {
+      INFO(fp8_scaling_name(scaling) << " N " << s.N << " IC " << s.IC << " OC " << s.OC);
+      const int LD = 2 * s.OC;  // two pieces of dout side by side, as Llama's packed q|k|v
+      const auto inp = kt::random_vector<float>(std::size_t(s.N) * s.IC, 81, -2.0, 2.0);
+      const auto w = kt::random_vector<float>(std::size_t(s.IC) * s.OC, 82, -0.2, 0.2);
+      auto dout = kt::random_vector<float>(std::size_t(s.N) * LD, 83, -1e-3, 1e-3);
+      for (std::size_t i = 0; i < dout.size(); ++i)
+        if (i % LD >= std::size_t(s.OC)) dout[i] *= 7.0f;  // piece 1's scale differs
+      const auto d_inp = kt::to_device(inp), d_w = kt::to_device(w), d_g = kt::to_device(dout);
+      auto run = [&](Fp8Workspace* workspace) {
+        Fp8LinearOptions o;
+        o.scaling = scaling;
+        o.layout = Fp8WeightLayout::out_in;
+        o.workspace = workspace;
+        View1<float> out("out", std::size_t(s.N) * s.OC), dinp("dinp", std::size_t(s.N) * s.IC),
+            dw0("dw0", std::size_t(s.IC) * s.OC), dw1("dw1", std::size_t(s.IC) * s.OC);
+        linear_fp8_forward_gemm<float>(ExecSpace(), out.data(), s.OC, nullptr, d_inp.data(),
+                                       d_w.data(), s.N, s.IC, s.OC, o);
+        o.slot = 0;
+        const Fp8Tensor g0 = linear_fp8_grad<float>(ExecSpace(), d_g.data(), LD, s.N, s.OC, o);
+        o.slot = 1;
+        const Fp8Tensor g1 =
+            linear_fp8_grad<float>(ExecSpace(), d_g.data() + s.OC, LD, s.N, s.OC, o);
+        o.slot = 0;
+        linear_fp8_dinp_gemm<float>(ExecSpace(), dinp.data(), 0.0f, g0, d_w.data(), s.N, s.IC,
+                                    s.OC, o);
+        o.slot = 1;
+        linear_fp8_dinp_gemm<float>(ExecSpace(), dinp.data(), 1.0f, g1, d_w.data(), s.N, s.IC,
+                                    s.OC, o);
+        o.slot = 0;
+        linear_fp8_dweight_gemm<float>(ExecSpace(), dw0.data(), g0, d_g.data(), LD, d_inp.data(),
+                                       s.N, s.IC, s.OC, o);
+        o.slot = 1;
+        linear_fp8_dweight_gemm<float>(ExecSpace(), dw1.data(), g1, d_g.data() + s.OC, LD,
+                                       d_inp.data(), s.N, s.IC, s.OC, o);
+        return std::vector<std::vector<float>>{kt::to_host(out), kt::to_host(dinp),
+                                               kt::to_host(dw0), kt::to_host(dw1)};
+      };
+      const auto fresh = run(nullptr);
+      REQUIRE(run(&ws) == fresh);
+      REQUIRE(run(&ws) == fresh);  // the same buffers again
+      REQUIRE(fresh[2] != fresh[3]);  // the two pieces are different gradients
+    }
+  REQUIRE(ws.bytes() > 0);
+}

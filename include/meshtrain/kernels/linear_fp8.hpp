@@ -18,14 +18,16 @@
 // along its other dimension is first transposed in the layer's type, then cast rowwise). With
 // wgrad_high_precision the weight-gradient GEMM runs in the layer's type (linear.hpp's GEMM).
 //
-// The casts are requantized on every call and their temporaries allocated per call (weights
-// too: once per forward and once per backward): the oracle and host path of an FP8 linear, not
-// yet a fast one. A tensor split over a parallel group takes `agree` (model/fp8_amax.hpp) so its
+// The casts are requantized on every call (weights too: once per forward and once per
+// backward). Their buffers come from an Fp8Workspace when the options name one (the model's),
+// else they are allocated per call (tests, benches). A tensor split over a parallel group takes `agree` (model/fp8_amax.hpp) so its
 // scales are the whole tensor's; the hook is told which tensor and along which of its
 // dimensions the cast's scales run (Fp8Cast), so a rowwise hook can agree only where the split
 // dimension is K.
 #include <cstddef>
 #include <functional>
+#include <map>
+#include <string>
 
 #include "meshtrain/kernels/fp8_cast.hpp"
 
@@ -41,6 +43,26 @@ struct Fp8Cast {
   Fp8Scaling scaling;   // tensorwise: count == 1; rowwise: count == the other dimension's size
 };
 
+// Device buffers of the casts, kept from call to call and grown when a call needs more: without
+// them every cast allocates and frees device memory, and a free synchronises the device (on the
+// H100 the FP8 step took 2x bf16's at the Llama-8B shape and 10x at GPT-2 124M, issue 35).
+// A buffer is reused by the next request of its key, in stream order: one workspace per
+// execution-space instance, and a tensor handed out lives until its key is asked for again.
+class Fp8Workspace {
+ public:
+  Fp8Tensor tensor(const std::string& key, int rows, int cols, Fp8Format format,
+                   Fp8Scaling scaling, bool transposed);
+  template <class T>
+  View1<T> buffer(const std::string& key, std::size_t n) {
+    return View1<T>(reinterpret_cast<T*>(bytes_for(key, n * sizeof(T)).data()), n);
+  }
+  std::size_t bytes() const;  // held now
+
+ private:
+  View1<std::uint8_t> bytes_for(const std::string& key, std::size_t n);
+  std::map<std::string, View1<std::uint8_t>> buffers_;
+};
+
 struct Fp8LinearOptions {
   Fp8Format forward = Fp8Format::e4m3;   // inp and weight
   Fp8Format backward = Fp8Format::e5m2;  // dout
@@ -49,6 +71,11 @@ struct Fp8LinearOptions {
   bool wgrad_high_precision = false;  // dweight GEMM in the layer's type (--fp8.wgrad_bf16)
   // Called between amax and scales (no-op when empty).
   std::function<void(const Fp8Cast& cast, View1<float> amax, std::size_t count)> agree;
+  // Where the casts' buffers come from (null: allocated per call), and which of the caller's
+  // linears this is: the casts of dout that linear_fp8_grad returns are kept apart per slot, so
+  // a caller may hold one per slot at once (the pieces of a packed q|k|v).
+  Fp8Workspace* workspace = nullptr;
+  int slot = 0;
 };
 
 // out[N, OC] = the layer's forward (+ bias when present).

@@ -285,6 +285,7 @@ class GptT {
   // gradients; bias gradients are the caller's.
   void fp8_column_backward(View1<T> dx, const LinearPiece<T>* pieces, int n, const T* dout,
                            int ld, const T* inp, kernels::Fp8WeightLayout layout);
+  kernels::Fp8Workspace fp8_workspace_;  // the casts' buffers, on exec_'s stream
   // Cross-entropy of the head's n rows from row r0 against `targets` (the caller's, not copied;
   // logits_ in place -> dlogits when train):
   // the fused single-rank kernel, or the vocabulary-parallel one whose row max and sums are
