@@ -114,8 +114,10 @@ def main():
                                        ",".join(files), "--prep.output", prefix,
                                        "--prep.tokenizer", "hf", "--prep.tokenizer_json", tok_path,
                                        "--prep.val_fraction", "0", "--prep.progress_every", "0"]
+        # Open MPI refuses root (the GPU machine's sandbox) unless told twice.
+        env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
         t0 = time.perf_counter()
-        p = subprocess.run(cmd, capture_output=True, text=True)
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env)
         wall = time.perf_counter() - t0
         if p.returncode != 0:
             print(p.stdout, p.stderr)
