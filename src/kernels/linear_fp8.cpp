@@ -111,11 +111,15 @@ Fp8Tensor Fp8Workspace::tensor(const std::string& key, int rows, int cols, Fp8Fo
   t.rows = rows;
   t.cols = cols;
   t.transposed = transposed;
+  // Codes, amax, scale, scale_inv, each starting 256-byte aligned: cuBLASLt refuses a scale
+  // pointer that is not 16-byte aligned (the H200 said "not supported" to every FP8 matmul
+  // while scale_inv lay 8 bytes after amax, and the emulation ran at 1/8 of bf16's speed).
+  const auto round_up = [](std::size_t n) { return (n + 255) / 256 * 256; };
   const std::size_t codes = std::size_t(rows) * std::size_t(cols), s = t.scale_count();
-  const std::size_t at = (codes + 255) / 256 * 256;  // the scales 256-byte aligned after the codes
-  const View1<std::uint8_t> b = bytes_for(key, at + 3 * s * sizeof(float));
+  const std::size_t at = round_up(codes), stride = round_up(s * sizeof(float));
+  const View1<std::uint8_t> b = bytes_for(key, at + 3 * stride);
   auto floats = [&](std::size_t i) {
-    return View1<float>(reinterpret_cast<float*>(b.data() + at) + i * s, s);
+    return View1<float>(reinterpret_cast<float*>(b.data() + at + i * stride), s);
   };
   t.data = View1<std::uint8_t>(b.data(), codes);
   t.amax = floats(0);

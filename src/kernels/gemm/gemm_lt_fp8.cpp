@@ -75,8 +75,9 @@ bool fp8_allowed(const LtFp8Call& c) {
   if (c.K % 16 != 0 || c.lda % 16 != 0 || c.ldb % 16 != 0) return false;
   if ((c.ldc * out_bytes) % 16 != 0 || (c.ldd * out_bytes) % 16 != 0) return false;
   if (!aligned16(c.A) || !aligned16(c.B) || !aligned16(c.C) || !aligned16(c.D)) return false;
-  // Scale vectors: 16-byte aligned, as the docs require of block-scale tensors.
-  if (c.rowwise && (!aligned16(c.a_scale) || !aligned16(c.b_scale))) return false;
+  // Scale pointers 16-byte aligned, tensorwise too: cuBLASLt 13 refused tensorwise FP8 matmuls
+  // ("not supported") whose scale_inv was only 8-byte aligned.
+  if (!aligned16(c.a_scale) || !aligned16(c.b_scale)) return false;
   return true;
 }
 
