@@ -105,12 +105,7 @@ Fp8Tensor Fp8Workspace::tensor(const std::string& key, int rows, int cols, Fp8Fo
   MESHTRAIN_CHECK(rows >= 0 && cols >= 0 && !(transposed && scaling == Fp8Scaling::rowwise),
                   "Fp8Workspace::tensor(", key, "): rows=", rows, " cols=", cols,
                   transposed ? ", transposed rowwise" : "");
-  Fp8Tensor t;
-  t.format = format;
-  t.scaling = scaling;
-  t.rows = rows;
-  t.cols = cols;
-  t.transposed = transposed;
+  Fp8Tensor t{format, scaling, rows, cols, transposed, {}, {}, {}, {}};
   // Codes, amax, scale, scale_inv, each starting 256-byte aligned: cuBLASLt refuses a scale
   // pointer that is not 16-byte aligned (the H200 said "not supported" to every FP8 matmul
   // while scale_inv lay 8 bytes after amax, and the emulation ran at 1/8 of bf16's speed).
