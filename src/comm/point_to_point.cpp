@@ -6,12 +6,19 @@
 
 namespace meshtrain::comm {
 
+namespace {
+
+void check_in_group(const char* op, int peer, int size) {
+  if (peer < 0 || peer >= size)
+    throw_error(cat("comm::", op, ": peer ", peer, " of a group of ", size), __FILE__, __LINE__);
+}
+
+}  // namespace
+
 void Communicator::prepare_p2p(const std::vector<int>& peers) {
   std::vector<int> fresh;
   for (int p : peers) {
-    if (p < 0 || p >= size())
-      throw_error(cat("comm::prepare_p2p: peer ", p, " of a group of ", size()), __FILE__,
-                  __LINE__);
+    check_in_group("prepare_p2p", p, size());
     if (!p2p_prepared(p)) fresh.push_back(p);
   }
   std::sort(fresh.begin(), fresh.end());
@@ -30,9 +37,7 @@ bool Communicator::p2p_prepared(int peer) const {
 }
 
 void Communicator::check_p2p_peer(const char* op, int peer) const {
-  if (peer < 0 || peer >= size())
-    throw_error(cat("comm::", op, ": peer ", peer, " of a group of ", size()), __FILE__,
-                __LINE__);
+  check_in_group(op, peer, size());
   if (!p2p_prepared(peer))
     throw_error(cat("comm::", op, ": rank ", rank(), " has not prepared point-to-point messages "
                     "with peer ", peer, " (call prepare_p2p({...}) on every rank of the pair "
