@@ -35,11 +35,12 @@ exe() {  # NAME: the executable, wherever BIN_DIR keeps it
 mt=$(exe meshtrain)
 summary=$out/summary.txt
 : > "$summary"
+: > "$out/timeline.txt"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$out/gpu.txt" 2>&1
 
 # ---- data: the shipped corpus as byte tokens ----
 data=$out/data/kjv
-if [ ! -e "${data}_train_000000.bin" ]; then
+if [ ! -e "${data}_train_000000.bin" ] && [ "${SUITE_LIST:-0}" != 1 ]; then
   "$mt" prep --prep.input "$here/inputs/kjv.txt" --prep.output "$data" --prep.tokenizer byte \
     > "$out/prep.log" 2>&1 || { echo "prep failed"; cat "$out/prep.log"; exit 1; }
 fi
@@ -82,7 +83,8 @@ launch() {
       verdict=FAIL rest="- - - - exit $rc"
     fi
     printf '%-4s %-28s %s %s %ss %s\n' "$verdict" "$n" "$r" "$rest" $((SECONDS - t0)) "$note" \
-      >> "$summary" ) &
+      >> "$summary"
+    echo "$n ranks $r started +$((t0 - t_start))s ended +$((SECONDS - t_start))s" >> "$out/timeline.txt" ) &
   pid_of[$n]=$!
 }
 
@@ -387,11 +389,47 @@ add watchdog_stall 2
 add watchdog_skip 2
 add rank_killed 2
 
-# ---- run the selected cases: references first (others wait for them), then the longest ----
+# ---- run the selected cases: references first (others wait for them), then the largest ----
+# Seconds each case took at 12 slots on an H100/H200 (perf/archive/gpu-suite, 2026-12-05;
+# cases not yet run: their nearest relative's, FP8 ones as in the emulation). Cases start in order of ranks x seconds, largest first, so the
+# 8-rank cases do not end up alone at the tail; an unlisted case counts 20 s.
+declare -A est=(
+  [all_to_all_4]=13 [comm_2]=31 [export_tp2]=30 [fp8_amax_2]=3 [fp8_kernels_1]=40
+  [fp8_layouts_2]=60 [fp8_layouts_4]=200 [fp8_linears_2]=3 [fp8_linears_4]=4 [gpt2_3d_8_bf16]=31
+  [gpt2_3d_8_fp32]=33 [gpt2_cp2_allgather_bf16]=10 [gpt2_cp2_allgather_fp32]=20 [gpt2_cp2_bf16]=21
+  [gpt2_cp2_fp32]=21 [gpt2_cp2_pp2_dp2_zero1_bf16]=37 [gpt2_cp2_pp2_dp2_zero1_fp32]=39
+  [gpt2_cp2_tp2_sp_bf16]=20 [gpt2_cp2_tp2_sp_fp32]=15 [gpt2_cp4_bf16]=22 [gpt2_cp4_fp32]=24
+  [gpt2_dp2_bf16]=9 [gpt2_dp2_fp32]=8 [gpt2_dp2_zero1_bf16]=8 [gpt2_dp2_zero1_fp32]=9
+  [gpt2_dp2_zero1_fp8]=19 [gpt2_dp2_zero1_offload_bf16]=9 [gpt2_dp2_zero1_offload_fp32]=9
+  [gpt2_dp2_zero2_bf16]=9 [gpt2_dp2_zero2_fp32]=8 [gpt2_dp2_zero3_bf16]=10 [gpt2_dp2_zero3_fp32]=9
+  [gpt2_fp8_vs_bf16]=3 [gpt2_pp2_1f1b_bf16]=18 [gpt2_pp2_1f1b_fp32]=15 [gpt2_pp2_1f1b_fp8]=22
+  [gpt2_pp2_gpipe_bf16]=23 [gpt2_pp2_gpipe_fp32]=15 [gpt2_pp2_interleaved_bf16]=19
+  [gpt2_pp2_interleaved_fp32]=9 [gpt2_pp4_1f1b_bf16]=24 [gpt2_pp4_1f1b_fp32]=21 [gpt2_ref_bf16]=6
+  [gpt2_ref_fp32]=5 [gpt2_ref_fp8]=25 [gpt2_ref_fp8_rowwise]=5 [gpt2_tp2_bf16]=8
+  [gpt2_tp2_dp2_zero1_sp_fp8]=25 [gpt2_tp2_fp32]=8 [gpt2_tp2_fp8]=22 [gpt2_tp2_sp_bf16]=11
+  [gpt2_tp2_sp_fp32]=8 [gpt2_tp2_sp_fp8]=22 [gpt2_tp2_sp_rowwise_fp8]=22 [gpt2_tp4_sp_bf16]=33
+  [gpt2_tp4_sp_fp32]=30 [llama_cp2_bf16]=14 [llama_cp2_fp32]=19 [llama_cp2_tp2_kv_split_bf16]=15
+  [llama_cp2_tp2_kv_split_fp32]=22 [llama_cp4_dp1_bf16]=12 [llama_cp4_dp1_fp32]=30
+  [llama_dp2_zero1_fp8]=19 [llama_fp8_vs_bf16]=3 [llama_kv2_ref_bf16]=5 [llama_kv2_ref_fp32]=4
+  [llama_pp2_1f1b_fp8]=22 [llama_pp2_dp2_zero3_bf16]=19 [llama_pp2_dp2_zero3_fp32]=22
+  [llama_ref_bf16]=6 [llama_ref_fp32]=4 [llama_ref_fp8]=20 [llama_ref_fp8_rowwise]=6
+  [llama_tp2_dp2_zero1_sp_fp8]=25 [llama_tp2_dp2_zero3_bf16]=17 [llama_tp2_dp2_zero3_fp32]=22
+  [llama_tp2_fp8]=22 [llama_tp2_kv_split_bf16]=17 [llama_tp2_kv_split_fp32]=9 [llama_tp2_sp_fp8]=22
+  [llama_tp2_sp_rowwise_fp8]=22 [llama_tp4_kv_replicated_bf16]=10 [llama_tp4_kv_replicated_fp32]=20
+  [moe_ep2]=15 [moe_ep2_dp4_zero2]=20 [moe_ep2_tp2]=20 [moe_ep4]=20 [moe_ep8]=35 [moe_ref]=3
+  [pipeline_runner_2]=21 [rank_killed]=20 [reshard_llama]=45 [reshard_moe]=45 [ring_attention_2]=10
+  [watchdog_skip]=15 [watchdog_stall]=15)
 t_start=$SECONDS
-refs=()
+refs=() by_size=()
 for n in "${order[@]}"; do [[ $n == *ref* ]] && refs+=("$n"); done
-for n in "${refs[@]}" "${order[@]}"; do
+while read -r _ n; do by_size+=("$n"); done < <(for n in "${order[@]}"; do
+  echo "$((case_ranks[$n] * ${est[$n]:-20})) $n"; done | sort -s -k1,1nr)
+if [ "${SUITE_LIST:-0}" = 1 ]; then  # the selected cases in the order they would start
+  for n in "${refs[@]}" "${by_size[@]}"; do
+    [[ $n =~ $only ]] && echo "$n ${case_ranks[$n]} ranks ~${est[$n]:-20}s"; done | awk '!seen[$1]++'
+  exit 0
+fi
+for n in "${refs[@]}" "${by_size[@]}"; do
   [[ $n =~ $only ]] || continue
   [ -n "${case_ranks[$n]:-}" ] || continue
   [ -n "${pid_of[$n]:-}" ] || [ -e "$out/$n.launched" ] && continue
