@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "kernel_test_util.hpp"
@@ -132,55 +133,59 @@ TEST_CASE("fp8_scales: fp8_max / amax, 1 for zero or non-finite amax", "[fp8]") 
 
 TEST_CASE("fp8_cast and fp8_dequantize match host loops, tensorwise, rowwise, transposed",
           "[fp8]") {
-  const int rows = 23, cols = 67;
-  const std::size_t n = std::size_t(rows) * cols;
-  const auto x = spread(n, 31, 10.0);
-  const auto dx = kt::to_device(x);
-  for (Fp8Format f : {Fp8Format::e4m3, Fp8Format::e5m2})
-    for (Fp8Scaling sc : {Fp8Scaling::tensorwise, Fp8Scaling::rowwise})
-      for (bool tr : {false, true}) {
-        if (tr && sc == Fp8Scaling::rowwise) continue;
-        INFO(fp8_format_name(f) << " " << fp8_scaling_name(sc) << (tr ? " transposed" : ""));
-        Fp8Tensor q = make_fp8_tensor("q", rows, cols, f, sc, tr);
-        fp8_quantize<float>(ExecSpace(), q, dx);
-        const std::size_t ns = q.scale_count();
-        const auto amax = kt::to_host(q.amax), scale = kt::to_host(q.scale),
-                   sinv = kt::to_host(q.scale_inv);
-        const auto codes = kt::to_host(q.data);
-        REQUIRE(amax.size() == ns);
-        std::vector<float> want_scale(ns);
-        for (std::size_t s = 0; s < ns; ++s) {
-          const float a = ns == 1 ? host_amax(x) : host_amax(x, s * cols, (s + 1) * cols);
-          REQUIRE(amax[s] == a);
-          want_scale[s] = host_scale(a, f);
-          REQUIRE(scale[s] == want_scale[s]);
-          REQUIRE(sinv[s] == 1.0f / want_scale[s]);
-        }
-        float max_code_seen = 0;
-        for (int r = 0; r < rows; ++r)
-          for (int c = 0; c < cols; ++c) {
-            const std::size_t i = std::size_t(r) * cols + c;
-            const std::size_t o = tr ? std::size_t(c) * rows + r : i;
-            const float s = want_scale[ns == 1 ? 0 : r];
-            REQUIRE(codes[o] == fp8_encode(x[i] * s, f));
-            max_code_seen = std::max(max_code_seen, std::fabs(fp8_decode(codes[o], f)));
-            // Quantization error: half an FP8 step (relative 2^-(M+1) for normals, half the
-            // smallest subnormal below), in units of the input.
-            const double fm = f == Fp8Format::e4m3 ? 3 : 2, emin = f == Fp8Format::e4m3 ? -6 : -14;
-            const double deq = double(fp8_decode(codes[o], f)) / s;
-            const double tol = std::max(std::fabs(double(x[i])) * std::exp2(-fm - 1),
-                                        std::exp2(emin - fm - 1) / s);
-            REQUIRE(std::fabs(deq - x[i]) <= tol * (1 + 1e-6));
+  // 23 x 67: every tile of the transposed cast partial; 70 x 100: full 32 x 32 tiles too.
+  for (const auto& [rows, cols] : {std::pair{23, 67}, std::pair{70, 100}}) {
+    const std::size_t n = std::size_t(rows) * cols;
+    const auto x = spread(n, 31, 10.0);
+    const auto dx = kt::to_device(x);
+    for (Fp8Format f : {Fp8Format::e4m3, Fp8Format::e5m2})
+      for (Fp8Scaling sc : {Fp8Scaling::tensorwise, Fp8Scaling::rowwise})
+        for (bool tr : {false, true}) {
+          if (tr && sc == Fp8Scaling::rowwise) continue;
+          INFO(rows << " x " << cols << " " << fp8_format_name(f) << " " << fp8_scaling_name(sc)
+                    << (tr ? " transposed" : ""));
+          Fp8Tensor q = make_fp8_tensor("q", rows, cols, f, sc, tr);
+          fp8_quantize<float>(ExecSpace(), q, dx);
+          const std::size_t ns = q.scale_count();
+          const auto amax = kt::to_host(q.amax), scale = kt::to_host(q.scale),
+                     sinv = kt::to_host(q.scale_inv);
+          const auto codes = kt::to_host(q.data);
+          REQUIRE(amax.size() == ns);
+          std::vector<float> want_scale(ns);
+          for (std::size_t s = 0; s < ns; ++s) {
+            const float a = ns == 1 ? host_amax(x) : host_amax(x, s * cols, (s + 1) * cols);
+            REQUIRE(amax[s] == a);
+            want_scale[s] = host_scale(a, f);
+            REQUIRE(scale[s] == want_scale[s]);
+            REQUIRE(sinv[s] == 1.0f / want_scale[s]);
           }
-        // The largest magnitude lands on the format's maximum.
-        REQUIRE(max_code_seen == fp8_max(f));
-        if (tr) continue;
-        View1<float> back = kt::nan_view<float>(n);
-        fp8_dequantize<float>(ExecSpace(), back, q.data, rows, cols, q.scale_inv, sc, f);
-        const auto hb = kt::to_host(back);
-        for (std::size_t i = 0; i < n; ++i)
-          REQUIRE(hb[i] == fp8_decode(codes[i], f) * sinv[ns == 1 ? 0 : i / cols]);
-      }
+          float max_code_seen = 0;
+          for (int r = 0; r < rows; ++r)
+            for (int c = 0; c < cols; ++c) {
+              const std::size_t i = std::size_t(r) * cols + c;
+              const std::size_t o = tr ? std::size_t(c) * rows + r : i;
+              const float s = want_scale[ns == 1 ? 0 : r];
+              REQUIRE(codes[o] == fp8_encode(x[i] * s, f));
+              max_code_seen = std::max(max_code_seen, std::fabs(fp8_decode(codes[o], f)));
+              // Quantization error: half an FP8 step (relative 2^-(M+1) for normals, half the
+              // smallest subnormal below), in units of the input.
+              const double fm = f == Fp8Format::e4m3 ? 3 : 2;
+              const double emin = f == Fp8Format::e4m3 ? -6 : -14;
+              const double deq = double(fp8_decode(codes[o], f)) / s;
+              const double tol = std::max(std::fabs(double(x[i])) * std::exp2(-fm - 1),
+                                          std::exp2(emin - fm - 1) / s);
+              REQUIRE(std::fabs(deq - x[i]) <= tol * (1 + 1e-6));
+            }
+          // The largest magnitude lands on the format's maximum.
+          REQUIRE(max_code_seen == fp8_max(f));
+          if (tr) continue;
+          View1<float> back = kt::nan_view<float>(n);
+          fp8_dequantize<float>(ExecSpace(), back, q.data, rows, cols, q.scale_inv, sc, f);
+          const auto hb = kt::to_host(back);
+          for (std::size_t i = 0; i < n; ++i)
+            REQUIRE(hb[i] == fp8_decode(codes[i], f) * sinv[ns == 1 ? 0 : i / cols]);
+        }
+  }
 }
 
 TEST_CASE("fp8 all-zero tensors: scale 1, zero codes, zeros back", "[fp8]") {
