@@ -5,12 +5,14 @@
 #   tests/gpu/run_suite.sh BIN_DIR OUT_DIR [CASE_REGEX]
 # BIN_DIR holds meshtrain and the test executables (a jobs/bundle-gpu.sh bundle's bin/, or a
 # cuda build folder: build/cuda, whose src/ and tests/ are searched). Each case runs with its own
-# timeout (CASE_TIMEOUT, default 150 s; every case that passed so far took 40 s or less) and log
-# (OUT_DIR/<case>.log); cases run side by side up to RANK_SLOTS ranks at once (default 12: the
-# tiny models leave the GPU mostly idle, the time goes to process, CUDA and NCCL start-up; at 12
-# slots the cases took as long each as at 8 on 2026-12-05, so more ran in the same time; NCCL
-# kernels waiting for a peer whose context is not running spin through their time slice, so
-# far more ranks than CPU cores would slow every case). One line per case goes to OUT_DIR/summary.txt:
+# timeout (CASE_TIMEOUT, default 150 s; every case that passed so far took 95 s or less) and log
+# (OUT_DIR/<case>.log); cases run side by side up to RANK_SLOTS ranks at once (default 12). The
+# tiny models leave the GPU's arithmetic idle; the time goes to start-up and to the ranks taking
+# turns on the GPU: the contexts of separate processes are time-sliced, and a collective's
+# kernels wait for peers that run only in their own slices (a GPT-2 dp 2 x pp 2 x tp 2 step:
+# 2.2 s). Each rank also keeps about 1.7 CPU cores busy (spinning host threads): at 14 slots on
+# a 16-core machine the load average was 24 and the 4-rank cases took twice as long as at 12
+# (2026-12-05), so slots beyond the cores buy nothing. One line per case goes to OUT_DIR/summary.txt:
 #   PASS|FAIL  case  ranks  layout  precision  steps  max-rel-loss-diff  seconds  note
 # Exit 0 when every case passed. Needs python3 (the comparisons) and h5dump-free tools only.
 set -uo pipefail
@@ -187,10 +189,12 @@ add ring_attention_2 2
 add fp8_kernels_1 1
 add fp8_amax_2 2
 add fp8_linears_2 2
-add fp8_layouts_2 2
 add fp8_linears_4 4
 if [ "${SUITE_MATRICES:-0}" = 1 ]; then
-  add fp8_layouts_4 4  # 200 s at 4 ranks; its layouts' meshtrain train cases run below
+  # test_fp8_layouts trains ~20 layouts, each with its own NCCL communicators: more than 120 s
+  # at 2 ranks on one GPU (2026-12-05); its layouts run below as meshtrain train cases.
+  add fp8_layouts_2 2
+  add fp8_layouts_4 4
   for c in comm_4 hf_export_2 dp_training_2 tensor_parallel_2 layouts_2 moe_layouts_2 \
            cp_layouts_2; do add "$c" 2; done
   for c in pipeline_runner_4 dp_pipeline_4 dp_training_4 tensor_parallel_4 layouts_4 \
@@ -289,6 +293,7 @@ tp2_sp ref_fp8 2 --mesh.tp 2 --tp.sequence_parallel --train.micro_batch 8 --trai
 pp2_1f1b ref_fp8 2 --mesh.pp 2 --pp.schedule 1f1b --train.micro_batch 8 --train.grad_accum 2
 tp2_dp2_zero1_sp ref_fp8 4 --mesh.tp 2 --mesh.dp 2 --zero.stage 1 --tp.sequence_parallel --train.micro_batch 8 --train.grad_accum 1
 tp2_sp_rowwise ref_fp8_rowwise 2 --fp8.recipe rowwise --mesh.tp 2 --tp.sequence_parallel --train.micro_batch 8 --train.grad_accum 2
+cp2 ref_fp8 2 --mesh.cp 2 --train.micro_batch 8 --train.grad_accum 2
 EOF
 done
 
@@ -390,8 +395,8 @@ add watchdog_skip 2
 add rank_killed 2
 
 # ---- run the selected cases: references first (others wait for them), then the largest ----
-# Seconds each case took at 12 slots on an H100/H200 (perf/archive/gpu-suite, 2026-12-05;
-# cases not yet run: their nearest relative's, FP8 ones as in the emulation). Cases start in order of ranks x seconds, largest first, so the
+# Seconds each case took at 12-14 slots on an H100/H200 (perf/archive/gpu-suite, 2026-12-05;
+# cases not yet run: their nearest relative's). Cases start in order of ranks x seconds, largest first, so the
 # 8-rank cases do not end up alone at the tail; an unlisted case counts 20 s.
 declare -A est=(
   [all_to_all_4]=13 [comm_2]=31 [export_tp2]=30 [fp8_amax_2]=3 [fp8_kernels_1]=40
@@ -405,19 +410,19 @@ declare -A est=(
   [gpt2_fp8_vs_bf16]=3 [gpt2_pp2_1f1b_bf16]=18 [gpt2_pp2_1f1b_fp32]=15 [gpt2_pp2_1f1b_fp8]=22
   [gpt2_pp2_gpipe_bf16]=23 [gpt2_pp2_gpipe_fp32]=15 [gpt2_pp2_interleaved_bf16]=19
   [gpt2_pp2_interleaved_fp32]=9 [gpt2_pp4_1f1b_bf16]=24 [gpt2_pp4_1f1b_fp32]=21 [gpt2_ref_bf16]=6
-  [gpt2_ref_fp32]=5 [gpt2_ref_fp8]=25 [gpt2_ref_fp8_rowwise]=5 [gpt2_tp2_bf16]=8
-  [gpt2_tp2_dp2_zero1_sp_fp8]=25 [gpt2_tp2_fp32]=8 [gpt2_tp2_fp8]=22 [gpt2_tp2_sp_bf16]=11
+  [gpt2_ref_fp32]=5 [gpt2_ref_fp8]=7 [gpt2_ref_fp8_rowwise]=7 [gpt2_tp2_bf16]=8
+  [gpt2_tp2_dp2_zero1_sp_fp8]=36 [gpt2_tp2_fp32]=8 [gpt2_tp2_fp8]=22 [gpt2_tp2_sp_bf16]=11
   [gpt2_tp2_sp_fp32]=8 [gpt2_tp2_sp_fp8]=22 [gpt2_tp2_sp_rowwise_fp8]=22 [gpt2_tp4_sp_bf16]=33
   [gpt2_tp4_sp_fp32]=30 [llama_cp2_bf16]=14 [llama_cp2_fp32]=19 [llama_cp2_tp2_kv_split_bf16]=15
   [llama_cp2_tp2_kv_split_fp32]=22 [llama_cp4_dp1_bf16]=12 [llama_cp4_dp1_fp32]=30
   [llama_dp2_zero1_fp8]=19 [llama_fp8_vs_bf16]=3 [llama_kv2_ref_bf16]=5 [llama_kv2_ref_fp32]=4
   [llama_pp2_1f1b_fp8]=22 [llama_pp2_dp2_zero3_bf16]=19 [llama_pp2_dp2_zero3_fp32]=22
-  [llama_ref_bf16]=6 [llama_ref_fp32]=4 [llama_ref_fp8]=20 [llama_ref_fp8_rowwise]=6
-  [llama_tp2_dp2_zero1_sp_fp8]=25 [llama_tp2_dp2_zero3_bf16]=17 [llama_tp2_dp2_zero3_fp32]=22
+  [llama_ref_bf16]=6 [llama_ref_fp32]=4 [llama_ref_fp8]=7 [llama_ref_fp8_rowwise]=7
+  [llama_tp2_dp2_zero1_sp_fp8]=30 [llama_tp2_dp2_zero3_bf16]=17 [llama_tp2_dp2_zero3_fp32]=22
   [llama_tp2_fp8]=22 [llama_tp2_kv_split_bf16]=17 [llama_tp2_kv_split_fp32]=9 [llama_tp2_sp_fp8]=22
   [llama_tp2_sp_rowwise_fp8]=22 [llama_tp4_kv_replicated_bf16]=10 [llama_tp4_kv_replicated_fp32]=20
-  [moe_ep2]=15 [moe_ep2_dp4_zero2]=20 [moe_ep2_tp2]=20 [moe_ep4]=20 [moe_ep8]=35 [moe_ref]=3
-  [pipeline_runner_2]=21 [rank_killed]=20 [reshard_llama]=45 [reshard_moe]=45 [ring_attention_2]=10
+  [moe_ep2]=15 [moe_ep2_dp4_zero2]=20 [moe_ep2_tp2]=20 [moe_ep4]=20 [moe_ep8]=19 [moe_ref]=3
+  [pipeline_runner_2]=21 [rank_killed]=20 [reshard_llama]=42 [reshard_moe]=90 [ring_attention_2]=10
   [watchdog_skip]=15 [watchdog_stall]=15)
 t_start=$SECONDS
 refs=() by_size=()
@@ -429,21 +434,60 @@ if [ "${SUITE_LIST:-0}" = 1 ]; then  # the selected cases in the order they woul
     [[ $n =~ $only ]] && echo "$n ${case_ranks[$n]} ranks ~${est[$n]:-20}s"; done | awk '!seen[$1]++'
   exit 0
 fi
+pending=()
+declare -A queued=()
 for n in "${refs[@]}" "${by_size[@]}"; do
-  [[ $n =~ $only ]] || continue
-  [ -n "${case_ranks[$n]:-}" ] || continue
-  [ -n "${pid_of[$n]:-}" ] || [ -e "$out/$n.launched" ] && continue
-  touch "$out/$n.launched"
-  while [ $((running + case_ranks[$n])) -gt "$slots" ] && [ "$running" -gt 0 ]; do reap; done
+  [[ $n =~ $only ]] && [ -n "${case_ranks[$n]:-}" ] && [ -z "${queued[$n]:-}" ] || continue
+  queued[$n]=1
+  pending+=("$n")
+done
+# The first pending case starts as soon as its ranks are free. While it waits, a later case that
+# fits the free slots starts too when it cannot delay the first (EASY backfilling, by the
+# estimates above): it is expected to end before the first's ranks come free (the shadow time),
+# or it fits in the slots still spare then. Strictly in order, an 8-rank case waiting behind
+# another left 6 of 14 slots idle for 165 s (2026-12-05).
+declare -A started_at=()
+shadow() {  # HEAD_RANKS: "TIME SPARE": when the head's ranks are expected free, and spare slots then
+  local need=$1 free=$((slots - running)) t=$SECONDS end r
+  while read -r end r; do
+    [ "$free" -ge "$need" ] && break
+    free=$((free + r)); t=$end
+  done < <(for n in "${!pid_of[@]}"; do
+    echo "$((started_at[$n] + ${est[$n]:-20})) ${case_ranks[$n]}"; done | sort -n)
+  echo "$t $((free - need))"
+}
+while [ "${#pending[@]}" -gt 0 ]; do
   if [ $((SECONDS - t_start)) -ge "$budget" ]; then
-    printf '%-6s %-28s %s - - - - 0s not started: past SUITE_BUDGET=%s s\n' NOTRUN "$n" \
-      "${case_ranks[$n]}" "$budget" >> "$summary"
-    continue
+    for n in "${pending[@]}"; do
+      printf '%-6s %-28s %s - - - - 0s not started: past SUITE_BUDGET=%s s\n' NOTRUN "$n" \
+        "${case_ranks[$n]}" "$budget" >> "$summary"
+    done
+    break
   fi
-  launch "$n"
+  head=${pending[0]} pick=-1
+  if [ $((running + case_ranks[$head])) -le "$slots" ] || [ "$running" = 0 ]; then
+    pick=0
+  else
+    read -r s_time s_spare < <(shadow "${case_ranks[$head]}")
+    for i in "${!pending[@]}"; do
+      c=${pending[$i]} r=${case_ranks[${pending[$i]}]}
+      [ $((running + r)) -le "$slots" ] || continue
+      if [ $((SECONDS + ${est[$c]:-20})) -le "$s_time" ] || [ "$r" -le "$s_spare" ]; then
+        pick=$i
+        break
+      fi
+    done
+  fi
+  if [ "$pick" -ge 0 ]; then
+    started_at[${pending[$pick]}]=$SECONDS
+    launch "${pending[$pick]}"
+    unset "pending[$pick]"
+    pending=("${pending[@]}")
+  else
+    reap
+  fi
 done
 while [ "${#pid_of[@]}" -gt 0 ]; do reap; done
-rm -f "$out"/*.launched
 # Ranks a killed case's launcher left behind.
 pkill -KILL -f "^$bin/" 2> /dev/null || true
 sort -k2 "$summary" -o "$summary"
