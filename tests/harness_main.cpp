@@ -41,7 +41,9 @@ int main(int argc, char** argv) {
     MPI_Finalize();
     return 2;
   }
-  meshtrain::kc::initialize(meshtrain::mesh::select_device(node.rank, meshtrain::kc::device_count()));
+  const int device = meshtrain::mesh::select_device(node.rank, meshtrain::kc::device_count());
+  if (hosts.on) meshtrain::comm::prefer_blocking_sync(device);
+  meshtrain::kc::initialize(device);
   int result = 0;
   {
     // MESHTRAIN_TEST_COMM_TIMEOUT=S (the GPU suite sets it): the collective watchdog, as

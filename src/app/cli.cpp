@@ -80,7 +80,9 @@ int run_main(int argc, char** argv) {
       if (rt.emulated_hosts())
         logging::warn("emulated hosts (MESHTRAIN_EMULATE_HOSTS): ", rt.size(),
                       " ranks share this node's GPUs, each as a host of its own, through NCCL "
-                      "over loopback sockets: results are exact, speeds mean nothing");
+                      "over loopback sockets: results are exact, speeds mean nothing",
+                      rt.blocking_sync() ? " (host waits for the GPU block instead of spinning)"
+                                         : "");
       rc = sub->run(rt, args);
     } catch (const std::exception& e) {
       rc = fail_job(rt, sub->name, e);

@@ -32,6 +32,7 @@ Runtime::Runtime(int& argc, char**& argv, int thread_level) {
   // Jobs launch with every GPU of the node visible (NCCL needs to see its peers); each rank takes
   // the one matching its node-local rank.
   device_ = mesh::select_device(node_.rank, kc::device_count());
+  if (emulated_hosts_) blocking_sync_ = comm::prefer_blocking_sync(device_);
   kc::initialize(device_);
 }
 

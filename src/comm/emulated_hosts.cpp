@@ -1,6 +1,12 @@
 #include "meshtrain/comm/emulated_hosts.hpp"
 
+#include <Kokkos_Macros.hpp>  // KOKKOS_ENABLE_CUDA
+
 #include <cstdlib>
+
+#if defined(KOKKOS_ENABLE_CUDA)
+#include <cuda_runtime.h>
+#endif
 
 #include "meshtrain/core/error.hpp"
 
@@ -31,6 +37,21 @@ EmulatedHosts claim_emulated_host(int world_rank, int world_size, int ranks_on_n
   h.on = true;
 #endif
   return h;
+}
+
+bool prefer_blocking_sync(int device_id) {
+#if defined(KOKKOS_ENABLE_CUDA)
+  if (device_id < 0) return false;
+  if (cudaSetDevice(device_id) != cudaSuccess ||
+      cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync) != cudaSuccess) {
+    cudaGetLastError();  // no sticky error left for Kokkos' initialisation
+    return false;
+  }
+  return true;
+#else
+  (void)device_id;
+  return false;
+#endif
 }
 
 }  // namespace meshtrain::comm

@@ -30,11 +30,14 @@ class Runtime {
   // work (empty: not refused). The subcommand raises the refusal, so it is agreed (exit 2).
   bool emulated_hosts() const { return emulated_hosts_; }
   const std::string& emulated_hosts_refusal() const { return emulated_hosts_refusal_; }
+  // Whether host threads block while waiting for the GPU (comm::prefer_blocking_sync: emulated
+  // hosts on a GPU build).
+  bool blocking_sync() const { return blocking_sync_; }
 
  private:
   void emulate_hosts();
   int rank_ = 0, size_ = 1, device_ = -1;
-  bool emulated_hosts_ = false;
+  bool emulated_hosts_ = false, blocking_sync_ = false;
   std::string emulated_hosts_refusal_;
   MPI_Comm error_comm_ = MPI_COMM_NULL;
   mesh::NodeRank node_;

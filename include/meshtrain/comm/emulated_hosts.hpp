@@ -20,4 +20,12 @@ struct EmulatedHosts {
 // same on every rank (it depends on the build and the job's shape only).
 EmulatedHosts claim_emulated_host(int world_rank, int world_size, int ranks_on_node);
 
+// For an emulated host, before Kokkos initialises device_id: its host threads block while they
+// wait for the GPU (cudaDeviceScheduleBlockingSync) instead of spinning. Ranks sharing a GPU
+// each kept about 1.7 CPU cores busy spinning: at 14 ranks on a 16-core machine the load
+// average was 24 and every rank slowed (2026-12-05). A rank with a GPU of its own keeps the
+// runtime's default, spinning, which answers soonest. False, changing nothing, where the flag
+// cannot be set (host builds; a context already made on that device).
+bool prefer_blocking_sync(int device_id);
+
 }  // namespace meshtrain::comm
