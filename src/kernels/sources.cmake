@@ -49,6 +49,7 @@ if(MESHTRAIN_ENABLE_CUDNN)
     ${CMAKE_CURRENT_LIST_DIR}/attention/attention_cudnn.cpp
     ${CMAKE_CURRENT_LIST_DIR}/attention/cudnn_backend.cpp
     ${CMAKE_CURRENT_LIST_DIR}/attention/cudnn_graph.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/attention/cudnn_sdpa.cpp
   )
 endif()
 # The kernels never read errno. Without -fno-math-errno GCC must treat every exp/sqrt call as a
