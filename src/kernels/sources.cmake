@@ -46,6 +46,7 @@ endif()
 # cuDNN fused attention (empty unless MESHTRAIN_HAVE_CUDNN and KOKKOS_ENABLE_CUDA).
 if(MESHTRAIN_ENABLE_CUDNN)
   target_sources(meshtrain_lib PRIVATE
+    ${CMAKE_CURRENT_LIST_DIR}/attention/attention_block_cudnn.cpp
     ${CMAKE_CURRENT_LIST_DIR}/attention/attention_cudnn.cpp
     ${CMAKE_CURRENT_LIST_DIR}/attention/cudnn_backend.cpp
     ${CMAKE_CURRENT_LIST_DIR}/attention/cudnn_graph.cpp
