@@ -1,7 +1,8 @@
 // Block attention for ring attention (attention_block.hpp): the portable kernels, structured as
 // attention.cpp's (one team per query row with an online softmax forward; a backward in two
 // passes, over query rows for dq and over key rows for dk and dv, so every output row is summed
-// by one team in a fixed order: no atomics, the same bits on every run).
+// by one team in a fixed order: no atomics, the same bits on every run). On a CUDA device the
+// forward and backward hand bf16/fp16 blocks to cuDNN first (attention_block_cudnn.cpp).
 #include "meshtrain/kernels/attention/attention_block.hpp"
 
 #include <atomic>
