@@ -285,7 +285,8 @@ void check_block(const BlockCase& c) {
   const int kv_row0 = c.sources == 0 ? c.q_row0 : 0;
 
   // Inputs: bf16, NaN outside what the block reads.
-  std::vector<float> qkv_h(std::size_t(B) * c.Tl * ld, nan), ring_h(per * std::max(c.sources, 1), nan);
+  std::vector<float> qkv_h(std::size_t(B) * c.Tl * ld, nan);
+  std::vector<float> ring_h(per * std::max(c.sources, 1), nan);
   std::vector<float> dout_h(std::size_t(B) * c.Tl * C, nan);
   {
     const auto rq = kt::random_vector<float>(qkv_h.size(), 91, -2, 2);
@@ -410,7 +411,8 @@ void check_block(const BlockCase& c) {
   compare("dk", got_dkv, dkv_start, inc_dkv, 0, Ckv, W, kv_row0, c.Tk);
   compare("dv", got_dkv, dkv_start, inc_dkv, Ckv, Ckv, W, kv_row0, c.Tk);
   // Nothing outside the slices was written: NaN there on both sides.
-  for (std::size_t x = 0; x < got_dq.size(); ++x) REQUIRE(std::isnan(got_dq[x]) == std::isnan(inc_dq[x]));
+  for (std::size_t x = 0; x < got_dq.size(); ++x)
+    REQUIRE(std::isnan(got_dq[x]) == std::isnan(inc_dq[x]));
   for (std::size_t x = 0; x < got_dkv.size(); ++x)
     REQUIRE(std::isnan(got_dkv[x]) == std::isnan(inc_dkv[x]));
 }
