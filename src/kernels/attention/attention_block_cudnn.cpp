@@ -95,7 +95,8 @@ bool attention_block_forward_cudnn(const ExecSpace& exec, const AttentionBlockSh
   } else {
     if (!cudnn_shape(s)) return false;
     const T *qp = q.data() + qs.offset, *kp = k.data() + ks.offset, *vp = v.data() + vs.offset;
-    if (!cudnn::eligible(s.HS, {qp, kp, vp}, {qs.row, qs.batch, ks.row, ks.batch, vs.row, vs.batch}))
+    if (!cudnn::eligible(s.HS, {qp, kp, vp},
+                         {qs.row, qs.batch, ks.row, ks.batch, vs.row, vs.batch}))
       return false;
     const cudnn::SdpaShape shape = block_shape(s, qs, ks, vs);
     cudnn::Sdpa call(exec);
