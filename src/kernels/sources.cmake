@@ -46,9 +46,11 @@ endif()
 # cuDNN fused attention (empty unless MESHTRAIN_HAVE_CUDNN and KOKKOS_ENABLE_CUDA).
 if(MESHTRAIN_ENABLE_CUDNN)
   target_sources(meshtrain_lib PRIVATE
+    ${CMAKE_CURRENT_LIST_DIR}/attention/attention_block_cudnn.cpp
     ${CMAKE_CURRENT_LIST_DIR}/attention/attention_cudnn.cpp
     ${CMAKE_CURRENT_LIST_DIR}/attention/cudnn_backend.cpp
     ${CMAKE_CURRENT_LIST_DIR}/attention/cudnn_graph.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/attention/cudnn_sdpa.cpp
   )
 endif()
 # The kernels never read errno. Without -fno-math-errno GCC must treat every exp/sqrt call as a

@@ -20,11 +20,16 @@ std::size_t scratch_bytes(const ScratchShape& s, std::size_t elem_bytes, bool de
   return b;
 }
 
-bool cudnn_attention_dq_accum_form(long B, long NH, long T, bool deterministic, int sm_major) {
+bool cudnn_attention_dq_accum_form(long B, long NH, long Tq, long Tk, bool deterministic,
+                                   int sm_major) {
   if (deterministic) return false;
   if (sm_major < 9) return true;
-  const long t64 = (T + 63) / 64 * 64;
-  return B * NH * t64 * t64 * 2 > (long(256) << 20);
+  const long q64 = (Tq + 63) / 64 * 64, k64 = (Tk + 63) / 64 * 64;
+  return B * NH * q64 * k64 * 2 > (long(256) << 20);
+}
+
+bool cudnn_attention_dq_accum_form(long B, long NH, long T, bool deterministic, int sm_major) {
+  return cudnn_attention_dq_accum_form(B, NH, T, T, deterministic, sm_major);
 }
 
 std::size_t cudnn_attention_own_scratch_bytes(long B, long NH, long T, long HS, bool dq_accum) {

@@ -187,7 +187,8 @@ void RingAttention<T>::forward_all_gather(View1<const T> qkv) {
 template <class T>
 void RingAttention<T>::block_backward(int src, View1<const T> k_buf, View1<const T> v_buf,
                                       std::int64_t k_off, std::int64_t v_off, std::int64_t kv_row,
-                                      View1<A> dkv, View1<const T> qkv, View1<const T> dout) {
+                                      View1<A> dkv, View1<const T> qkv, View1<const T> dout,
+                                      View1<const T> out) {
   const int C = NH_ * HS_, Ckv = NKV_ * HS_, ld = C + 2 * Ckv, c = Tl_ / 2;
   k::AttentionBlockShape s{B_, Tl_, Tl_, NH_, NKV_, HS_, src == r_};
   int q_row0 = 0, kv_rows = Tl_;
@@ -203,7 +204,7 @@ void RingAttention<T>::block_backward(int src, View1<const T> k_buf, View1<const
   // dK and dV of the source: [B, Tl, 2 NKV HS] accumulators (k | v), its first kv_rows rows.
   const k::RowSlice dks = k::rows_of(Tl_, 2 * Ckv, 0, 0);
   const k::RowSlice dvs = k::rows_of(Tl_, 2 * Ckv, 0, Ckv);
-  k::attention_block_backward<T, A>(exec_, s, qkv, qs, k_buf, ks, v_buf, vs, dout, os,
+  k::attention_block_backward<T, A>(exec_, s, qkv, qs, k_buf, ks, v_buf, vs, dout, os, out, os,
                                     View1<const A>(acc_lse_), ls, View1<const A>(D_), ls, dq_, os,
                                     dkv, dks, dkv, dvs);
 }
@@ -245,9 +246,9 @@ void RingAttention<T>::backward(View1<T> dqkv, View1<const T> dout, View1<const 
       const std::int64_t base = std::int64_t(src) * std::int64_t(per);
       const View1<A> d = slice(dkv_all_, std::size_t(base), per);
       if (src == r_)
-        block_backward(src, qkv, qkv, C, C + Ckv, ld, d, qkv, dout);
+        block_backward(src, qkv, qkv, C, C + Ckv, ld, d, qkv, dout, out);
       else
-        block_backward(src, kv_all_, kv_all_, base, base + Ckv, 2 * Ckv, d, qkv, dout);
+        block_backward(src, kv_all_, kv_all_, base, base + Ckv, 2 * Ckv, d, qkv, dout, out);
     }
     cp_.reduce_scatter(dkv_all_, dkv_[0]);
     comm_bytes_ += static_cast<double>(per * (n_ - 1) * (sizeof(T) + sizeof(A)));
@@ -274,9 +275,9 @@ void RingAttention<T>::backward(View1<T> dqkv, View1<const T> dout, View1<const 
       }
       const int src = (r_ - i + n_) % n_;
       if (i == 0)
-        block_backward(src, qkv, qkv, C, C + Ckv, ld, dcur, qkv, dout);
+        block_backward(src, qkv, qkv, C, C + Ckv, ld, dcur, qkv, dout, out);
       else
-        block_backward(src, cur, cur, 0, Ckv, 2 * Ckv, dcur, qkv, dout);
+        block_backward(src, cur, cur, 0, Ckv, 2 * Ckv, dcur, qkv, dout, out);
       if (n_ == 1) {
         own = dcur;
         break;

@@ -5,14 +5,19 @@
 // (dq, dk, dv) of its own rows: the output to fp64 rounding (1e-12 relative), lse and the
 // gradients to the fp32 lse that attention keeps between forward and backward (1e-6), for
 // multi-head, grouped-query (4 query heads on 2 kv heads) and multi-query attention.
-// Then float: the same comparison within fp32 rounding (2e-5).
+// Then float: the same comparison within fp32 rounding (2e-5). Then bf16 (Kokkos 4 builds): on a
+// GPU the blocks run on cuDNN (their partials rounded to bf16 before the fp32 merge) and the
+// single rank on cuDNN's self-attention: equal within bf16 rounding of the largest value.
 #include <cmath>
+#include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernel_test_util.hpp"
 #include "meshtrain/comm/factory.hpp"
 #include "meshtrain/kernels/attention/attention.hpp"
+#include "meshtrain/kernels/attention/attention_block.hpp"
 #include "meshtrain/model/ring_attention.hpp"
 
 using namespace meshtrain;
@@ -23,15 +28,41 @@ struct Case {
   int B, T, NH, NKV, HS;
 };
 
+// |got - want| within tol of want's largest magnitude (bf16: rounding at different places), or
+// within tol + tol |want| element by element (fp32, fp64).
+template <class T, class U>
+void require_near(const std::vector<T>& got, const std::vector<U>& want, double tol,
+                  const std::string& what) {
+#if MESHTRAIN_HAVE_BF16
+  if constexpr (std::is_same_v<T, bf16>) {
+    const std::vector<float> g = kt::convert<float>(got), w = kt::convert<float>(want);
+    const double scale = kt::max_abs(w);
+    kt::require_close(g, w, 0, tol * scale, what);
+    return;
+  }
+#endif
+  kt::require_close(got, want, tol, tol, what);
+}
+
 template <class T>
-void check_case(const Case& c, model::CpComm how, double out_tol, double grad_tol) {
+std::vector<T> random_of(std::size_t n, std::uint32_t seed, double lo = -1.0, double hi = 1.0) {
+#if MESHTRAIN_HAVE_BF16
+  if constexpr (std::is_same_v<T, bf16>)
+    return kt::convert<T>(kt::random_vector<float>(n, seed, lo, hi));
+#endif
+  return kt::random_vector<T>(n, seed, lo, hi);
+}
+
+template <class T>
+void check_case(const Case& c, model::CpComm how, double out_tol, double grad_tol,
+                double lse_tol = 1e-6) {
   const int cp = mt_test::world_size(), r = mt_test::world_rank();
   INFO("B " << c.B << " T " << c.T << " NH " << c.NH << " NKV " << c.NKV << " HS " << c.HS
             << " cp " << cp << " " << model::cp_comm_name(how));
   const int C = c.NH * c.HS, Ckv = c.NKV * c.HS, ld = C + 2 * Ckv, Tl = c.T / cp;
   // Whole sequences, identical on every rank (a fixed seed).
-  const auto qkv = kt::random_vector<T>(std::size_t(c.B) * c.T * ld, 11, -1.5, 1.5);
-  const auto dout = kt::random_vector<T>(std::size_t(c.B) * c.T * C, 12);
+  const auto qkv = random_of<T>(std::size_t(c.B) * c.T * ld, 11, -1.5, 1.5);
+  const auto dout = random_of<T>(std::size_t(c.B) * c.T * C, 12);
   // The single-rank causal attention of the whole sequences.
   auto d_qkv = kt::to_device(qkv), d_dqkv = kt::nan_view<T>(qkv.size());
   auto d_out = kt::nan_view<T>(std::size_t(c.B) * c.T * C);
@@ -62,13 +93,20 @@ void check_case(const Case& c, model::CpComm how, double out_tol, double grad_to
   auto l_out = kt::nan_view<T>(std::size_t(c.B) * Tl * C);
   auto l_lse = kt::nan_view<float>(std::size_t(c.B) * c.NH * Tl);
   auto l_dqkv = kt::nan_view<T>(std::size_t(c.B) * Tl * ld);
+  const std::int64_t calls = kernels::cudnn_attention_block_calls();
   for (int round = 0; round < 2; ++round) {  // the second reuses the ring's buffers
     ring.forward(l_out, l_lse, l_qkv);
     ring.backward(l_dqkv, View1<const T>(kt::to_device(rows(dout, C))), l_qkv, l_out, l_lse);
   }
-  kt::require_close(kt::to_host(l_out), rows(ref_out, C), out_tol, out_tol, "out");
-  kt::require_close(kt::to_host(l_lse), want_lse, 1e-6, 1e-6, "lse");
-  kt::require_close(kt::to_host(l_dqkv), rows(ref_dqkv, ld), grad_tol, grad_tol, "dqkv");
+  require_near(kt::to_host(l_out), rows(ref_out, C), out_tol, "out");
+  kt::require_close(kt::to_host(l_lse), want_lse, lse_tol, lse_tol, "lse");
+  require_near(kt::to_host(l_dqkv), rows(ref_dqkv, ld), grad_tol, "dqkv");
+  // Where cuDNN runs attention (a GPU, bf16/fp16, HS 64 or 128), every block ran on it: one
+  // forward and one backward call per source and round.
+  constexpr bool sixteen_bit = !std::is_same_v<T, float> && !std::is_same_v<T, double>;
+  const bool cudnn = !kDeviceIsHost && sixteen_bit && (c.HS == 64 || c.HS == 128) &&
+                     kernels::cudnn_attention_unavailable_reason().empty();
+  if (cudnn) REQUIRE(kernels::cudnn_attention_block_calls() - calls == 2 * 2 * cp);
   REQUIRE(mt_test::all_ranks(true));
 }
 
@@ -84,6 +122,16 @@ TEST_CASE("ring attention equals one rank's causal attention, fp32", "[model][cp
   for (const auto how : {model::CpComm::ring, model::CpComm::all_gather})
     check_case<float>(Case{2, 48, 4, 2, 16}, how, 2e-5, 2e-5);
 }
+
+#if MESHTRAIN_HAVE_BF16
+TEST_CASE("ring attention equals one rank's causal attention, bf16", "[model][cp][mpi]") {
+  // T = 384 splits into chunks of 192, 96, 64 and 48 rows at cp = 1..4; HS 64 and GQA, so that
+  // on a GPU the blocks (Tq = Tk, Tq = 2 Tk, 2 Tq = Tk) run on cuDNN. bf16 outputs and
+  // gradients: within 2e-2 and 3e-2 of the largest value; lse fp32 (1e-4).
+  for (const auto how : {model::CpComm::ring, model::CpComm::all_gather})
+    check_case<bf16>(Case{1, 384, 4, 2, 64}, how, 2e-2, 3e-2, 1e-4);
+}
+#endif
 
 TEST_CASE("cp_positions: chunks r and 2cp-1-r, every position once", "[model][cp]") {
   for (int cp : {1, 2, 3, 4}) {

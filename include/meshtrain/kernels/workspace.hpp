@@ -13,15 +13,19 @@ inline constexpr int kLayerNormBackwardBlocks = 4 * 132;
 // Query rows per block of the host attention (kernels/attention/attention_host.cpp).
 inline constexpr int kAttentionHostBlock = 64;
 
-// cuDNN fused attention's backward (kernels/attention/attention_cudnn.cpp) takes one of two forms,
+// cuDNN fused attention's backward (kernels/attention/cudnn_sdpa.cpp) takes one of two forms,
 // cudnn-frontend's rule: dP kept in cuDNN's workspace (no dQ atomics, deterministic) on Hopper
 // and newer while that buffer stays under 256 MiB, or whenever determinism is asked for; else
 // dQ accumulated in an fp32 scratch of ours.
+// Tq query rows against Tk key rows (the blocks of ring attention; T and T for self-attention).
+bool cudnn_attention_dq_accum_form(long B, long NH, long Tq, long Tk, bool deterministic,
+                                   int sm_major);
 bool cudnn_attention_dq_accum_form(long B, long NH, long T, bool deterministic, int sm_major);
 // Bytes of the cuDNN attention backward's device buffer for one call: our scratch (the rowsum
-// D = rowsum(dO * O), and the fp32 dQ accumulator in that form), exactly as the kernel sizes it,
-// plus cuDNN's workspace, which only cuDNN's plan knows: estimated as the dP buffer of the
-// workspace form (B x NH x T64^2 x 2 bytes, the size cudnn-frontend's rule tests), 0 otherwise.
+// D = rowsum(dO * O), and the fp32 dQ accumulator in that form; T = the query rows), exactly as
+// the kernel sizes it, plus cuDNN's workspace, which only cuDNN's plan knows: estimated as the
+// dP buffer of the workspace form (B x NH x T64^2 x 2 bytes, the size cudnn-frontend's rule
+// tests), 0 otherwise.
 std::size_t cudnn_attention_own_scratch_bytes(long B, long NH, long T, long HS, bool dq_accum);
 std::size_t cudnn_attention_buffer_bytes(long B, long NH, long T, long HS, bool deterministic,
                                          int sm_major);

@@ -69,7 +69,7 @@ class RingAttention {
                      std::int64_t v_off, std::int64_t kv_row, View1<const T> qkv);
   void block_backward(int src, View1<const T> k_buf, View1<const T> v_buf, std::int64_t k_off,
                       std::int64_t v_off, std::int64_t kv_row, View1<A> dkv, View1<const T> qkv,
-                      View1<const T> dout);
+                      View1<const T> dout, View1<const T> out);
   void forward_all_gather(View1<const T> qkv);
   void backward_all_gather(View1<A> dqkv_acc, View1<const T> qkv, View1<const T> dout);
 

@@ -1,13 +1,16 @@
 // Block attention for ring attention (attention_block.hpp): the portable kernels, structured as
 // attention.cpp's (one team per query row with an online softmax forward; a backward in two
 // passes, over query rows for dq and over key rows for dk and dv, so every output row is summed
-// by one team in a fixed order: no atomics, the same bits on every run).
+// by one team in a fixed order: no atomics, the same bits on every run). On a CUDA device the
+// forward and backward hand bf16/fp16 blocks to cuDNN first (attention_block_cudnn.cpp).
 #include "meshtrain/kernels/attention/attention_block.hpp"
 
+#include <atomic>
 #include <cmath>
 #include <limits>
 
 #include "../common.hpp"
+#include "attention_cudnn.hpp"
 
 namespace meshtrain::kernels {
 
@@ -42,7 +45,12 @@ void check_stats(const char* fn, const char* what, const V& v, const StatSlice& 
                   " slice ends at ", end, " beyond its ", v.extent(0), " elements");
 }
 
+std::atomic<std::int64_t> g_cudnn_block_calls{0};
+
 }  // namespace
+
+std::int64_t cudnn_attention_block_calls() { return g_cudnn_block_calls.load(); }
+void detail::count_cudnn_attention_block_call() { ++g_cudnn_block_calls; }
 
 template <class T, class A>
 void attention_block_forward(const ExecSpace& exec, const AttentionBlockShape& s,
@@ -57,6 +65,8 @@ void attention_block_forward(const ExecSpace& exec, const AttentionBlockShape& s
   check_rows(fn, "v", v, vs, s.B, s.Tk, Ckv);
   check_rows(fn, "out", out, os, s.B, s.Tq, C);
   check_stats(fn, "lse", lse, ls, s.B, s.NH, s.Tq);
+  if (detail::attention_block_forward_cudnn<T, A>(exec, s, q, qs, k, ks, v, vs, out, os, lse, ls))
+    return;
   const Index Tq = s.Tq, Tk = s.Tk, NH = s.NH, HS = s.HS, G = s.NH / s.NKV;
   const bool causal = s.causal;
   const A scale = A(1) / std::sqrt(A(s.HS));
@@ -159,9 +169,9 @@ template <class T, class A>
 void attention_block_backward(const ExecSpace& exec, const AttentionBlockShape& s,
                               View1<const T> q, RowSlice qs, View1<const T> k, RowSlice ks,
                               View1<const T> v, RowSlice vs, View1<const T> dout, RowSlice dos,
-                              View1<const A> lse, StatSlice ls, View1<const A> D, StatSlice Ds,
-                              View1<A> dq, RowSlice dqs, View1<A> dk, RowSlice dks, View1<A> dv,
-                              RowSlice dvs) {
+                              View1<const T> out, RowSlice outs, View1<const A> lse,
+                              StatSlice ls, View1<const A> D, StatSlice Ds, View1<A> dq,
+                              RowSlice dqs, View1<A> dk, RowSlice dks, View1<A> dv, RowSlice dvs) {
   const char* fn = "attention_block_backward";
   check_shape(fn, s);
   const std::int64_t C = std::int64_t(s.NH) * s.HS, Ckv = std::int64_t(s.NKV) * s.HS;
@@ -174,6 +184,10 @@ void attention_block_backward(const ExecSpace& exec, const AttentionBlockShape& 
   check_rows(fn, "dv", dv, dvs, s.B, s.Tk, Ckv);
   check_stats(fn, "lse", lse, ls, s.B, s.NH, s.Tq);
   check_stats(fn, "D", D, Ds, s.B, s.NH, s.Tq);
+  check_rows(fn, "out", out, outs, s.B, s.Tq, C);
+  if (detail::attention_block_backward_cudnn<T, A>(exec, s, q, qs, k, ks, v, vs, dout, dos, out,
+                                                   outs, lse, ls, dq, dqs, dk, dks, dv, dvs))
+    return;
   const Index Tq = s.Tq, Tk = s.Tk, NH = s.NH, NKV = s.NKV, HS = s.HS, G = s.NH / s.NKV;
   const bool causal = s.causal;
   const A scale = A(1) / std::sqrt(A(s.HS));
@@ -268,8 +282,9 @@ void attention_block_backward(const ExecSpace& exec, const AttentionBlockShape& 
                                        RowSlice, View1<const T>, RowSlice, View1<A>, StatSlice);  \
   template void attention_block_backward<T, A>(                                                  \
       const ExecSpace&, const AttentionBlockShape&, View1<const T>, RowSlice, View1<const T>,    \
-      RowSlice, View1<const T>, RowSlice, View1<const T>, RowSlice, View1<const A>, StatSlice,   \
-      View1<const A>, StatSlice, View1<A>, RowSlice, View1<A>, RowSlice, View1<A>, RowSlice);
+      RowSlice, View1<const T>, RowSlice, View1<const T>, RowSlice, View1<const T>, RowSlice,    \
+      View1<const A>, StatSlice, View1<const A>, StatSlice, View1<A>, RowSlice, View1<A>,        \
+      RowSlice, View1<A>, RowSlice);
 MESHTRAIN_INSTANTIATE_ATTENTION_BLOCK(float, float)
 MESHTRAIN_INSTANTIATE_ATTENTION_BLOCK(double, double)
 #if MESHTRAIN_HAVE_BF16

@@ -17,7 +17,13 @@
 // Grouped-query attention as attention.hpp: query head h reads kv head h / (NH / NKV).
 // Partial outputs, lse, D and the gradient accumulators are in the accumulation type (fp32,
 // fp64 for double); the inputs in T. The portable Kokkos kernels here are the oracle of any
-// faster path (cuDNN on the GPU) and run everywhere.
+// faster path and run everywhere.
+//
+// On a CUDA device, for T = bf16/fp16 (A = float), forward and backward run on cuDNN's fused
+// flash attention first, under --attn.impl as attention_forward/backward (attention.hpp): its
+// forward writes the block's output in T, so the partial is rounded to T once before the fp32
+// merge (as TransformerEngine's context parallelism does); its backward writes the block's dQ,
+// dK, dV in T, added to the fp32 accumulators.
 #include <cstdint>
 
 #include "meshtrain/core/view.hpp"
@@ -65,14 +71,19 @@ template <class T, class A>
 void attention_rowdot(const ExecSpace& exec, int B, int Tq, int NH, int HS, View1<const T> dout,
                       RowSlice dos, View1<const T> out, RowSlice os, View1<A> D, StatSlice Ds);
 
-// dq += scale dS k, dk += scale dS^T q, dv += P^T dO over the block, with lse and D those of
-// the merged output of the query rows.
+// dq += scale dS k, dk += scale dS^T q, dv += P^T dO over the block, with out (in T), lse and
+// D = rowsum(dout * out) those of the merged output of the query rows. Our kernels read D;
+// cuDNN forms D from dout and out itself.
 template <class T, class A>
 void attention_block_backward(const ExecSpace& exec, const AttentionBlockShape& s,
                               View1<const T> q, RowSlice qs, View1<const T> k, RowSlice ks,
                               View1<const T> v, RowSlice vs, View1<const T> dout, RowSlice dos,
-                              View1<const A> lse, StatSlice ls, View1<const A> D, StatSlice Ds,
-                              View1<A> dq, RowSlice dqs, View1<A> dk, RowSlice dks, View1<A> dv,
-                              RowSlice dvs);
+                              View1<const T> out, RowSlice outs, View1<const A> lse,
+                              StatSlice ls, View1<const A> D, StatSlice Ds, View1<A> dq,
+                              RowSlice dqs, View1<A> dk, RowSlice dks, View1<A> dv, RowSlice dvs);
+
+// How many blocks (forward and backward calls) cuDNN has run in this process: tests prove with
+// it that cuDNN, not the fallback, ran.
+std::int64_t cudnn_attention_block_calls();
 
 }  // namespace meshtrain::kernels
