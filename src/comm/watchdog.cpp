@@ -3,12 +3,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "meshtrain/core/error.hpp"
 
@@ -18,6 +20,9 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace {
+
+// How long the communicators' aborts and MPI_Abort get before the rank exits on its own.
+constexpr double kAbortLimitSeconds = 10.0;
 
 void say(const std::string& line) {
   std::fprintf(stderr, "%s\n", line.c_str());
@@ -211,6 +216,21 @@ void Watchdog::fire(FlightRecorder& r, const FlightEntry& e, double age,
     say(line);
   }
   say(cat("meshtrain: watchdog on rank ", me, ": aborting the job (exit 1)"));
+  // If the aborts below do not return (seen on one GPU shared by emulated hosts: rank 0 printed
+  // the line above and the job lived on, its peer stopped), this rank leaves anyway: the
+  // launcher then ends the others, as it does for any rank that exits without MPI_Finalize.
+  const double limit = kAbortLimitSeconds;
+  std::thread([me, limit] {
+    std::this_thread::sleep_for(std::chrono::duration<double>(limit));
+    std::fprintf(stderr,
+                 "meshtrain: watchdog on rank %d: the abort did not end the job within %.0f s; "
+                 "exiting\n",
+                 me, limit);
+    std::_Exit(1);
+  }).detach();
+  // Test hook (tests/cli/test_failures.sh watchdog_abort_hangs): aborts that never return.
+  if (const char* h = std::getenv("MESHTRAIN_TEST_ABORT_HANGS"); h && std::string(h) == "1")
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
   for_each_recorder([](FlightRecorder& x) { x.abort(); });
   MPI_Abort(cfg_.world != MPI_COMM_NULL ? cfg_.world : MPI_COMM_SELF, 1);
   std::_Exit(1);

@@ -228,7 +228,7 @@ set(_fail_launch ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${MPIEXEC_PREFLAG
     $<TARGET_FILE:meshtrain>)
 foreach(case shard_one_rank metrics_no_folder out_dir_one_rank ckpt_unwritable one_rank_throws
         diverge_stop diverge_scaling nan_stop nan_skip nan_rollback watchdog_stall watchdog_skip
-        metrics_4_ranks metrics_full_disk ckpt_full_disk ckpt_metadata local_sigterm
+        watchdog_abort_hangs metrics_4_ranks metrics_full_disk ckpt_full_disk ckpt_metadata local_sigterm
         local_sigint_twice slurm_mpirun_sigterm)
   add_test(NAME cli_fail_${case}
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_failures.sh ${case}

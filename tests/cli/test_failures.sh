@@ -21,6 +21,9 @@
 #   watchdog_stall      rank 1 stops itself (SIGSTOP) before a dp all-reduce: every rank gone
 #                       within comm.timeout + a margin, flight dumps name the collective
 #   watchdog_skip       rank 1 leaves a dp all-reduce out: the dumps say who is behind
+#   watchdog_abort_hangs  watchdog_stall whose aborts never return (MESHTRAIN_TEST_ABORT_HANGS,
+#                       as NCCL's did on one GPU shared by emulated hosts): rank 0 exits on
+#                       its own after 10 s and the launcher ends the stopped rank
 #   metrics_4_ranks     a dp 2 x tp 2 run: metrics.jsonl parses line by line
 #   metrics_full_disk   --train.metrics /dev/full: a warning, training goes on
 #   ckpt_full_disk      the checkpoint's file on a full device: exit 1 naming the file, the cause
@@ -189,6 +192,12 @@ e = [x for x in dp[\"entries\"] if x[\"seq\"] == 3][0]
 assert e[\"op\"] == \"all_reduce\" and e[\"state\"] == \"outstanding\", e
 "' "a/flight_0.json does not show dp #3 outstanding"
     check '[ ! -e a/flight_1.json ]' "the stopped rank wrote a dump"
+    ;;
+  watchdog_abort_hangs)
+    run run 1 "the abort did not end the job within 10 s; exiting" \
+      MESHTRAIN_TEST_COLLECTIVE=stall:1:dp:3 MESHTRAIN_TEST_ABORT_HANGS=1 -- launch 2 train \
+      "${model[@]}" --train.out_dir "$work/a" --train.steps 6 --comm.timeout 3
+    check '[ -e a/flight_0.json ]' "rank 0 wrote no flight dump"
     ;;
   watchdog_skip)
     run run 1 "not arrived at #3 on 'dp': rank 1 \(its last operation on 'dp' is #2 all_reduce" \
