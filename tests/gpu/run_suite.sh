@@ -437,9 +437,10 @@ fi
 pending=()
 declare -A queued=()
 for n in "${refs[@]}" "${by_size[@]}"; do
-  [[ $n =~ $only ]] && [ -n "${case_ranks[$n]:-}" ] && [ -z "${queued[$n]:-}" ] || continue
-  queued[$n]=1
-  pending+=("$n")
+  if [[ $n =~ $only ]] && [ -n "${case_ranks[$n]:-}" ] && [ -z "${queued[$n]:-}" ]; then
+    queued[$n]=1
+    pending+=("$n")
+  fi
 done
 # The first pending case starts as soon as its ranks are free. While it waits, a later case that
 # fits the free slots starts too when it cannot delay the first (EASY backfilling, by the
