@@ -73,7 +73,7 @@ launch() {
     # The case in a shell of its own (timeout kills its whole process group): this script's
     # variables and functions passed in.
     CASE=$n timeout -s KILL "$case_timeout" bash -c \
-      "$(declare -p here bin out slots case_timeout mt data train_data gpt2 llama moe); $(declare -f); case_$n" \
+      "$(declare -p here bin out slots case_timeout mt data train_data gpt2 gpt2l4 llama moe); $(declare -f); case_$n" \
       > "$out/$n.log" 2>&1
     local rc=$?
     local note=""
@@ -204,9 +204,14 @@ fi
 
 # ---- meshtrain train at GPT-2 / Llama shapes: every layout against the 1-rank GPU run ----
 # comm.timeout 60: a hang ends in the watchdog's named error well inside the case timeout.
-gpt2=(--model.preset gpt2-124m --model.n_layer 4 --train.seq_len 256 --comm.timeout 60
-      --train.log_every 1 --train.eval_every 0 --train.sample_tokens 0
-      --ckpt.final false --train.lr 6e-4 --train.warmup 5 "${train_data[@]}")
+# GPT-2 with 2 blocks (one per stage at pp 2: every layout's code path, half the per-block
+# collectives and kernels of 4, which the ranks' turns on the one GPU make the cost of a step);
+# 4 blocks for pp 4 and the interleaved schedule (2 chunks of 2 stages), with their own reference.
+gpt2_base=(--model.preset gpt2-124m --train.seq_len 256 --comm.timeout 60
+           --train.log_every 1 --train.eval_every 0 --train.sample_tokens 0
+           --ckpt.final false --train.lr 6e-4 --train.warmup 5 "${train_data[@]}")
+gpt2=("${gpt2_base[@]}" --model.n_layer 2)
+gpt2l4=("${gpt2_base[@]}" --model.n_layer 4)
 llama=(--model.preset llama-150m --model.n_layer 2 --train.seq_len 256 --comm.timeout 60
        --train.log_every 1 --train.eval_every 0 --train.sample_tokens 0
        --ckpt.final false --train.lr 6e-4 --train.warmup 5 "${train_data[@]}")
@@ -223,30 +228,32 @@ train_run() {
 # A reference (1 rank) and the layouts compared with it. Global batch 16 sequences throughout.
 for prec in fp32 bf16; do
   tol=1e-5; [ $prec = bf16 ] && tol=2e-3
-  eval "case_gpt2_ref_$prec() { train_run gpt2_ref_$prec 1 gpt2 $prec --train.micro_batch 8 --train.grad_accum 2 && result PASS reference $prec 10 0 ; }"
-  add "gpt2_ref_$prec" 1
-  while read -r name n args; do
-    eval "case_gpt2_${name}_$prec() { wait_for $out/gpt2_ref_$prec.jsonl; train_run gpt2_${name}_$prec $n gpt2 $prec $args; compare $out/gpt2_ref_$prec.jsonl $out/gpt2_${name}_$prec.jsonl $tol $name $prec; }"
+  for model in gpt2 gpt2l4; do
+    eval "case_${model}_ref_$prec() { train_run ${model}_ref_$prec 1 $model $prec --train.micro_batch 8 --train.grad_accum 2 && result PASS reference $prec 10 0 ; }"
+    add "${model}_ref_$prec" 1
+  done
+  while read -r name model n args; do
+    eval "case_gpt2_${name}_$prec() { wait_for $out/${model}_ref_$prec.jsonl; train_run gpt2_${name}_$prec $n $model $prec $args; compare $out/${model}_ref_$prec.jsonl $out/gpt2_${name}_$prec.jsonl $tol $name $prec; }"
     add "gpt2_${name}_$prec" "$n"
   done <<EOF
-dp2 2 --mesh.dp 2 --train.micro_batch 8 --train.grad_accum 1
-dp2_zero1 2 --mesh.dp 2 --zero.stage 1 --train.micro_batch 8 --train.grad_accum 1
-dp2_zero2 2 --mesh.dp 2 --zero.stage 2 --train.micro_batch 4 --train.grad_accum 2
-dp2_zero3 2 --mesh.dp 2 --zero.stage 3 --train.micro_batch 8 --train.grad_accum 1
-dp2_zero1_offload 2 --mesh.dp 2 --zero.stage 1 --zero.offload_optimizer cpu --train.micro_batch 8 --train.grad_accum 1
-tp2 2 --mesh.tp 2 --train.micro_batch 8 --train.grad_accum 2
-tp2_sp 2 --mesh.tp 2 --tp.sequence_parallel --train.micro_batch 8 --train.grad_accum 2
-tp4_sp 4 --mesh.tp 4 --tp.sequence_parallel --train.micro_batch 8 --train.grad_accum 2
-pp2_1f1b 2 --mesh.pp 2 --pp.schedule 1f1b --train.micro_batch 4 --train.grad_accum 4
-pp2_gpipe 2 --mesh.pp 2 --pp.schedule gpipe --train.micro_batch 8 --train.grad_accum 2
-pp2_interleaved 2 --mesh.pp 2 --pp.schedule interleaved --pp.virtual_chunks 2 --train.micro_batch 4 --train.grad_accum 4
-pp4_1f1b 4 --mesh.pp 4 --train.micro_batch 2 --train.grad_accum 8
-3d_8 8 --mesh.dp 2 --mesh.pp 2 --mesh.tp 2 --tp.sequence_parallel --zero.stage 1 --train.micro_batch 4 --train.grad_accum 2
-cp2 2 --mesh.cp 2 --train.micro_batch 8 --train.grad_accum 2
-cp4 4 --mesh.cp 4 --train.micro_batch 8 --train.grad_accum 2
-cp2_allgather 2 --mesh.cp 2 --cp.comm all_gather --train.micro_batch 8 --train.grad_accum 2
-cp2_tp2_sp 4 --mesh.cp 2 --mesh.tp 2 --tp.sequence_parallel --train.micro_batch 8 --train.grad_accum 2
-cp2_pp2_dp2_zero1 8 --mesh.cp 2 --mesh.pp 2 --mesh.dp 2 --zero.stage 1 --train.micro_batch 4 --train.grad_accum 2
+dp2 gpt2 2 --mesh.dp 2 --train.micro_batch 8 --train.grad_accum 1
+dp2_zero1 gpt2 2 --mesh.dp 2 --zero.stage 1 --train.micro_batch 8 --train.grad_accum 1
+dp2_zero2 gpt2 2 --mesh.dp 2 --zero.stage 2 --train.micro_batch 4 --train.grad_accum 2
+dp2_zero3 gpt2 2 --mesh.dp 2 --zero.stage 3 --train.micro_batch 8 --train.grad_accum 1
+dp2_zero1_offload gpt2 2 --mesh.dp 2 --zero.stage 1 --zero.offload_optimizer cpu --train.micro_batch 8 --train.grad_accum 1
+tp2 gpt2 2 --mesh.tp 2 --train.micro_batch 8 --train.grad_accum 2
+tp2_sp gpt2 2 --mesh.tp 2 --tp.sequence_parallel --train.micro_batch 8 --train.grad_accum 2
+tp4_sp gpt2 4 --mesh.tp 4 --tp.sequence_parallel --train.micro_batch 8 --train.grad_accum 2
+pp2_1f1b gpt2 2 --mesh.pp 2 --pp.schedule 1f1b --train.micro_batch 4 --train.grad_accum 4
+pp2_gpipe gpt2 2 --mesh.pp 2 --pp.schedule gpipe --train.micro_batch 8 --train.grad_accum 2
+pp2_interleaved gpt2l4 2 --mesh.pp 2 --pp.schedule interleaved --pp.virtual_chunks 2 --train.micro_batch 4 --train.grad_accum 4
+pp4_1f1b gpt2l4 4 --mesh.pp 4 --train.micro_batch 2 --train.grad_accum 8
+3d_8 gpt2 8 --mesh.dp 2 --mesh.pp 2 --mesh.tp 2 --tp.sequence_parallel --zero.stage 1 --train.micro_batch 4 --train.grad_accum 2
+cp2 gpt2 2 --mesh.cp 2 --train.micro_batch 8 --train.grad_accum 2
+cp4 gpt2 4 --mesh.cp 4 --train.micro_batch 8 --train.grad_accum 2
+cp2_allgather gpt2 2 --mesh.cp 2 --cp.comm all_gather --train.micro_batch 8 --train.grad_accum 2
+cp2_tp2_sp gpt2 4 --mesh.cp 2 --mesh.tp 2 --tp.sequence_parallel --train.micro_batch 8 --train.grad_accum 2
+cp2_pp2_dp2_zero1 gpt2 8 --mesh.cp 2 --mesh.pp 2 --mesh.dp 2 --zero.stage 1 --train.micro_batch 4 --train.grad_accum 2
 EOF
 done
 for prec in fp32 bf16; do
@@ -410,6 +417,7 @@ declare -A est=(
   [gpt2_fp8_vs_bf16]=3 [gpt2_pp2_1f1b_bf16]=18 [gpt2_pp2_1f1b_fp32]=15 [gpt2_pp2_1f1b_fp8]=22
   [gpt2_pp2_gpipe_bf16]=23 [gpt2_pp2_gpipe_fp32]=15 [gpt2_pp2_interleaved_bf16]=19
   [gpt2_pp2_interleaved_fp32]=9 [gpt2_pp4_1f1b_bf16]=24 [gpt2_pp4_1f1b_fp32]=21 [gpt2_ref_bf16]=6
+  [gpt2l4_ref_bf16]=6 [gpt2l4_ref_fp32]=5
   [gpt2_ref_fp32]=5 [gpt2_ref_fp8]=7 [gpt2_ref_fp8_rowwise]=7 [gpt2_tp2_bf16]=8
   [gpt2_tp2_dp2_zero1_sp_fp8]=36 [gpt2_tp2_fp32]=8 [gpt2_tp2_fp8]=22 [gpt2_tp2_sp_bf16]=11
   [gpt2_tp2_sp_fp32]=8 [gpt2_tp2_sp_fp8]=22 [gpt2_tp2_sp_rowwise_fp8]=22 [gpt2_tp4_sp_bf16]=33
