@@ -14,9 +14,13 @@ std::size_t scratch_bytes(const ScratchShape& s, std::size_t elem_bytes, bool de
   // The embedding backward (16-bit and fp32 models): sort keys and per-piece fp32 partials.
   if (s.embeds) b += s.rows * 8 + s.rows * s.channels * 4;
   // The planner plans for Hopper (H100/H200: compute capability 9).
-  if (s.cudnn_attention)
+  if (s.cudnn_attention) {
     b += cudnn_attention_buffer_bytes(long(s.batch), long(s.heads), long(s.seq_len),
                                       long(s.head_dim), s.deterministic_attention, 9);
+    if (s.attention_blocks)
+      b += cudnn_attention_block_scratch_bytes(long(s.batch), long(s.heads), long(s.kv_heads),
+                                               long(s.seq_len), long(s.head_dim));
+  }
   return b;
 }
 
@@ -45,6 +49,13 @@ std::size_t cudnn_attention_buffer_bytes(long B, long NH, long T, long HS, bool 
   // buffer_for's 256-byte rounding and its 512 bytes of alignment slack.
   return (cudnn_attention_own_scratch_bytes(B, NH, T, HS, dq_accum) + 255) / 256 * 256 +
          workspace + 512;
+}
+
+std::size_t cudnn_attention_block_scratch_bytes(long B, long NH, long NKV, long T, long HS) {
+  const auto round256 = [](std::size_t n) { return (n + 255) / 256 * 256; };
+  const std::size_t rows = std::size_t(B) * T;
+  return round256(rows * NH * sizeof(float)) + round256(rows * NH * HS * 2) +
+         2 * round256(rows * NKV * HS * 2);
 }
 
 }  // namespace meshtrain::kernels

@@ -168,6 +168,8 @@ std::vector<MemoryBreakdown> memory_per_stage(const model::GptConfig& cfg, int s
     ks.batch = static_cast<std::size_t>(l.micro_batch);
     ks.heads = static_cast<std::size_t>(cfg.n_head) / P;
     ks.head_dim = static_cast<std::size_t>(hs);
+    ks.attention_blocks = l.cp > 1;
+    ks.kv_heads = std::max<std::size_t>(1, static_cast<std::size_t>(cfg.kv_heads()) / P);
     m.workspace += static_cast<double>(kernels::scratch_bytes(ks, E, t.device_is_host));
     m.workspace += static_cast<double>(of.device_other);
     m.runtime = t.runtime_bytes;

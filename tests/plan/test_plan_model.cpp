@@ -266,3 +266,33 @@ TEST_CASE("GPU layouts count cuDNN attention's backward buffer, in the form the 
   REQUIRE(plan::peak_memory(hs96, 1024, l, on).workspace ==
           plan::peak_memory(hs96, 1024, l, off).workspace);
 }
+
+TEST_CASE("GPU cp layouts count the ring attention blocks' staging in cuDNN's buffer",
+          "[plan][memory][cp]") {
+  // Llama 3.2 1B (32 query heads, 8 kv heads, HS 64), seq 8192 at cp 4 and tp 2: 1024 rows per
+  // rank's block, 16 query and 4 kv heads per rank. Besides the self-attention-sized buffer at
+  // the rank's 2048 rows, the largest block's backward stages the merged lse (fp32) and the
+  // 16-bit dQ, dK, dV: 2 x 2048 x (16 x 4 + 16 x 64 x 2 + 2 x 4 x 64 x 2) bytes.
+  const model::GptConfig cfg = model::preset("llama3.2-1b");
+  plan::Layout l;
+  l.micro_batch = 2;
+  l.cp = 4;
+  l.tp = 2;
+  l.precision = plan::Precision::bf16;
+  plan::MemoryTarget off;
+  off.device_is_host = false;
+  plan::MemoryTarget on = off;
+  on.cudnn_attention = true;
+  const double grown = plan::peak_memory(cfg, 8192, l, on).workspace -
+                       plan::peak_memory(cfg, 8192, l, off).workspace;
+  const double self = double(kernels::cudnn_attention_buffer_bytes(2, 16, 2048, 64, false, 9));
+  const double blocks = 2.0 * 2048 * (16 * 4 + 16 * 64 * 2 + 2 * 4 * 64 * 2);
+  REQUIRE(double(kernels::cudnn_attention_block_scratch_bytes(2, 16, 4, 2048, 64)) == blocks);
+  REQUIRE(grown == Approx(self + blocks).epsilon(1e-12));
+  // Without cp, the buffer is self-attention's alone.
+  l.cp = 1;
+  REQUIRE(plan::peak_memory(cfg, 8192, l, on).workspace -
+              plan::peak_memory(cfg, 8192, l, off).workspace ==
+          Approx(double(kernels::cudnn_attention_buffer_bytes(2, 16, 8192, 64, false, 9)))
+              .epsilon(1e-12));
+}

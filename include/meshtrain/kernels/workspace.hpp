@@ -29,6 +29,11 @@ bool cudnn_attention_dq_accum_form(long B, long NH, long T, bool deterministic, 
 std::size_t cudnn_attention_own_scratch_bytes(long B, long NH, long T, long HS, bool dq_accum);
 std::size_t cudnn_attention_buffer_bytes(long B, long NH, long T, long HS, bool deterministic,
                                          int sm_major);
+// The caller's part of that buffer for ring attention's blocks (attention_block_cudnn.cpp): the
+// largest, the backward of the causal T x T block (T the rank's rows), stages the merged lse
+// and cuDNN's 16-bit dQ, dK and dV there before adding them into the fp32 accumulators; the
+// forward's O and statistics are smaller.
+std::size_t cudnn_attention_block_scratch_bytes(long B, long NH, long NKV, long T, long HS);
 
 // Shapes that size the kernels' scratch for one rank's model.
 struct ScratchShape {
@@ -43,6 +48,10 @@ struct ScratchShape {
   bool cudnn_attention = false;
   bool deterministic_attention = false;
   std::size_t batch = 0, heads = 0, head_dim = 0;
+  // Context parallelism: attention runs as ring attention's blocks, whose outputs pass through
+  // the same buffer (cudnn_attention_block_scratch_bytes); kv_heads: this rank's kv heads.
+  bool attention_blocks = false;
+  std::size_t kv_heads = 0;
 };
 
 // Bytes the kernels allocate while a step runs (transient buffers at their peak and persistent
