@@ -4,6 +4,9 @@
 // fences around every kernel, which adds its own gaps). Works the same for meshtrain and for a
 // PyTorch process, which is what makes the two comparable kernel by kernel.
 //   CUDA_INJECTION64_PATH=/path/libmeshtrain_cupti_trace.so MESHTRAIN_CUPTI_OUT=trace.csv CMD
+// "%p" in MESHTRAIN_CUPTI_OUT becomes the process id: `meshtrain train` run without mpirun
+// starts Open MPI's helper processes under the same environment, and they opened (and
+// truncated) the one file too. Each process initializes once; later calls are ignored.
 // Then perf/tools/cupti_trace_summary.py trace.csv --step-end REGEX summarizes the last steps.
 // The CSV rows: kind,start_ns,end_ns,stream,extra,name with kind K (kernel; extra = blocks),
 // C (copy; extra = bytes, name = direction/host memory kind), M (memset; extra = bytes),
@@ -18,6 +21,8 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+
+#include <unistd.h>
 
 namespace {
 
@@ -155,8 +160,13 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
 }  // namespace
 
 extern "C" int InitializeInjection() {
+  static bool initialized = false;
+  if (initialized) return 1;
+  initialized = true;
   const char* path = std::getenv("MESHTRAIN_CUPTI_OUT");
   std::string file = path && *path ? path : "cupti_trace.csv";
+  if (const std::size_t at = file.find("%p"); at != std::string::npos)
+    file.replace(at, 2, std::to_string(getpid()));
   g_out = std::fopen(file.c_str(), "w");
   if (!g_out) {
     std::fprintf(stderr, "cupti_trace: cannot write %s\n", file.c_str());

@@ -12,6 +12,9 @@
 #   gpt2xl    GPT-2 1.5B, seq 1024, micro-batch 4
 #   rowwise   the llama8b run again with --fp8.recipe rowwise
 #   torch8b / torch1b   the PyTorch side of llama8b / llama1b (compile, bf16 and float8)
+#   trace8b   llama8b's bf16 and fp8 runs again, 10 steps each under the CUPTI injection library
+#             (the bundle's bin/libmeshtrain_cupti_trace.so): where the fp8 step's time goes,
+#             per kernel category (fp8_cast: our casts, amaxes and packs) beside bf16's
 #   converge  llama-150m, CONVERGE_STEPS (600) steps on the corpus, bf16 and fp8, same seed:
 #             the final losses (mean of the last 50 steps) and their ratio
 # Environment: STEPS (20; the median of steps 6..STEPS is reported). OUT receives one log and
@@ -71,12 +74,29 @@ print(f"speed-up {sys.argv[2].split('/')[-1][:-6]} / {sys.argv[1].split('/')[-1]
 EOF
 }
 layers=${LAYERS:-4}
-l8=(--model.preset llama3.1-8b --model.n_layer "$layers" --train.seq_len 4096 --train.micro_batch 1
-    --train.steps "$steps")
+l8shape=(--model.preset llama3.1-8b --model.n_layer "$layers" --train.seq_len 4096
+         --train.micro_batch 1)
+l8=("${l8shape[@]}" --train.steps "$steps")
 if has llama8b; then
   train llama8b_bf16 240 "${l8[@]}" --train.precision bf16
   train llama8b_fp8 240 "${l8[@]}" --train.precision fp8
   [ -e "$out/llama8b_fp8.jsonl" ] && note "$(ratio llama8b_bf16 llama8b_fp8)"
+fi
+if has trace8b; then
+  inject=$bundle/bin/libmeshtrain_cupti_trace.so
+  for p in bf16 fp8; do
+    name=trace8b_$p
+    # One file per process (Open MPI's singleton helpers load the library too): the largest
+    # is the trainer's.
+    run "$name" 240 env CUDA_INJECTION64_PATH="$inject" MESHTRAIN_CUPTI_OUT="$out/$name.%p.csv" \
+      "$bundle/bin/meshtrain" train "${common[@]}" --train.out_dir "/tmp/fp8_step_runs/$name" \
+      --train.metrics "$out/$name.jsonl" "${l8shape[@]}" --train.steps 10 --train.precision "$p"
+    # shellcheck disable=SC2012  # the names are ours
+    mv "$(ls -S "$out/$name".*.csv | head -1)" "$out/$name.csv" && rm -f "$out/$name".*.csv
+    python3 "$here/../tools/cupti_trace_summary.py" "$out/$name.csv" --steps 5 --top 30 \
+      --label "$name" >> "$sum" 2>&1 || note "  $name: no summary"
+    gzip -f "$out/$name.csv"
+  done
 fi
 if has rowwise; then
   train llama8b_fp8_rowwise 240 "${l8[@]}" --train.precision fp8 --fp8.recipe rowwise

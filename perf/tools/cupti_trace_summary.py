@@ -22,6 +22,9 @@ from collections import defaultdict
 CATEGORIES = [
     ("attention", r"cudnn|fmha|flash|sdpa|attention|attn"),
     ("optimizer", r"adam|sum_squares|clip_scale|multi_tensor|_foreach|grad_norm|optim"),
+    # Our FP8 casts, amaxes and operand packing (Kokkos lambdas of kernels/fp8_cast.cpp and
+    # linear_fp8.cpp); cuBLASLt's FP8 GEMMs name their types e4m3/e5m2, not fp8_.
+    ("fp8_cast", r"fp8_|amax"),
     ("gemm", r"nvjet|gemm|xmma|cutlass|cublas|sm90_|gemv|splitk|reduce_kernel.*lt"),
     ("cross_entropy", r"cross_entropy|log_softmax|softmax|nll|logsumexp"),
     ("norm", r"rmsnorm|layernorm|layer_norm|rms_norm|rsqrt"),
