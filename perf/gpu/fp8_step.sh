@@ -15,8 +15,9 @@
 #   trace8b   llama8b's bf16 and fp8 runs again, 10 steps each under the CUPTI injection library
 #             (the bundle's bin/libmeshtrain_cupti_trace.so): where the fp8 step's time goes,
 #             per kernel category (fp8_cast: our casts, amaxes and packs) beside bf16's
-#   converge  llama-150m, CONVERGE_STEPS (600) steps on the corpus, bf16 and fp8, same seed:
-#             the final losses (mean of the last 50 steps) and their ratio
+#   converge  llama-150m, CONVERGE_STEPS (2000) steps on the corpus, bf16 and fp8, same seed:
+#             the final losses (mean of the last 50 steps), their ratio, and both curves in
+#             OUT/converge.svg (perf/tools/plot_loss.py)
 # Environment: STEPS (20; the median of steps 6..STEPS is reported). OUT receives one log and
 # one metrics file per run and summary.txt.
 set -uo pipefail
@@ -125,7 +126,7 @@ if has torch1b; then
   grep -vi warn "$out/torch1b.log" | tail -4 | tee -a "$sum"
 fi
 if has converge; then
-  cs=${CONVERGE_STEPS:-600}
+  cs=${CONVERGE_STEPS:-2000}
   c=(--model.preset llama-150m --train.seq_len 1024 --train.micro_batch 8 --train.steps "$cs"
      --train.seed 1234)
   train converge_bf16 300 "${c[@]}" --train.precision bf16
@@ -140,5 +141,8 @@ def last(p):
 print(f"converge: mean loss of the last 50 steps bf16 {b:.4f} ({nb} steps), fp8 {f:.4f} ({nf}"
       f" steps): fp8 / bf16 = {f / b:.4f}")
 EOF
+  python3 "$here/../tools/plot_loss.py" "$out/converge.svg" "bf16=$out/converge_bf16.jsonl" \
+    "fp8=$out/converge_fp8.jsonl" --title "llama-150m, $cs steps, bf16 and fp8 (same seed)" \
+    >> "$sum" 2>&1
 fi
 exit $status

@@ -115,8 +115,56 @@ void fp8_cast(const ExecSpace& exec, View1<std::uint8_t> q, View1<const T> x, in
                   "fp8_cast: a transposed cast takes tensorwise scaling (rowwise scales of the "
                   "transpose are the source's column scales)");
   const bool rowwise = scaling == Fp8Scaling::rowwise;
-  const Index C = cols, R = rows;
+  const Index C = cols;
   if (transpose) {
+    fp8_cast_block<T>(exec, View1<std::uint8_t>(), q, x.data(), rows, cols, cols, scale, format);
+    return;
+  }
+  Kokkos::parallel_for(
+      "meshtrain::fp8_cast", Range(exec, 0, Index(n)), KOKKOS_LAMBDA(Index i) {
+        const float s = scale(rowwise ? i / C : 0);
+        q(i) = fp8_encode(static_cast<float>(acc(x(i))) * s, format);
+      });
+}
+
+template <class T>
+void fp8_amax_block(const ExecSpace& exec, View1<float> amax, const T* x, int rows, int cols,
+                    int ld) {
+  check_shape("fp8_amax_block", rows, cols);
+  MESHTRAIN_CHECK(ld >= cols, "fp8_amax_block: ld=", ld, " < cols=", cols);
+  detail::check_extent(amax, 1, "fp8_amax_block", "amax");
+  UView bits(reinterpret_cast<std::uint32_t*>(amax.data()));
+  const Index C = cols, L = ld;
+  Kokkos::parallel_reduce(
+      "meshtrain::fp8_amax_block", Range(exec, 0, Index(rows) * C),
+      KOKKOS_LAMBDA(Index i, std::uint32_t& m) {
+        const std::uint32_t b = abs_bits(x[(i / C) * L + i % C]);
+        if (b > m) m = b;
+      },
+      Kokkos::Max<std::uint32_t, MemSpace>(bits));
+}
+
+template <class T>
+void fp8_cast_block(const ExecSpace& exec, View1<std::uint8_t> q, View1<std::uint8_t> qt,
+                    const T* x, int rows, int cols, int ld, View1<const float> scale,
+                    Fp8Format format) {
+  check_shape("fp8_cast_block", rows, cols);
+  MESHTRAIN_CHECK(ld >= cols, "fp8_cast_block: ld=", ld, " < cols=", cols);
+  const std::size_t n = std::size_t(rows) * std::size_t(cols);
+  const bool want_q = detail::present(q), want_qt = detail::present(qt);
+  if (want_q) detail::check_extent(q, n, "fp8_cast_block", "q");
+  if (want_qt) detail::check_extent(qt, n, "fp8_cast_block", "qt");
+  detail::check_extent(scale, 1, "fp8_cast_block", "scale");
+  const Index C = cols, R = rows, L = ld;
+  if (!want_qt) {
+    if (!want_q) return;
+    Kokkos::parallel_for(
+        "meshtrain::fp8_cast_block", Range(exec, 0, R * C), KOKKOS_LAMBDA(Index i) {
+          q(i) = fp8_encode(static_cast<float>(acc(x[(i / C) * L + i % C])) * scale(0), format);
+        });
+    return;
+  }
+  {
     // A team per kTile x kTile tile, staged through scratch (shared memory on a GPU): read
     // along the source's rows, written along the output's, so both sides are coalesced. One
     // thread per output element read the source a column at a time, each warp touching 32
@@ -134,24 +182,24 @@ void fp8_cast(const ExecSpace& exec, View1<std::uint8_t> q, View1<const T> x, in
           const Index r0 = (t.league_rank() / tiles_c) * kTile;
           const Index c0 = (t.league_rank() % tiles_c) * kTile;
           Scratch tile(t.team_scratch(0), kTile * kLd);
+          const float s = scale(0);
           Kokkos::parallel_for(Kokkos::TeamThreadRange(t, kTile * kTile), [&](int e) {
             const int i = e / kTile, j = e % kTile;
-            if (r0 + i < R && c0 + j < C) tile(i * kLd + j) = acc(x((r0 + i) * C + c0 + j));
+            if (r0 + i < R && c0 + j < C) {
+              const Acc v = acc(x[(r0 + i) * L + c0 + j]);
+              tile(i * kLd + j) = v;
+              if (want_q) q((r0 + i) * C + c0 + j) = fp8_encode(static_cast<float>(v) * s, format);
+            }
           });
           t.team_barrier();
           Kokkos::parallel_for(Kokkos::TeamThreadRange(t, kTile * kTile), [&](int e) {
             const int j = e / kTile, i = e % kTile;
             if (r0 + i < R && c0 + j < C)
-              q((c0 + j) * R + r0 + i) = fp8_encode(tile(i * kLd + j) * scale(0), format);
+              qt((c0 + j) * R + r0 + i) =
+                  fp8_encode(static_cast<float>(tile(i * kLd + j)) * s, format);
           });
         });
-    return;
   }
-  Kokkos::parallel_for(
-      "meshtrain::fp8_cast", Range(exec, 0, Index(n)), KOKKOS_LAMBDA(Index i) {
-        const float s = scale(rowwise ? i / C : 0);
-        q(i) = fp8_encode(static_cast<float>(acc(x(i))) * s, format);
-      });
 }
 
 template <class T>
@@ -208,6 +256,9 @@ void fp8_quantize(const ExecSpace& exec, Fp8Tensor& q, View1<const T> x, const A
   template void fp8_amax_rows<T>(const ExecSpace&, View1<float>, View1<const T>, int, int);  \
   template void fp8_cast<T>(const ExecSpace&, View1<std::uint8_t>, View1<const T>, int, int, \
                             View1<const float>, Fp8Scaling, Fp8Format, bool);               \
+  template void fp8_amax_block<T>(const ExecSpace&, View1<float>, const T*, int, int, int);   \
+  template void fp8_cast_block<T>(const ExecSpace&, View1<std::uint8_t>, View1<std::uint8_t>, \
+                                  const T*, int, int, int, View1<const float>, Fp8Format);   \
   template void fp8_dequantize<T>(const ExecSpace&, View1<T>, View1<const std::uint8_t>,     \
                                   int, int, View1<const float>, Fp8Scaling, Fp8Format);     \
   template void fp8_quantize<T>(const ExecSpace&, Fp8Tensor&, View1<const T>,                \

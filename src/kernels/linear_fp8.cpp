@@ -48,14 +48,52 @@ View1<const T> pack(const ExecSpace& exec, const T* x, int ld, int rows, int col
   return out;
 }
 
+// Tensorwise: x read in place (no packed copy) by fp8_amax_block and fp8_cast_block; with
+// `both`, the other orientation too (data_other), from the same pass.
+template <class T>
+Fp8Tensor tensorwise_operand(const ExecSpace& exec, const char* tensor, const T* x, int ld,
+                             int rows, int cols, int k_dim, Fp8Format format,
+                             const Fp8LinearOptions& opt, const Fp8Tensor* reuse, bool both) {
+  const std::size_t n = std::size_t(rows) * cols;
+  const bool transpose = k_dim == 0;
+  Fp8Tensor q = opt.workspace != nullptr
+                    ? opt.workspace->tensor(key("fp8", tensor, k_dim, opt), rows, cols, format,
+                                            Fp8Scaling::tensorwise, transpose)
+                    : make_fp8_tensor(std::string("linear_fp8_") + tensor, rows, cols, format,
+                                      Fp8Scaling::tensorwise, transpose);
+  if (reuse != nullptr) {
+    Kokkos::deep_copy(exec, q.amax, reuse->amax);
+    Kokkos::deep_copy(exec, q.scale, reuse->scale);
+    Kokkos::deep_copy(exec, q.scale_inv, reuse->scale_inv);
+  } else {
+    fp8_amax_block<T>(exec, q.amax, x, rows, cols, ld);
+    if (opt.agree) opt.agree(Fp8Cast{tensor, k_dim, Fp8Scaling::tensorwise}, q.amax, 1);
+    fp8_scales(exec, q.amax, q.scale, q.scale_inv, 1, format);
+  }
+  if (both)
+    q.data_other = opt.workspace != nullptr
+                       ? opt.workspace->buffer<std::uint8_t>(key("fp8_other", tensor, k_dim, opt),
+                                                             n)
+                       : alloc<std::uint8_t>(std::string("linear_fp8_other_") + tensor, n);
+  fp8_cast_block<T>(exec, transpose ? q.data_other : q.data, transpose ? q.data : q.data_other, x,
+                    rows, cols, ld, q.scale, format);
+  return q;
+}
+
 // The tensor x (row-major [rows, cols], row stride ld) as the K-contiguous operand of a GEMM
 // summing over its dimension k_dim: itself ([rows, cols]) for k_dim 1, its transpose
 // ([cols, rows]) for k_dim 0. Tensorwise with `reuse`, reuse's scale (the same tensor cast
-// before in the other orientation) instead of a new, agreed amax.
+// before in the other orientation) instead of a new, agreed amax; tensorwise with `both`, the
+// other orientation as well (Fp8Tensor::data_other).
 template <class T>
 Fp8Tensor operand(const ExecSpace& exec, const char* tensor, const T* x, int ld, int rows,
                   int cols, int k_dim, Fp8Format format, const Fp8LinearOptions& opt,
-                  const Fp8Tensor* reuse = nullptr) {
+                  const Fp8Tensor* reuse = nullptr, bool both = false) {
+  if (opt.scaling == Fp8Scaling::tensorwise)
+    return tensorwise_operand<T>(exec, tensor, x, ld, rows, cols, k_dim, format, opt, reuse,
+                                 both);
+  // Rowwise: a packed copy where x is a column block, the transpose materialised where K is
+  // dimension 0, then fp8_quantize's row amaxes.
   const std::size_t n = std::size_t(rows) * cols;
   bool transpose = k_dim == 0;
   View1<const T> src = ld == cols ? View1<const T>(x, n)
@@ -75,13 +113,6 @@ Fp8Tensor operand(const ExecSpace& exec, const char* tensor, const T* x, int ld,
                                             opt.scaling, transpose)
                     : make_fp8_tensor(std::string("linear_fp8_") + tensor, r, c, format,
                                       opt.scaling, transpose);
-  if (reuse != nullptr && opt.scaling == Fp8Scaling::tensorwise) {
-    Kokkos::deep_copy(exec, q.amax, reuse->amax);
-    Kokkos::deep_copy(exec, q.scale, reuse->scale);
-    Kokkos::deep_copy(exec, q.scale_inv, reuse->scale_inv);
-    fp8_cast<T>(exec, q.data, src, r, c, q.scale, q.scaling, format, transpose);
-    return q;
-  }
   AmaxHook hook;
   if (opt.agree) {
     const Fp8Cast site{tensor, k_dim, opt.scaling};
@@ -105,7 +136,7 @@ Fp8Tensor Fp8Workspace::tensor(const std::string& key, int rows, int cols, Fp8Fo
   MESHTRAIN_CHECK(rows >= 0 && cols >= 0 && !(transposed && scaling == Fp8Scaling::rowwise),
                   "Fp8Workspace::tensor(", key, "): rows=", rows, " cols=", cols,
                   transposed ? ", transposed rowwise" : "");
-  Fp8Tensor t{format, scaling, rows, cols, transposed, {}, {}, {}, {}};
+  Fp8Tensor t{format, scaling, rows, cols, transposed, {}, {}, {}, {}, {}};
   // Codes, amax, scale, scale_inv, each starting 256-byte aligned: cuBLASLt refuses a scale
   // pointer that is not 16-byte aligned (the H200 said "not supported" to every FP8 matmul
   // while scale_inv lay 8 bytes after amax, and the emulation ran at 1/8 of bf16's speed).
@@ -130,10 +161,34 @@ std::size_t Fp8Workspace::bytes() const {
 }
 
 template <class T>
+Fp8Tensor linear_fp8_input(const ExecSpace& exec, const T* inp, int N, int IC,
+                           const Fp8LinearOptions& opt) {
+  return operand<T>(exec, "inp", inp, IC, N, IC, 1, opt.forward, opt);
+}
+
+template <class T>
+Fp8Tensor linear_fp8_input_t(const ExecSpace& exec, const T* inp, int N, int IC,
+                             const Fp8LinearOptions& opt) {
+  return operand<T>(exec, "inp", inp, IC, N, IC, 0, opt.forward, opt);
+}
+
+template <class T>
 void linear_fp8_forward_gemm(const ExecSpace& exec, T* out, int ld_out, const T* bias,
                              const T* inp, const T* weight, int N, int IC, int OC,
                              const Fp8LinearOptions& opt) {
   check_shape("linear_fp8_forward_gemm", N, IC, OC);
+  const Fp8Tensor a = linear_fp8_input<T>(exec, inp, N, IC, opt);
+  linear_fp8_forward_gemm<T>(exec, out, ld_out, bias, a, weight, N, IC, OC, opt);
+}
+
+template <class T>
+void linear_fp8_forward_gemm(const ExecSpace& exec, T* out, int ld_out, const T* bias,
+                             const Fp8Tensor& a, const T* weight, int N, int IC, int OC,
+                             const Fp8LinearOptions& opt) {
+  check_shape("linear_fp8_forward_gemm", N, IC, OC);
+  MESHTRAIN_CHECK(a.rows == N && a.cols == IC && !a.transposed,
+                  "linear_fp8_forward_gemm: the input cast is [", a.rows, ", ", a.cols,
+                  a.transposed ? "] transposed" : "]", ", not [N=", N, ", IC=", IC, "]");
   if (bias != nullptr) {
     // The bias enters as the GEMM's C (beta = 1), in the layer's type as linear_forward adds it.
     const Index C = OC, L = ld_out;
@@ -142,7 +197,6 @@ void linear_fp8_forward_gemm(const ExecSpace& exec, T* out, int ld_out, const T*
         KOKKOS_LAMBDA(Index i) { out[(i / C) * L + i % C] = bias[i % C]; });
   }
   const bool out_in = opt.layout == Fp8WeightLayout::out_in;
-  const Fp8Tensor a = operand<T>(exec, "inp", inp, IC, N, IC, 1, opt.forward, opt);
   // W as [OC, IC]: nn.Linear's weight as stored, Conv1D's transposed.
   const Fp8Tensor b = out_in ? operand<T>(exec, "weight", weight, IC, OC, IC, 1, opt.forward, opt)
                              : operand<T>(exec, "weight", weight, OC, IC, OC, 0, opt.forward, opt);
@@ -153,7 +207,9 @@ void linear_fp8_forward_gemm(const ExecSpace& exec, T* out, int ld_out, const T*
 template <class T>
 Fp8Tensor linear_fp8_grad(const ExecSpace& exec, const T* dout, int ld, int N, int OC,
                           const Fp8LinearOptions& opt) {
-  return operand<T>(exec, "dout", dout, ld, N, OC, 1, opt.backward, opt);
+  // Tensorwise, both orientations from one read: the transpose is the weight gradient's.
+  const bool both = opt.scaling == Fp8Scaling::tensorwise && !opt.wgrad_high_precision;
+  return operand<T>(exec, "dout", dout, ld, N, OC, 1, opt.backward, opt, nullptr, both);
 }
 
 template <class T>
@@ -180,9 +236,33 @@ void linear_fp8_dweight_gemm(const ExecSpace& exec, T* dweight, const Fp8Tensor&
       gemm<T>(exec, Trans::T, Trans::N, IC, OC, N, 1.0f, inp, IC, dout, ld, 1.0f, dweight, OC);
     return;
   }
-  // Both operands transposed (K = N): inp^T [IC, N], dout^T [OC, N].
-  const Fp8Tensor xt = operand<T>(exec, "inp", inp, IC, N, IC, 0, opt.forward, opt);
-  const Fp8Tensor gt = operand<T>(exec, "dout", dout, ld, N, OC, 0, opt.backward, opt, &g);
+  linear_fp8_dweight_gemm<T>(exec, dweight, g, dout, ld,
+                             linear_fp8_input_t<T>(exec, inp, N, IC, opt), N, IC, OC, opt);
+}
+
+template <class T>
+void linear_fp8_dweight_gemm(const ExecSpace& exec, T* dweight, const Fp8Tensor& g,
+                             const T* dout, int ld, const Fp8Tensor& xt, int N, int IC, int OC,
+                             const Fp8LinearOptions& opt) {
+  check_shape("linear_fp8_dweight_gemm", N, IC, OC);
+  MESHTRAIN_CHECK(!opt.wgrad_high_precision,
+                  "linear_fp8_dweight_gemm: wgrad_high_precision takes the input unquantized");
+  // inp^T: a transposed cast of [N, IC], or (rowwise) a cast of the materialised [IC, N].
+  MESHTRAIN_CHECK(xt.transposed ? xt.rows == N && xt.cols == IC : xt.rows == IC && xt.cols == N,
+                  "linear_fp8_dweight_gemm: the input cast is not inp^T [IC=", IC, ", N=", N,
+                  "]");
+  const bool out_in = opt.layout == Fp8WeightLayout::out_in;
+  // Both operands transposed (K = N): inp^T [IC, N], dout^T [OC, N] — the other orientation
+  // of g where linear_fp8_grad cast both, else cast again under g's scale.
+  Fp8Tensor gt;
+  if (detail::present(g.data_other)) {
+    gt = g;
+    gt.data = g.data_other;
+    gt.data_other = g.data;
+    gt.transposed = !g.transposed;
+  } else {
+    gt = operand<T>(exec, "dout", dout, ld, N, OC, 0, opt.backward, opt, &g);
+  }
   if (out_in)
     gemm_fp8<T>(exec, Trans::N, Trans::T, OC, IC, N, 1.0f, gt, xt, 1.0f, dweight, IC);
   else
@@ -237,6 +317,16 @@ void linear_fp8_backward(const ExecSpace& exec, View1<T> dinp, View1<T> dweight,
                                        int, const Fp8LinearOptions&);                            \
   template void linear_fp8_forward_gemm<T>(const ExecSpace&, T*, int, const T*, const T*,        \
                                            const T*, int, int, int, const Fp8LinearOptions&);    \
+  template Fp8Tensor linear_fp8_input<T>(const ExecSpace&, const T*, int, int,                  \
+                                         const Fp8LinearOptions&);                               \
+  template Fp8Tensor linear_fp8_input_t<T>(const ExecSpace&, const T*, int, int,                \
+                                           const Fp8LinearOptions&);                             \
+  template void linear_fp8_forward_gemm<T>(const ExecSpace&, T*, int, const T*,                 \
+                                           const Fp8Tensor&, const T*, int, int, int,            \
+                                           const Fp8LinearOptions&);                             \
+  template void linear_fp8_dweight_gemm<T>(const ExecSpace&, T*, const Fp8Tensor&, const T*,    \
+                                           int, const Fp8Tensor&, int, int, int,                 \
+                                           const Fp8LinearOptions&);                             \
   template Fp8Tensor linear_fp8_grad<T>(const ExecSpace&, const T*, int, int, int,               \
                                         const Fp8LinearOptions&);                                \
   template void linear_fp8_dinp_gemm<T>(const ExecSpace&, T*, float, const Fp8Tensor&,           \

@@ -37,11 +37,12 @@ void GptT<T>::block_forward(int l, View1<const T> x, BlockActivations<T>& a, Vie
   // Attention: res2 = x + c_proj(attn(c_attn(ln1(x))))
   const bool f8 = fp8_block(l);
   norm_enter(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln_1_w, w.ln_1_b);
-  if (f8)
-    fp8_column_forward(a.qkv.data(), 3 * C / P, ptr(w.c_attn_b), a.ln1.data(), w.c_attn_w.data(),
-                       3 * C / P, kConv1D);
-  else
+  if (f8) {
+    const LinearPiece<T> c_attn{w.c_attn_w.data(), nullptr, 0, 3 * C / P, ptr(w.c_attn_b)};
+    fp8_column_forward(&c_attn, 1, a.qkv.data(), 3 * C / P, a.ln1.data(), kConv1D);
+  } else {
     k::linear_forward<T>(exec_, a.qkv, a.ln1, w.c_attn_w, w.c_attn_b, N, C, 3 * C / P);
+  }
   if (ring_)
     ring_->forward(a.atty, a.lse, a.qkv);
   else
@@ -57,7 +58,8 @@ void GptT<T>::block_forward(int l, View1<const T> x, BlockActivations<T>& a, Vie
     return;
   }
   if (f8) {
-    fp8_column_forward(a.fch.data(), I, ptr(w.c_fc_b), a.ln2.data(), w.c_fc_w.data(), I, kConv1D);
+    const LinearPiece<T> c_fc{w.c_fc_w.data(), nullptr, 0, I, ptr(w.c_fc_b)};
+    fp8_column_forward(&c_fc, 1, a.fch.data(), I, a.ln2.data(), kConv1D);
     k::gelu_forward<T>(exec_, a.fch_gelu, a.fch, std::size_t(N) * I);
     fp8_row_forward(out, a.fch_gelu, w.mlp_proj_w.data(), ptr(w.mlp_proj_b), I, a.res2, kConv1D);
     return;

@@ -9,8 +9,10 @@
 //    never merged as the bf16 path merges adjacent pieces: adjacency depends on the layout
 //    (replicated kv heads), the scales must not.
 // The output gradient of a linear is cast once, for its input gradient (agreed there) and its
-// weight gradient, so the weight-gradient GEMMs that overlap the column-parallel reduction
-// issue no collective of their own.
+// weight gradient (both orientations in one pass), so the weight-gradient GEMMs that overlap the
+// column-parallel reduction issue no collective of their own. An input read by several linears
+// (q, k, v; gate, up) is cast once for their forward GEMMs and its transpose once for their
+// weight gradients: the same tensor under the same scale, as before, without the repeats.
 #include <type_traits>
 #include <vector>
 
@@ -57,13 +59,18 @@ k::Fp8LinearOptions GptT<T>::fp8_options(TpSplit split, k::Fp8WeightLayout layou
 }
 
 template <class T>
-void GptT<T>::fp8_column_forward(T* out, int ld, const T* bias, const T* inp, const T* w,
-                                 int out_cols, k::Fp8WeightLayout layout) {
+void GptT<T>::fp8_column_forward(const LinearPiece<T>* pieces, int n, T* out, int ld,
+                                 const T* inp, k::Fp8WeightLayout layout) {
   if constexpr (!kFp8Type<T>) {
     no_fp8_type();
   } else {
+    const int C = cfg_.n_embd;
     const k::Fp8LinearOptions o = fp8_options(TpSplit::column, layout);
-    k::linear_fp8_forward_gemm<T>(exec_, out, ld, bias, inp, w, N_, cfg_.n_embd, out_cols, o);
+    const k::Fp8Tensor a = k::linear_fp8_input<T>(exec_, inp, N_, C, o);
+    for (int i = 0; i < n; ++i) {
+      const LinearPiece<T>& p = pieces[i];
+      k::linear_fp8_forward_gemm<T>(exec_, out + p.col, ld, p.b, a, p.w, N_, C, p.width, o);
+    }
   }
 }
 
@@ -125,11 +132,18 @@ void GptT<T>::fp8_column_backward(View1<T> dx, const LinearPiece<T>* pieces, int
                                  p.width, o);
     }
     comm::Request r = tp_.enter_backward(dln_, dx);
+    // The input's transpose once for every piece's weight gradient.
+    o.slot = 0;
+    k::Fp8Tensor xt;
+    if (!o.wgrad_high_precision) xt = k::linear_fp8_input_t<T>(exec_, inp, N_, C, o);
     for (int i = 0; i < n; ++i) {
       const LinearPiece<T>& p = pieces[i];
+      const k::Fp8Tensor& gi = g[static_cast<std::size_t>(i)];
       o.slot = i;
-      k::linear_fp8_dweight_gemm<T>(exec_, p.dw, g[static_cast<std::size_t>(i)], dout + p.col, ld,
-                                    inp, N_, C, p.width, o);
+      if (o.wgrad_high_precision)
+        k::linear_fp8_dweight_gemm<T>(exec_, p.dw, gi, dout + p.col, ld, inp, N_, C, p.width, o);
+      else
+        k::linear_fp8_dweight_gemm<T>(exec_, p.dw, gi, dout + p.col, ld, xt, N_, C, p.width, o);
     }
     tp_.wait(r);
   }
@@ -137,7 +151,7 @@ void GptT<T>::fp8_column_backward(View1<T> dx, const LinearPiece<T>* pieces, int
 
 #define MESHTRAIN_INSTANTIATE_GPT_FP8(T)                                                         \
   template k::Fp8LinearOptions GptT<T>::fp8_options(TpSplit, k::Fp8WeightLayout);                \
-  template void GptT<T>::fp8_column_forward(T*, int, const T*, const T*, const T*, int,          \
+  template void GptT<T>::fp8_column_forward(const LinearPiece<T>*, int, T*, int, const T*,      \
                                             k::Fp8WeightLayout);                                 \
   template void GptT<T>::fp8_row_forward(View1<T>, View1<const T>, const T*, const T*, int,      \
                                          View1<const T>, k::Fp8WeightLayout);                    \

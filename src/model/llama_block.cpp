@@ -102,10 +102,8 @@ void GptT<T>::llama_block_forward(int l, View1<const T> x, BlockActivations<T>& 
                        {w.k_w.data() + kv_row, nullptr, QW, KW, bias(w.k_b, kv_col)},
                        {w.v_w.data() + kv_row, nullptr, QW + KW, KW, bias(w.v_b, kv_col)}};
   const bool f8 = fp8_block(l);
-  if (f8) {  // one FP8 linear each, with its own scales (gpt_fp8.cpp: never merged)
-    for (const Piece<T>& p : parts)
-      fp8_column_forward(qkv.data() + p.col, ld, p.b, ln1, p.w, p.width, kLinear);
-  }
+  if (f8)  // one FP8 GEMM each, with its own weight scale (gpt_fp8.cpp: never merged)
+    fp8_column_forward(parts, 3, qkv.data(), ld, ln1, kLinear);
   if (!f8 && cfg_.qkv_bias && parts[0].w + std::size_t(QW) * C == parts[1].w &&
       parts[1].w + std::size_t(KW) * C == parts[2].w &&
       !(parts[0].b + QW == parts[1].b && parts[1].b + KW == parts[2].b)) {
@@ -147,8 +145,7 @@ void GptT<T>::llama_block_forward(int l, View1<const T> x, BlockActivations<T>& 
   const Piece<T> mlp[2] = {{w.gate_w.data(), nullptr, 0, I}, {w.up_w.data(), nullptr, I, I}};
   Piece<T> gate_up[2];
   if (f8) {
-    for (const Piece<T>& p : mlp)
-      fp8_column_forward(a.fch.data() + p.col, 2 * I, nullptr, a.ln2.data(), p.w, I, kLinear);
+    fp8_column_forward(mlp, 2, a.fch.data(), 2 * I, a.ln2.data(), kLinear);
     k::swiglu_forward<T>(exec_, a.fch_gelu, a.fch, N, I);
     fp8_row_forward(out, a.fch_gelu, w.mlp_proj_w.data(), nullptr, I, a.res2, kLinear);
     return;

@@ -6,22 +6,23 @@
 # BIN_DIR holds meshtrain and the test executables (a jobs/bundle-gpu.sh bundle's bin/, or a
 # cuda build folder: build/cuda, whose src/ and tests/ are searched). Each case runs with its own
 # timeout (CASE_TIMEOUT, default 150 s; every case that passed so far took 95 s or less) and log
-# (OUT_DIR/<case>.log); cases run side by side up to RANK_SLOTS ranks at once (default 12). The
+# (OUT_DIR/<case>.log); cases run side by side up to RANK_SLOTS ranks at once (default 14). The
 # tiny models leave the GPU's arithmetic idle; the time goes to start-up and to the ranks taking
 # turns on the GPU: the contexts of separate processes are time-sliced, and a collective's
 # kernels wait for peers that run only in their own slices (a GPT-2 dp 2 x pp 2 x tp 2 step:
-# 2.2 s). Each rank also keeps about 1.7 CPU cores busy (spinning host threads): at 14 slots on
-# a 16-core machine the load average was 24 and the 4-rank cases took twice as long as at 12
-# (2026-12-05), so slots beyond the cores buy nothing. One line per case goes to OUT_DIR/summary.txt:
+# 2.2 s). With the ranks' host threads blocking on the GPU instead of spinning (emulated hosts
+# ask for blocking sync), 14 slots on a 16-core H200 node kept the load average at 10-18 and
+# the GPU busy all along (2026-12-05, sixth run): the whole suite is about 6,100 rank-seconds,
+# some 450 s of one call. One line per case goes to OUT_DIR/summary.txt:
 #   PASS|FAIL  case  ranks  layout  precision  steps  max-rel-loss-diff  seconds  note
 # Exit 0 when every case passed. Needs python3 (the comparisons) and h5dump-free tools only.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 bin=$(cd "$1" && pwd); out=$(mkdir -p "$2" && cd "$2" && pwd); only=${3:-.}
-slots=${RANK_SLOTS:-12}; case_timeout=${CASE_TIMEOUT:-150}
-# No case starts after SUITE_BUDGET seconds (default 400): those left are reported NOTRUN, so
-# the summary comes back whole from a device call of limited length.
-budget=${SUITE_BUDGET:-400}
+slots=${RANK_SLOTS:-14}; case_timeout=${CASE_TIMEOUT:-150}
+# No case starts after SUITE_BUDGET seconds (default 530): those left are reported NOTRUN, so
+# the summary comes back whole from a device call of limited length (10 minutes).
+budget=${SUITE_BUDGET:-530}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 NCCL_NVLS_ENABLE=0
 # SUITE_EMULATE=0 runs the cases without emulated hosts: a dry run of this script on a CPU build.
@@ -402,36 +403,37 @@ add watchdog_skip 2
 add rank_killed 2
 
 # ---- run the selected cases: references first (others wait for them), then the largest ----
-# Seconds each case took at 12-14 slots on an H100/H200 (perf/archive/gpu-suite, 2026-12-05;
-# cases not yet run: their nearest relative's). Cases start in order of ranks x seconds, largest first, so the
-# 8-rank cases do not end up alone at the tail; an unlisted case counts 20 s.
+# Seconds each case took at 14 slots on the H200 (perf/archive/gpu-suite/sixth_run, 2026-12-05;
+# cases that did not start there: the earlier runs' figure x 1.17, that run's mean ratio).
+# Cases start in order of ranks x seconds, largest first, so the 8-rank cases do not end up
+# alone at the tail; an unlisted case counts 20 s.
 declare -A est=(
-  [all_to_all_4]=13 [comm_2]=31 [export_tp2]=30 [fp8_amax_2]=3 [fp8_kernels_1]=40
-  [fp8_layouts_2]=60 [fp8_layouts_4]=200 [fp8_linears_2]=3 [fp8_linears_4]=4 [gpt2_3d_8_bf16]=31
-  [gpt2_3d_8_fp32]=33 [gpt2_cp2_allgather_bf16]=10 [gpt2_cp2_allgather_fp32]=20 [gpt2_cp2_bf16]=21
-  [gpt2_cp2_fp32]=21 [gpt2_cp2_pp2_dp2_zero1_bf16]=37 [gpt2_cp2_pp2_dp2_zero1_fp32]=39
-  [gpt2_cp2_tp2_sp_bf16]=20 [gpt2_cp2_tp2_sp_fp32]=15 [gpt2_cp4_bf16]=22 [gpt2_cp4_fp32]=24
-  [gpt2_dp2_bf16]=9 [gpt2_dp2_fp32]=8 [gpt2_dp2_zero1_bf16]=8 [gpt2_dp2_zero1_fp32]=9
-  [gpt2_dp2_zero1_fp8]=19 [gpt2_dp2_zero1_offload_bf16]=9 [gpt2_dp2_zero1_offload_fp32]=9
-  [gpt2_dp2_zero2_bf16]=9 [gpt2_dp2_zero2_fp32]=8 [gpt2_dp2_zero3_bf16]=10 [gpt2_dp2_zero3_fp32]=9
-  [gpt2_fp8_vs_bf16]=3 [gpt2_pp2_1f1b_bf16]=18 [gpt2_pp2_1f1b_fp32]=15 [gpt2_pp2_1f1b_fp8]=22
-  [gpt2_pp2_gpipe_bf16]=23 [gpt2_pp2_gpipe_fp32]=15 [gpt2_pp2_interleaved_bf16]=19
-  [gpt2_pp2_interleaved_fp32]=9 [gpt2_pp4_1f1b_bf16]=24 [gpt2_pp4_1f1b_fp32]=21 [gpt2_ref_bf16]=6
-  [gpt2l4_ref_bf16]=6 [gpt2l4_ref_fp32]=5
-  [gpt2_ref_fp32]=5 [gpt2_ref_fp8]=7 [gpt2_ref_fp8_rowwise]=7 [gpt2_tp2_bf16]=8
-  [gpt2_tp2_dp2_zero1_sp_fp8]=36 [gpt2_tp2_fp32]=8 [gpt2_tp2_fp8]=22 [gpt2_tp2_sp_bf16]=11
-  [gpt2_tp2_sp_fp32]=8 [gpt2_tp2_sp_fp8]=22 [gpt2_tp2_sp_rowwise_fp8]=22 [gpt2_tp4_sp_bf16]=33
-  [gpt2_tp4_sp_fp32]=30 [llama_cp2_bf16]=14 [llama_cp2_fp32]=19 [llama_cp2_tp2_kv_split_bf16]=15
-  [llama_cp2_tp2_kv_split_fp32]=22 [llama_cp4_dp1_bf16]=12 [llama_cp4_dp1_fp32]=30
-  [llama_dp2_zero1_fp8]=19 [llama_fp8_vs_bf16]=3 [llama_kv2_ref_bf16]=5 [llama_kv2_ref_fp32]=4
-  [llama_pp2_1f1b_fp8]=22 [llama_pp2_dp2_zero3_bf16]=19 [llama_pp2_dp2_zero3_fp32]=22
-  [llama_ref_bf16]=6 [llama_ref_fp32]=4 [llama_ref_fp8]=7 [llama_ref_fp8_rowwise]=7
-  [llama_tp2_dp2_zero1_sp_fp8]=30 [llama_tp2_dp2_zero3_bf16]=17 [llama_tp2_dp2_zero3_fp32]=22
-  [llama_tp2_fp8]=22 [llama_tp2_kv_split_bf16]=17 [llama_tp2_kv_split_fp32]=9 [llama_tp2_sp_fp8]=22
-  [llama_tp2_sp_rowwise_fp8]=22 [llama_tp4_kv_replicated_bf16]=10 [llama_tp4_kv_replicated_fp32]=20
-  [moe_ep2]=15 [moe_ep2_dp4_zero2]=20 [moe_ep2_tp2]=20 [moe_ep4]=20 [moe_ep8]=19 [moe_ref]=3
-  [pipeline_runner_2]=21 [rank_killed]=20 [reshard_llama]=42 [reshard_moe]=90 [ring_attention_2]=10
-  [watchdog_skip]=15 [watchdog_stall]=15)
+  [all_to_all_4]=32 [comm_2]=77 [export_tp2]=21 [fp8_amax_2]=4 [fp8_kernels_1]=76
+  [fp8_layouts_2]=70 [fp8_layouts_4]=234 [fp8_linears_2]=4 [fp8_linears_4]=5 [gpt2_3d_8_bf16]=35
+  [gpt2_3d_8_fp32]=30 [gpt2_cp2_allgather_bf16]=12 [gpt2_cp2_allgather_fp32]=13 [gpt2_cp2_bf16]=13
+  [gpt2_cp2_fp32]=12 [gpt2_cp2_pp2_dp2_zero1_bf16]=35 [gpt2_cp2_pp2_dp2_zero1_fp32]=44
+  [gpt2_cp2_tp2_sp_bf16]=31 [gpt2_cp2_tp2_sp_fp32]=27 [gpt2_cp4_bf16]=30 [gpt2_cp4_fp32]=26
+  [gpt2_dp2_bf16]=11 [gpt2_dp2_fp32]=9 [gpt2_dp2_zero1_bf16]=9 [gpt2_dp2_zero1_fp32]=11
+  [gpt2_dp2_zero1_fp8]=11 [gpt2_dp2_zero1_offload_bf16]=11 [gpt2_dp2_zero1_offload_fp32]=11
+  [gpt2_dp2_zero2_bf16]=11 [gpt2_dp2_zero2_fp32]=9 [gpt2_dp2_zero3_bf16]=12
+  [gpt2_dp2_zero3_fp32]=11 [gpt2_fp8_vs_bf16]=8 [gpt2_pp2_1f1b_bf16]=19 [gpt2_pp2_1f1b_fp32]=17
+  [gpt2_pp2_1f1b_fp8]=14 [gpt2_pp2_gpipe_bf16]=23 [gpt2_pp2_gpipe_fp32]=18
+  [gpt2_pp2_interleaved_bf16]=30 [gpt2_pp2_interleaved_fp32]=11 [gpt2_pp4_1f1b_bf16]=53
+  [gpt2_pp4_1f1b_fp32]=42 [gpt2_ref_bf16]=7 [gpt2_ref_fp32]=5 [gpt2_ref_fp8]=6
+  [gpt2_ref_fp8_rowwise]=6 [gpt2_tp2_bf16]=9 [gpt2_tp2_dp2_zero1_sp_fp8]=13 [gpt2_tp2_fp32]=9
+  [gpt2_tp2_fp8]=26 [gpt2_tp2_sp_bf16]=13 [gpt2_tp2_sp_fp32]=9 [gpt2_tp2_sp_fp8]=24
+  [gpt2_tp2_sp_rowwise_fp8]=19 [gpt2_tp4_sp_bf16]=33 [gpt2_tp4_sp_fp32]=29 [gpt2l4_ref_bf16]=7
+  [gpt2l4_ref_fp32]=7 [llama_cp2_bf16]=16 [llama_cp2_fp32]=22 [llama_cp2_tp2_kv_split_bf16]=17
+  [llama_cp2_tp2_kv_split_fp32]=23 [llama_cp4_dp1_bf16]=14 [llama_cp4_dp1_fp32]=28
+  [llama_dp2_zero1_fp8]=11 [llama_fp8_vs_bf16]=1 [llama_kv2_ref_bf16]=6 [llama_kv2_ref_fp32]=5
+  [llama_pp2_1f1b_fp8]=9 [llama_pp2_dp2_zero3_bf16]=17 [llama_pp2_dp2_zero3_fp32]=31
+  [llama_ref_bf16]=6 [llama_ref_fp32]=5 [llama_ref_fp8]=6 [llama_ref_fp8_rowwise]=6
+  [llama_tp2_dp2_zero1_sp_fp8]=20 [llama_tp2_dp2_zero3_bf16]=17 [llama_tp2_dp2_zero3_fp32]=19
+  [llama_tp2_fp8]=20 [llama_tp2_kv_split_bf16]=10 [llama_tp2_kv_split_fp32]=11
+  [llama_tp2_sp_fp8]=27 [llama_tp2_sp_rowwise_fp8]=14 [llama_tp4_kv_replicated_bf16]=29
+  [llama_tp4_kv_replicated_fp32]=22 [moe_ep2]=18 [moe_ep2_dp4_zero2]=22 [moe_ep2_tp2]=20
+  [moe_ep4]=20 [moe_ep8]=31 [moe_ref]=3 [pipeline_runner_2]=87 [rank_killed]=19 [reshard_llama]=29
+  [reshard_moe]=50 [ring_attention_2]=12 [watchdog_skip]=14 [watchdog_stall]=25)
 t_start=$SECONDS
 refs=() by_size=()
 for n in "${order[@]}"; do [[ $n == *ref* ]] && refs+=("$n"); done

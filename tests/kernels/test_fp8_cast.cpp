@@ -239,3 +239,56 @@ TEST_CASE("fp8_quantize calls the agreement hook between amax and scales", "[fp8
   REQUIRE_THROWS_WITH(make_fp8_tensor("bad", 2, 2, Fp8Format::e4m3, Fp8Scaling::rowwise, true),
                       mt_test::contains("tensorwise"));
 }
+
+// The block forms read a column block of a wider buffer in place (Llama's packed q|k|v and
+// gate|up gradients): the amax is the block's alone (a larger value outside it must not count,
+// a NaN inside it must), and one pass writes the codes in both orientations, each equal to the
+// host's encoding under the block's scale.
+TEST_CASE("fp8_amax_block and fp8_cast_block: a column block in place, both orientations",
+          "[fp8]") {
+  for (const auto& [rows, cols] : {std::pair{23, 67}, std::pair{70, 96}}) {
+    const int col = 5, ld = cols + 13;
+    auto wide = spread(std::size_t(rows) * ld, 41, 3.0);
+    for (int r = 0; r < rows; ++r) wide[std::size_t(r) * ld + col + cols] = 1e6f;  // outside
+    const auto dwide = kt::to_device(wide);
+    std::vector<float> block(std::size_t(rows) * cols);
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < cols; ++c)
+        block[std::size_t(r) * cols + c] = wide[std::size_t(r) * ld + col + c];
+    INFO(rows << " x " << cols << " at column " << col << " of " << ld);
+    View1<float> amax = kt::to_device(std::vector<float>{-5.0f});
+    fp8_amax_block<float>(ExecSpace(), amax, dwide.data() + col, rows, cols, ld);
+    const float a = host_amax(block);
+    REQUIRE(kt::to_host(amax)[0] == a);
+    REQUIRE(a < 1e6f);
+    for (Fp8Format f : {Fp8Format::e4m3, Fp8Format::e5m2}) {
+      const float s = host_scale(a, f);
+      const auto scale = kt::to_device(std::vector<float>{s});
+      const std::size_t n = block.size();
+      View1<std::uint8_t> q("q", n), qt("qt", n), q_only("q_only", n), qt_only("qt_only", n);
+      fp8_cast_block<float>(ExecSpace(), q, qt, dwide.data() + col, rows, cols, ld, scale, f);
+      fp8_cast_block<float>(ExecSpace(), q_only, View1<std::uint8_t>(), dwide.data() + col, rows,
+                            cols, ld, scale, f);
+      fp8_cast_block<float>(ExecSpace(), View1<std::uint8_t>(), qt_only, dwide.data() + col,
+                            rows, cols, ld, scale, f);
+      const auto hq = kt::to_host(q), hqt = kt::to_host(qt);
+      for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < cols; ++c) {
+          const std::uint8_t want = fp8_encode(block[std::size_t(r) * cols + c] * s, f);
+          REQUIRE(hq[std::size_t(r) * cols + c] == want);
+          REQUIRE(hqt[std::size_t(c) * rows + r] == want);
+        }
+      REQUIRE(kt::to_host(q_only) == hq);
+      REQUIRE(kt::to_host(qt_only) == hqt);
+    }
+  }
+  // A NaN inside the block is its amax; the amax of zero rows is 0.
+  std::vector<float> x(4 * 8, 1.0f);
+  x[2 * 8 + 3] = kNaN;
+  View1<float> amax = kt::to_device(std::vector<float>{-5.0f});
+  const auto dx = kt::to_device(x);
+  fp8_amax_block<float>(ExecSpace(), amax, dx.data() + 2, 4, 4, 8);
+  REQUIRE(std::isnan(kt::to_host(amax)[0]));
+  fp8_amax_block<float>(ExecSpace(), amax, dx.data(), 0, 4, 8);
+  REQUIRE(kt::to_host(amax)[0] == 0.0f);
+}

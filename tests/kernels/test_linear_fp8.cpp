@@ -368,3 +368,70 @@ TEST_CASE("linear_fp8 with a workspace gives the bits of per-call buffers", "[fp
     }
   REQUIRE(ws.bytes() > 0);
 }
+
+// Linears that read one input (Llama's q, k, v; gate, up) share its cast: linear_fp8_input once
+// for their forward GEMMs and linear_fp8_input_t once for their weight gradients must give the
+// bits of each linear casting the input itself, in both scalings, and agree the input's amax
+// once instead of once per linear.
+TEST_CASE("linear_fp8: one input cast for several linears gives each linear's own bits",
+          "[fp8]") {
+  const int N = 32, IC = 48, OC = 32, LD = 2 * OC;
+  const auto inp = kt::random_vector<float>(std::size_t(N) * IC, 91, -2.0, 2.0);
+  const auto w0 = kt::random_vector<float>(std::size_t(OC) * IC, 92, -0.2, 0.2);
+  const auto w1 = kt::random_vector<float>(std::size_t(OC) * IC, 93, -0.5, 0.5);
+  const auto dout = kt::random_vector<float>(std::size_t(N) * LD, 94, -1e-3, 1e-3);
+  const auto d_inp = kt::to_device(inp), d_g = kt::to_device(dout);
+  const View1<float> d_w[2] = {kt::to_device(w0), kt::to_device(w1)};
+  for (const auto scaling : {Fp8Scaling::tensorwise, Fp8Scaling::rowwise}) {
+    INFO(fp8_scaling_name(scaling));
+    Fp8Workspace ws;
+    auto run = [&](bool shared, int& input_agreements) {
+      Fp8LinearOptions o;
+      o.scaling = scaling;
+      o.layout = Fp8WeightLayout::out_in;
+      o.workspace = &ws;
+      input_agreements = 0;
+      o.agree = [&](const Fp8Cast& c, View1<float>, std::size_t) {
+        if (std::string(c.tensor) == "inp") ++input_agreements;
+      };
+      View1<float> out("out", std::size_t(N) * LD), dw[2] = {View1<float>("dw0", w0.size()),
+                                                              View1<float>("dw1", w1.size())};
+      Fp8Tensor a;
+      if (shared) a = linear_fp8_input<float>(ExecSpace(), d_inp.data(), N, IC, o);
+      for (int i = 0; i < 2; ++i) {
+        if (shared)
+          linear_fp8_forward_gemm<float>(ExecSpace(), out.data() + i * OC, LD, nullptr, a,
+                                         d_w[i].data(), N, IC, OC, o);
+        else
+          linear_fp8_forward_gemm<float>(ExecSpace(), out.data() + i * OC, LD, nullptr,
+                                         d_inp.data(), d_w[i].data(), N, IC, OC, o);
+      }
+      Fp8Tensor g[2];
+      for (int i = 0; i < 2; ++i) {
+        o.slot = i;
+        g[i] = linear_fp8_grad<float>(ExecSpace(), d_g.data() + i * OC, LD, N, OC, o);
+      }
+      o.slot = 0;
+      Fp8Tensor xt;
+      if (shared) xt = linear_fp8_input_t<float>(ExecSpace(), d_inp.data(), N, IC, o);
+      for (int i = 0; i < 2; ++i) {
+        o.slot = i;
+        if (shared)
+          linear_fp8_dweight_gemm<float>(ExecSpace(), dw[i].data(), g[i], d_g.data() + i * OC,
+                                         LD, xt, N, IC, OC, o);
+        else
+          linear_fp8_dweight_gemm<float>(ExecSpace(), dw[i].data(), g[i], d_g.data() + i * OC,
+                                         LD, d_inp.data(), N, IC, OC, o);
+      }
+      return std::vector<std::vector<float>>{kt::to_host(out), kt::to_host(dw[0]),
+                                             kt::to_host(dw[1])};
+    };
+    int separate_agreements = 0, shared_agreements = 0;
+    const auto separate = run(false, separate_agreements);
+    const auto shared = run(true, shared_agreements);
+    REQUIRE(shared == separate);
+    REQUIRE(separate_agreements == 4);  // forward and weight gradient, each linear
+    REQUIRE(shared_agreements == 2);
+    REQUIRE(separate[1] != separate[2]);
+  }
+}

@@ -61,6 +61,20 @@ void fp8_cast(const ExecSpace& exec, View1<std::uint8_t> q, View1<const T> x, in
               View1<const float> scale, Fp8Scaling scaling, Fp8Format format,
               bool transpose = false);
 
+// The block forms, tensorwise, for a row-major [rows, cols] block at x with row stride ld >= cols
+// (a column block of a wider buffer: Llama's packed q|k|v and gate|up gradients), read in place.
+// fp8_amax_block: amax(0) = max |x| over the block (NaN-propagating as fp8_amax).
+// fp8_cast_block: q [rows, cols] and qt, its [cols, rows] transpose, from one read of x (either
+// may be empty): a linear's output gradient feeds its input-gradient GEMM row-major and its
+// weight-gradient GEMM transposed, under one scale.
+template <class T>
+void fp8_amax_block(const ExecSpace& exec, View1<float> amax, const T* x, int rows, int cols,
+                    int ld);
+template <class T>
+void fp8_cast_block(const ExecSpace& exec, View1<std::uint8_t> q, View1<std::uint8_t> qt,
+                    const T* x, int rows, int cols, int ld, View1<const float> scale,
+                    Fp8Format format);
+
 // x[i] = decode(q[i]) * scale_inv(0 or r): the inverse of fp8_cast (without transpose).
 template <class T>
 void fp8_dequantize(const ExecSpace& exec, View1<T> x, View1<const std::uint8_t> q, int rows,
@@ -76,6 +90,9 @@ struct Fp8Tensor {
   bool transposed = false;
   View1<std::uint8_t> data;            // rows * cols codes
   View1<float> amax, scale, scale_inv;  // scale_count() entries each
+  // Tensorwise, optionally: the other orientation of the same codes (what `transposed` does not
+  // say data holds), cast in the same pass under the same scale (fp8_cast_block).
+  View1<std::uint8_t> data_other;
   std::size_t scale_count() const {
     return scaling == Fp8Scaling::rowwise ? static_cast<std::size_t>(rows) : 1;
   }

@@ -19,7 +19,8 @@
 // wgrad_high_precision the weight-gradient GEMM runs in the layer's type (linear.hpp's GEMM).
 //
 // The casts are requantized on every call (weights too: once per forward and once per
-// backward). Their buffers come from an Fp8Workspace when the options name one (the model's),
+// backward); tensorwise casts read their tensor in place (a column block of a packed buffer
+// included) and an output gradient's two orientations come from one pass. Their buffers come from an Fp8Workspace when the options name one (the model's),
 // else they are allocated per call (tests, benches). A tensor split over a parallel group takes `agree` (model/fp8_amax.hpp) so its
 // scales are the whole tensor's; the hook is told which tensor and along which of its
 // dimensions the cast's scales run (Fp8Cast), so a rowwise hook can agree only where the split
@@ -104,8 +105,24 @@ void linear_fp8_forward_gemm(const ExecSpace& exec, T* out, int ld_out, const T*
                              const T* inp, const T* weight, int N, int IC, int OC,
                              const Fp8LinearOptions& opt);
 
+// The input [N, IC] cast once for the forward GEMMs of several linears that read it (q, k, v;
+// gate, up: one tensor, one scale), and its transpose once for their weight-gradient GEMMs.
+template <class T>
+Fp8Tensor linear_fp8_input(const ExecSpace& exec, const T* inp, int N, int IC,
+                           const Fp8LinearOptions& opt);
+template <class T>
+Fp8Tensor linear_fp8_input_t(const ExecSpace& exec, const T* inp, int N, int IC,
+                             const Fp8LinearOptions& opt);
+
+// The forward with the input cast by linear_fp8_input.
+template <class T>
+void linear_fp8_forward_gemm(const ExecSpace& exec, T* out, int ld_out, const T* bias,
+                             const Fp8Tensor& inp, const T* weight, int N, int IC, int OC,
+                             const Fp8LinearOptions& opt);
+
 // dout [N, OC] (row stride ld) cast once for the dinp GEMM (K = OC); tensorwise, its scale is
-// also the dweight GEMM's.
+// also the dweight GEMM's, and (unless wgrad_high_precision) the same pass writes the transpose
+// the dweight GEMM reads (Fp8Tensor::data_other), read from the workspace slot's own buffer.
 template <class T>
 Fp8Tensor linear_fp8_grad(const ExecSpace& exec, const T* dout, int ld, int N, int OC,
                           const Fp8LinearOptions& opt);
@@ -121,5 +138,10 @@ template <class T>
 void linear_fp8_dweight_gemm(const ExecSpace& exec, T* dweight, const Fp8Tensor& g,
                              const T* dout, int ld, const T* inp, int N, int IC, int OC,
                              const Fp8LinearOptions& opt);
+// The same with the input cast by linear_fp8_input_t (not with wgrad_high_precision).
+template <class T>
+void linear_fp8_dweight_gemm(const ExecSpace& exec, T* dweight, const Fp8Tensor& g,
+                             const T* dout, int ld, const Fp8Tensor& inp_t, int N, int IC,
+                             int OC, const Fp8LinearOptions& opt);
 
 }  // namespace meshtrain::kernels

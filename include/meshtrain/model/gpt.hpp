@@ -270,8 +270,9 @@ class GptT {
   // The FP8 linears (gpt_fp8.cpp), each the FP8 counterpart of a part above:
   bool fp8_block(int l) const { return layout_.fp8.fp8_block(l, cfg_.n_layer); }
   kernels::Fp8LinearOptions fp8_options(TpSplit split, kernels::Fp8WeightLayout layout);
-  // A column-parallel linear's forward into columns of out (row stride ld), bias or null.
-  void fp8_column_forward(T* out, int ld, const T* bias, const T* inp, const T* w, int out_cols,
+  // Column-parallel linears reading one input (q, k, v; gate, up; or one piece), each into its
+  // columns of out (row stride ld) with its bias (piece.b, or null): the input is cast once.
+  void fp8_column_forward(const LinearPiece<T>* pieces, int n, T* out, int ld, const T* inp,
                           kernels::Fp8WeightLayout layout);
   // Row-parallel linear plus the residual (row_parallel_forward's FP8 form; bias or null).
   void fp8_row_forward(View1<T> out, View1<const T> inp, const T* w, const T* b, int in_cols,
