@@ -2,7 +2,9 @@
 // orientation its GEMM reads, then the FP8 GEMM contract of gemm/gemm_fp8.hpp.
 #include "meshtrain/kernels/linear_fp8.hpp"
 
+#include <algorithm>
 #include <string>
+#include <utility>
 
 #include "common.hpp"
 #include "meshtrain/kernels/gemm/gemm.hpp"
@@ -20,10 +22,27 @@ void check_shape(const char* fn, int N, int IC, int OC) {
 }
 
 // The workspace's key of one buffer: the tensor, the dimension its GEMM sums over, the caller's
-// slot, and what the buffer is ("fp8", "pack", "pack_t").
+// slot, and what the buffer is ("fp8", "fp8_other", "pack", "pack_t"). A weight's cast is read
+// only by the GEMM right after it (in stream order), so every slot shares one buffer for it.
 std::string key(const char* what, const char* tensor, int k_dim, const Fp8LinearOptions& opt) {
+  const int slot = std::string(tensor) == "weight" ? 0 : opt.slot;
   return std::string(what) + "_" + tensor + "_k" + std::to_string(k_dim) + "_s" +
-         std::to_string(opt.slot);
+         std::to_string(slot);
+}
+
+// Bytes of an Fp8Workspace::tensor: codes, then amax, scale and scale_inv, each 256-byte aligned
+// (cuBLASLt refuses a scale pointer that is not 16-byte aligned: the H200 said "not supported"
+// to every FP8 matmul while scale_inv lay 8 bytes after amax, and the emulation ran at 1/8 of
+// bf16's speed).
+struct TensorLayout {
+  std::size_t codes_at, stride, total;
+};
+TensorLayout tensor_layout(int rows, int cols, Fp8Scaling scaling) {
+  const auto round_up = [](std::size_t n) { return (n + 255) / 256 * 256; };
+  const std::size_t codes = std::size_t(rows) * std::size_t(cols);
+  const std::size_t s = scaling == Fp8Scaling::rowwise ? std::size_t(rows) : 1;
+  const std::size_t at = round_up(codes), stride = round_up(s * sizeof(float));
+  return {at, stride, at + 3 * stride};
 }
 
 // The row-major [rows, cols] block at x (row stride ld) copied contiguous, or its transpose
@@ -137,21 +156,74 @@ Fp8Tensor Fp8Workspace::tensor(const std::string& key, int rows, int cols, Fp8Fo
                   "Fp8Workspace::tensor(", key, "): rows=", rows, " cols=", cols,
                   transposed ? ", transposed rowwise" : "");
   Fp8Tensor t{format, scaling, rows, cols, transposed, {}, {}, {}, {}, {}};
-  // Codes, amax, scale, scale_inv, each starting 256-byte aligned: cuBLASLt refuses a scale
-  // pointer that is not 16-byte aligned (the H200 said "not supported" to every FP8 matmul
-  // while scale_inv lay 8 bytes after amax, and the emulation ran at 1/8 of bf16's speed).
-  const auto round_up = [](std::size_t n) { return (n + 255) / 256 * 256; };
+  const TensorLayout l = tensor_layout(rows, cols, scaling);
   const std::size_t codes = std::size_t(rows) * std::size_t(cols), s = t.scale_count();
-  const std::size_t at = round_up(codes), stride = round_up(s * sizeof(float));
-  const View1<std::uint8_t> b = bytes_for(key, at + 3 * stride);
+  const View1<std::uint8_t> b = bytes_for(key, l.total);
   auto floats = [&](std::size_t i) {
-    return View1<float>(reinterpret_cast<float*>(b.data() + at + i * stride), s);
+    return View1<float>(reinterpret_cast<float*>(b.data() + l.codes_at + i * l.stride), s);
   };
   t.data = View1<std::uint8_t>(b.data(), codes);
   t.amax = floats(0);
   t.scale = floats(1);
   t.scale_inv = floats(2);
   return t;
+}
+
+// ---- Fp8WorkspaceSizes: operand()'s requests, key for key ----
+
+void Fp8WorkspaceSizes::need(const std::string& key, std::size_t n) {
+  std::size_t& b = bytes_[key];
+  b = std::max(b, n);
+}
+
+void Fp8WorkspaceSizes::operand(const char* tensor, int ld, int rows, int cols, int k_dim,
+                                const Fp8LinearOptions& opt, bool both) {
+  const std::size_t n = std::size_t(rows) * cols;
+  if (opt.scaling == Fp8Scaling::tensorwise) {
+    need(key("fp8", tensor, k_dim, opt), tensor_layout(rows, cols, opt.scaling).total);
+    if (both) need(key("fp8_other", tensor, k_dim, opt), n);
+    return;
+  }
+  if (ld != cols) need(key("pack", tensor, k_dim, opt), n * elem_);
+  int r = rows, c = cols;
+  if (k_dim == 0) {
+    need(key("pack_t", tensor, k_dim, opt), n * elem_);
+    std::swap(r, c);
+  }
+  need(key("fp8", tensor, k_dim, opt), tensor_layout(r, c, opt.scaling).total);
+}
+
+void Fp8WorkspaceSizes::input(int N, int IC, const Fp8LinearOptions& opt) {
+  operand("inp", IC, N, IC, 1, opt, false);
+}
+void Fp8WorkspaceSizes::input_t(int N, int IC, const Fp8LinearOptions& opt) {
+  operand("inp", IC, N, IC, 0, opt, false);
+}
+void Fp8WorkspaceSizes::forward_weight(int IC, int OC, const Fp8LinearOptions& opt) {
+  if (opt.layout == Fp8WeightLayout::out_in)
+    operand("weight", IC, OC, IC, 1, opt, false);
+  else
+    operand("weight", OC, IC, OC, 0, opt, false);
+}
+void Fp8WorkspaceSizes::grad(int N, int OC, int ld, const Fp8LinearOptions& opt) {
+  operand("dout", ld, N, OC, 1, opt,
+          opt.scaling == Fp8Scaling::tensorwise && !opt.wgrad_high_precision);
+}
+void Fp8WorkspaceSizes::dinp_weight(int IC, int OC, const Fp8LinearOptions& opt) {
+  if (opt.layout == Fp8WeightLayout::out_in)
+    operand("weight", IC, OC, IC, 0, opt, false);
+  else
+    operand("weight", OC, IC, OC, 1, opt, false);
+}
+void Fp8WorkspaceSizes::dweight_grad_t(int N, int OC, int ld, const Fp8LinearOptions& opt) {
+  if (opt.wgrad_high_precision || opt.scaling == Fp8Scaling::tensorwise) return;  // data_other
+  operand("dout", ld, N, OC, 0, opt, false);
+}
+
+std::size_t Fp8WorkspaceSizes::bytes() const {
+  std::size_t n = 0;
+  for (const auto& [k, b] : bytes_) n += b;
+  return n;
 }
 
 std::size_t Fp8Workspace::bytes() const {

@@ -4,6 +4,9 @@
 #include "meshtrain/model/gpt.hpp"
 
 #include <algorithm>
+#include <vector>
+
+#include "meshtrain/kernels/linear_fp8.hpp"
 
 namespace meshtrain::model {
 
@@ -136,6 +139,9 @@ ModelFootprint model_footprint(const GptConfig& cfg, int micro_batch, int seq_le
     f.scratch += static_cast<double>(ring_attention_bytes(layout.cp_comm, cp_size, B, T, NHl, KVl,
                                                           HS, E));
   }
+  if (layout.fp8.enabled)
+    f.scratch += static_cast<double>(fp8_workspace_bytes(cfg, micro_batch, seq_len, layout,
+                                                         tp_size, E));
   if (cfg.moe.enabled()) {  // the MoE output and the backward's transient rows (one block)
     const std::size_t Ie = cfg.expert_width(), We = swiglu ? 2 * Ie : Ie;
     const std::size_t M = N * cfg.moe.top_k;
@@ -147,6 +153,91 @@ ModelFootprint model_footprint(const GptConfig& cfg, int micro_batch, int seq_le
       f.scratch += static_cast<double>(2 * (N * C + C * experts) * 4);
   }
   return f;
+}
+
+// The casts of gpt_fp8.cpp's parts as the blocks (llama_block.cpp, gpt2_block.cpp) call them,
+// request by request: Fp8WorkspaceSizes mirrors each call's buffers.
+std::size_t fp8_workspace_bytes(const GptConfig& cfg, int micro_batch, int seq_len,
+                                const ModelLayout& layout, int tp_size, std::size_t E) {
+  namespace k = meshtrain::kernels;
+  const int P = tp_size, N = micro_batch * seq_len, C = cfg.n_embd;
+  const int QW = cfg.n_head / P * cfg.head_size(), I = cfg.mlp_width() / P;
+  const int KV = cfg.kv_heads(), KW = (KV < P ? 1 : KV / P) * cfg.head_size();
+  const bool gpt2 = cfg.is_gpt2();
+  k::Fp8LinearOptions o;
+  o.scaling = layout.fp8.scaling;
+  o.wgrad_high_precision = layout.fp8.wgrad_bf16;
+  o.layout = gpt2 ? k::Fp8WeightLayout::in_out : k::Fp8WeightLayout::out_in;
+  k::Fp8WorkspaceSizes w(E);
+  struct Piece {
+    int width;
+  };
+  // gpt_fp8.cpp's fp8_column_forward / fp8_row_forward / fp8_row_backward /
+  // fp8_column_backward.
+  auto column_forward = [&](const std::vector<Piece>& pieces) {
+    o.slot = 0;
+    w.input(N, C, o);
+    for (const Piece& p : pieces) w.forward_weight(C, p.width, o);
+  };
+  auto row_forward = [&](int in_cols) {
+    o.slot = 0;
+    w.input(N, in_cols, o);
+    w.forward_weight(in_cols, C, o);
+  };
+  auto row_backward = [&](int in_cols) {
+    o.slot = 0;
+    w.grad(N, C, C, o);
+    w.dinp_weight(in_cols, C, o);
+    if (o.wgrad_high_precision) return;
+    w.input_t(N, in_cols, o);
+    w.dweight_grad_t(N, C, C, o);
+  };
+  auto column_backward = [&](const std::vector<Piece>& pieces, int ld) {
+    const bool tp = P > 1;
+    for (std::size_t i = 0; i < pieces.size(); ++i) {
+      o.slot = tp ? static_cast<int>(i) : 0;
+      w.grad(N, pieces[i].width, ld, o);
+      w.dinp_weight(C, pieces[i].width, o);
+    }
+    if (o.wgrad_high_precision) return;
+    o.slot = 0;
+    w.input_t(N, C, o);
+    for (std::size_t i = 0; i < pieces.size(); ++i) {
+      o.slot = tp ? static_cast<int>(i) : 0;
+      w.dweight_grad_t(N, pieces[i].width, ld, o);
+    }
+  };
+  const std::vector<LayerRange> chunks =
+      layout.chunks.empty() ? std::vector<LayerRange>{{0, cfg.n_layer}} : layout.chunks;
+  for (const auto& ch : chunks)
+    for (int l = ch.first; l < ch.last; ++l) {
+      if (!layout.fp8.fp8_block(l, cfg.n_layer)) continue;
+      const bool mlp = !cfg.moe.is_moe_layer(l);  // MoE experts stay in the model's type
+      if (gpt2) {
+        column_forward({{3 * C / P}});
+        row_forward(C / P);
+        column_backward({{3 * C / P}}, 3 * C / P);
+        row_backward(C / P);
+        if (mlp) {
+          column_forward({{I}});
+          row_forward(I);
+          column_backward({{I}}, I);
+          row_backward(I);
+        }
+      } else {
+        column_forward({{QW}, {KW}, {KW}});
+        row_forward(QW);
+        column_backward({{QW}, {KW}, {KW}}, QW + 2 * KW);
+        row_backward(QW);
+        if (mlp) {
+          column_forward({{I}, {I}});
+          row_forward(I);
+          column_backward({{I}, {I}}, 2 * I);
+          row_backward(I);
+        }
+      }
+    }
+  return w.bytes();
 }
 
 }  // namespace meshtrain::model

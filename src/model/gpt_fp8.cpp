@@ -121,8 +121,34 @@ void GptT<T>::fp8_column_backward(View1<T> dx, const LinearPiece<T>* pieces, int
   } else {
     const int C = cfg_.n_embd;
     k::Fp8LinearOptions o = fp8_options(TpSplit::column, layout);
+    const auto dweight = [&](const LinearPiece<T>& p, const k::Fp8Tensor& gp,
+                             const k::Fp8Tensor& xt) {
+      if (o.wgrad_high_precision)
+        k::linear_fp8_dweight_gemm<T>(exec_, p.dw, gp, dout + p.col, ld, inp, N_, C, p.width, o);
+      else
+        k::linear_fp8_dweight_gemm<T>(exec_, p.dw, gp, dout + p.col, ld, xt, N_, C, p.width, o);
+    };
+    if (!tp_.active()) {
+      // No reduction to hide: each piece's weight gradient right after its input gradient, so
+      // one workspace slot holds every piece's output-gradient cast in turn (at the 8B shape,
+      // gate and up: 117 MB less than a slot each).
+      o.slot = 0;
+      k::Fp8Tensor xt;
+      if (!o.wgrad_high_precision) xt = k::linear_fp8_input_t<T>(exec_, inp, N_, C, o);
+      for (int i = 0; i < n; ++i) {
+        const LinearPiece<T>& p = pieces[i];
+        const k::Fp8Tensor gp = k::linear_fp8_grad<T>(exec_, dout + p.col, ld, N_, p.width, o);
+        k::linear_fp8_dinp_gemm<T>(exec_, dln_.data(), i == 0 ? 0.0f : 1.0f, gp, p.w, N_, C,
+                                   p.width, o);
+        dweight(p, gp, xt);
+      }
+      comm::Request r = tp_.enter_backward(dln_, dx);
+      tp_.wait(r);
+      return;
+    }
     // Input gradients summed into dln_ (partial over tp), each piece's gradient cast once, in
-    // a workspace slot of its own (all are held until the weight gradients).
+    // a workspace slot of its own (all are held until the weight gradients, which run while the
+    // input gradient's reduction is under way).
     std::vector<k::Fp8Tensor> g;
     for (int i = 0; i < n; ++i) {
       const LinearPiece<T>& p = pieces[i];
@@ -137,13 +163,8 @@ void GptT<T>::fp8_column_backward(View1<T> dx, const LinearPiece<T>* pieces, int
     k::Fp8Tensor xt;
     if (!o.wgrad_high_precision) xt = k::linear_fp8_input_t<T>(exec_, inp, N_, C, o);
     for (int i = 0; i < n; ++i) {
-      const LinearPiece<T>& p = pieces[i];
-      const k::Fp8Tensor& gi = g[static_cast<std::size_t>(i)];
       o.slot = i;
-      if (o.wgrad_high_precision)
-        k::linear_fp8_dweight_gemm<T>(exec_, p.dw, gi, dout + p.col, ld, inp, N_, C, p.width, o);
-      else
-        k::linear_fp8_dweight_gemm<T>(exec_, p.dw, gi, dout + p.col, ld, xt, N_, C, p.width, o);
+      dweight(pieces[i], g[static_cast<std::size_t>(i)], xt);
     }
     tp_.wait(r);
   }

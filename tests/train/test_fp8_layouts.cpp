@@ -22,6 +22,8 @@
 //     dp reduction) can cross an FP8 rounding boundary and move by a whole FP8 step, and Adam's
 //     normalised update carries such a change into every later step (measured up to 1.2e-4 in
 //     losses and 5.4e-3 in norms). The exact tp check, GEMM by GEMM, is test_fp8_linears.
+//  3. Every run: the FP8 casts' workspace holds exactly what model::fp8_workspace_bytes (the
+//     footprint the planner adds up) predicts for its layout and recipe, 0 without FP8 blocks.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -101,6 +103,13 @@ Run train_run(MPI_Comm comm, const Layout& l, const model::Fp8Recipe& fp8,
     r.loss.push_back(met.loss);
     r.norm.push_back(met.grad_norm);
   }
+  // The casts' workspace holds what the footprint (and so the planner) predicts, to the byte.
+  const model::GptT<float>& m = e.model();
+  const std::size_t predicted = model::fp8_workspace_bytes(cfg, m.micro_batch(), m.seq_len(),
+                                                           m.layout(), l.tp, sizeof(float));
+  INFO("FP8 workspace: predicted " << predicted << ", held " << m.fp8_workspace_bytes());
+  REQUIRE(m.fp8_workspace_bytes() == predicted);
+  REQUIRE((predicted > 0) == (fp8.enabled && fp8.first_last_bf16 * 2 < cfg.n_layer));
   return r;
 }
 

@@ -64,6 +64,32 @@ class Fp8Workspace {
   std::map<std::string, View1<std::uint8_t>> buffers_;
 };
 
+struct Fp8LinearOptions;
+
+// What the calls below ask of an Fp8Workspace, predicted without running them (the model's
+// footprint, model_footprint): each buffer by key at its largest request, as the workspace
+// grows them. One method per cast a call makes; elem_bytes is the layer's type (the size of
+// the rowwise path's packed copies). test_fp8_layouts holds it to the model's workspace.
+class Fp8WorkspaceSizes {
+ public:
+  explicit Fp8WorkspaceSizes(std::size_t elem_bytes) : elem_(elem_bytes) {}
+  void input(int N, int IC, const Fp8LinearOptions& opt);            // linear_fp8_input
+  void input_t(int N, int IC, const Fp8LinearOptions& opt);          // linear_fp8_input_t
+  void forward_weight(int IC, int OC, const Fp8LinearOptions& opt);  // forward GEMM's weight
+  void grad(int N, int OC, int ld, const Fp8LinearOptions& opt);     // linear_fp8_grad
+  void dinp_weight(int IC, int OC, const Fp8LinearOptions& opt);     // dinp GEMM's weight
+  // dweight GEMM's dout^T (none where linear_fp8_grad cast both orientations), given g's cast.
+  void dweight_grad_t(int N, int OC, int ld, const Fp8LinearOptions& opt);
+  std::size_t bytes() const;  // what Fp8Workspace::bytes() then holds
+
+ private:
+  void operand(const char* tensor, int ld, int rows, int cols, int k_dim,
+               const Fp8LinearOptions& opt, bool both);
+  void need(const std::string& key, std::size_t n);
+  std::size_t elem_;
+  std::map<std::string, std::size_t> bytes_;
+};
+
 struct Fp8LinearOptions {
   Fp8Format forward = Fp8Format::e4m3;   // inp and weight
   Fp8Format backward = Fp8Format::e5m2;  // dout

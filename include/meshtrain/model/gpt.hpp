@@ -145,6 +145,9 @@ class GptT {
   const ExecSpace& exec() const { return exec_; }
 
   const ModelLayout& layout() const { return layout_; }
+  // Bytes the FP8 casts' workspace holds now (train.precision=fp8; fp8_workspace_bytes predicts
+  // it once every FP8 block has run forward and backward).
+  std::size_t fp8_workspace_bytes() const { return fp8_workspace_.bytes(); }
   int tp_rank() const { return tp_rank_; }
   int tp_size() const { return tp_size_; }
   int n_chunks() const { return static_cast<int>(chunks_.size()); }
@@ -363,6 +366,12 @@ struct ModelFootprint {
 ModelFootprint model_footprint(const GptConfig& cfg, int micro_batch, int seq_len,
                                const ModelLayout& layout, int tp_size, std::size_t elem_bytes,
                                int cp_size = 1);
+
+// The FP8 casts' workspace (kernels::Fp8Workspace) once every FP8 block of the layout's chunks
+// has run forward and backward: the largest request of each of its buffers (counted in
+// model_footprint's scratch). seq_len as model_footprint's (the rank's rows per sequence).
+std::size_t fp8_workspace_bytes(const GptConfig& cfg, int micro_batch, int seq_len,
+                                const ModelLayout& layout, int tp_size, std::size_t elem_bytes);
 
 // Rows per LM-head chunk for `rows` rows of `vocab_local` logits of `elem_bytes` each:
 // `requested` (clamped to [1, rows]) when positive; else (auto) the whole micro-batch when its

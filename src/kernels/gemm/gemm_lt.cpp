@@ -191,9 +191,11 @@ std::size_t type_bytes(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
 // reads C). One synchronisation per plan, in the first step that uses the shape.
 constexpr int kCandidates = 8;
 
+}  // namespace
+
 // MESHTRAIN_GEMM_CANDIDATES (1..8, for perf experiments; read once): how many of them to ask
 // for and time; 1 takes the heuristic's first answer untimed, as PyTorch does.
-int candidates_wanted() {
+int lt_candidates_wanted() {
   static const int n = [] {
     const char* e = std::getenv("MESHTRAIN_GEMM_CANDIDATES");
     const int v = e && *e ? std::atoi(e) : kCandidates;
@@ -201,6 +203,8 @@ int candidates_wanted() {
   }();
   return n;
 }
+
+namespace {
 
 int fastest(cublasLtHandle_t handle, Plan& p, const LtCall& c, cudaStream_t stream,
             void* workspace, const cublasLtMatmulHeuristicResult_t* results, int found) {
@@ -301,7 +305,7 @@ Plan make_plan(cublasLtHandle_t handle, const LtCall& c, cudaStream_t stream, vo
   int found = 0;
   // A status other than success means the same as no algorithm: this case is not supported.
   const cublasStatus_t rc = cublasLtMatmulAlgoGetHeuristic(
-      handle, p.op, p.a, p.b, p.c, p.d, pref, candidates_wanted(), results, &found);
+      handle, p.op, p.a, p.b, p.c, p.d, pref, lt_candidates_wanted(), results, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (rc != CUBLAS_STATUS_SUCCESS || found == 0) {
     destroy(p);

@@ -68,6 +68,10 @@ struct LtPlan {
 };
 void lt_destroy_plan(LtPlan& p);  // releases the descriptors; p becomes an empty plan
 
+// How many of the heuristic's candidates a new plan times (MESHTRAIN_GEMM_CANDIDATES, 1..8,
+// default 8; 1 takes the first answer untimed, as PyTorch does).
+int lt_candidates_wanted();
+
 // log2 of the largest power of two dividing the address, capped at 8 (256 bytes); null gives 8.
 std::uint32_t lt_align_log2(const void* p);
 

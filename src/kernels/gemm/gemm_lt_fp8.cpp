@@ -23,8 +23,11 @@
 //
 // Plans: one per (shape, formats, output type, scaling, beta != 0, pointer alignments), cached in
 // gemm_lt.cpp's shared state with its handle and workspace; the scale pointers are set on the
-// descriptor per call (a host-side store, under the state's lock). The heuristic's first answer
-// is taken untimed, as PyTorch's scaled_mm does.
+// descriptor per call (a host-side store, under the state's lock). As for the bf16 GEMMs
+// (gemm_lt.cpp), up to lt_candidates_wanted() of the heuristic's answers are timed on the first
+// call's own operands, D written to scratch, and the fastest kept: the heuristic's first answer,
+// which PyTorch's scaled_mm takes untimed, is a model's guess, and the bf16 GEMMs' timed choice
+// is part of why meshtrain's bf16 step is ahead of torch.compile's (issue 35).
 #include "../common.hpp"  // first: Kokkos defines KOKKOS_ENABLE_CUDA
 
 #if defined(KOKKOS_ENABLE_CUDA)
@@ -81,7 +84,47 @@ bool fp8_allowed(const LtFp8Call& c) {
   return true;
 }
 
-LtPlan make_plan(cublasLtHandle_t handle, const LtFp8Call& c, std::size_t workspace_bytes) {
+// The index of the fastest of `found` algorithms on the call's operands (3 runs each, the first
+// a warm-up), D written to a scratch buffer; C, A, B and the scales are only read. One device
+// synchronisation per candidate, once per plan.
+int fastest(cublasLtHandle_t handle, const LtPlan& p, const LtFp8Call& c, cudaStream_t stream,
+            void* workspace, std::size_t workspace_bytes,
+            const cublasLtMatmulHeuristicResult_t* results, int found) {
+  if (found <= 1) return 0;
+  const std::size_t out_bytes = c.out_type == CUDA_R_32F ? 4 : 2;
+  void* d = nullptr;  // a transient of the first step, freed below
+  MESHTRAIN_CUDA_CHECK(cudaMalloc(&d, std::size_t(c.M) * std::size_t(c.ldd) * out_bytes));
+  const void* cin = c.beta != 0.0f ? c.C : d;
+  cudaEvent_t ev[2];
+  for (auto& e : ev) MESHTRAIN_CUDA_CHECK(cudaEventCreate(&e));
+  int best = 0;
+  float best_ms = 3.4e38f;
+  for (int i = 0; i < found; ++i) {
+    float ms = 0;
+    bool ok = true;
+    for (int rep = 0; rep < 3 && ok; ++rep) {  // rep 0 warms up
+      MESHTRAIN_CUDA_CHECK(cudaEventRecord(ev[0], stream));
+      ok = cublasLtMatmul(handle, p.op, &c.alpha, c.B, p.a, c.A, p.b, &c.beta, cin, p.c, d, p.d,
+                          &results[i].algo, workspace, workspace_bytes,
+                          stream) == CUBLAS_STATUS_SUCCESS;
+      MESHTRAIN_CUDA_CHECK(cudaEventRecord(ev[1], stream));
+      MESHTRAIN_CUDA_CHECK(cudaEventSynchronize(ev[1]));
+      float t = 0;
+      MESHTRAIN_CUDA_CHECK(cudaEventElapsedTime(&t, ev[0], ev[1]));
+      if (rep > 0) ms += t;
+    }
+    if (ok && ms < best_ms) {
+      best = i;
+      best_ms = ms;
+    }
+  }
+  for (auto& e : ev) cudaEventDestroy(e);
+  MESHTRAIN_CUDA_CHECK(cudaFree(d));
+  return best;
+}
+
+LtPlan make_plan(cublasLtHandle_t handle, const LtFp8Call& c, cudaStream_t stream,
+                 void* workspace, std::size_t workspace_bytes) {
   LtPlan p;
   MESHTRAIN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   set_desc(p.op, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
@@ -109,17 +152,20 @@ LtPlan make_plan(cublasLtHandle_t handle, const LtFp8Call& c, std::size_t worksp
   set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, bytes(c.A));
   set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, bytes(c.C));
   set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, bytes(c.D));
-  cublasLtMatmulHeuristicResult_t result = {};
+  constexpr int kMaxCandidates = 8;
+  cublasLtMatmulHeuristicResult_t results[kMaxCandidates] = {};
+  const int wanted = lt_candidates_wanted() < kMaxCandidates ? lt_candidates_wanted()
+                                                             : kMaxCandidates;
   int found = 0;
   // A status other than success means the same as no algorithm: this case is not supported.
-  const cublasStatus_t rc =
-      cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.c, p.d, pref, 1, &result, &found);
+  const cublasStatus_t rc = cublasLtMatmulAlgoGetHeuristic(handle, p.op, p.a, p.b, p.c, p.d,
+                                                           pref, wanted, results, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (rc != CUBLAS_STATUS_SUCCESS || found == 0) {
     lt_destroy_plan(p);
     return p;
   }
-  p.algo = result.algo;
+  p.algo = results[fastest(handle, p, c, stream, workspace, workspace_bytes, results, found)].algo;
   p.ok = true;
   return p;
 }
@@ -146,7 +192,9 @@ bool lt_matmul_fp8(const Kokkos::Cuda& exec, const LtFp8Call& call) {
   auto& plans = lt.keyed_plans();
   auto it = plans.find(key);
   if (it == plans.end())
-    it = plans.emplace(key, make_plan(lt.handle(), c, lt.workspace_bytes())).first;
+    it = plans.emplace(key, make_plan(lt.handle(), c, exec.cuda_stream(), lt.workspace(),
+                                      lt.workspace_bytes()))
+             .first;
   LtPlan& p = it->second;
   if (!p.ok) return false;
   set_desc(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(c.b_scale));
