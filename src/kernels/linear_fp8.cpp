@@ -21,13 +21,17 @@ void check_shape(const char* fn, int N, int IC, int OC) {
   MESHTRAIN_CHECK(N >= 0 && IC > 0 && OC > 0, fn, ": bad shape N=", N, ", IC=", IC, ", OC=", OC);
 }
 
-// The workspace's key of one buffer: the tensor, the dimension its GEMM sums over, the caller's
-// slot, and what the buffer is ("fp8", "fp8_other", "pack", "pack_t"). A weight's cast is read
-// only by the GEMM right after it (in stream order), so every slot shares one buffer for it.
+// The workspace's key of one buffer: what the buffer is ("fp8", "fp8_other", "pack",
+// "pack_t"), the tensor, and for an output gradient the dimension its GEMM sums over and the
+// caller's slot: dout's casts are held from linear_fp8_grad to the weight-gradient GEMM, both
+// orientations at once and one per slot. A weight's or an input's cast is read only by the
+// GEMMs of the call that made it (in stream order), and no call holds two of one tensor: one
+// buffer each serves forward and backward, every orientation and every slot (at the 8B shape,
+// two [N, I] buffers fewer).
 std::string key(const char* what, const char* tensor, int k_dim, const Fp8LinearOptions& opt) {
-  const int slot = std::string(tensor) == "weight" ? 0 : opt.slot;
+  if (std::string(tensor) != "dout") return std::string(what) + "_" + tensor;
   return std::string(what) + "_" + tensor + "_k" + std::to_string(k_dim) + "_s" +
-         std::to_string(slot);
+         std::to_string(opt.slot);
 }
 
 // Bytes of an Fp8Workspace::tensor: codes, then amax, scale and scale_inv, each 256-byte aligned
