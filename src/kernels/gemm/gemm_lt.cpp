@@ -204,6 +204,33 @@ int lt_candidates_wanted() {
   return n;
 }
 
+int lt_fastest(cudaStream_t stream, int found, const std::function<bool(int)>& run) {
+  if (found <= 1) return 0;
+  cudaEvent_t ev[2];
+  for (auto& e : ev) MESHTRAIN_CUDA_CHECK(cudaEventCreate(&e));
+  int best = 0;
+  float best_ms = std::numeric_limits<float>::max();
+  for (int i = 0; i < found; ++i) {
+    float ms = 0;
+    bool ok = true;
+    for (int rep = 0; rep < 3 && ok; ++rep) {  // rep 0 warms up
+      MESHTRAIN_CUDA_CHECK(cudaEventRecord(ev[0], stream));
+      ok = run(i);
+      MESHTRAIN_CUDA_CHECK(cudaEventRecord(ev[1], stream));
+      MESHTRAIN_CUDA_CHECK(cudaEventSynchronize(ev[1]));
+      float t = 0;
+      MESHTRAIN_CUDA_CHECK(cudaEventElapsedTime(&t, ev[0], ev[1]));
+      if (rep > 0) ms += t;
+    }
+    if (ok && ms < best_ms) {
+      best = i;
+      best_ms = ms;
+    }
+  }
+  for (auto& e : ev) cudaEventDestroy(e);
+  return best;
+}
+
 namespace {
 
 int fastest(cublasLtHandle_t handle, Plan& p, const LtCall& c, cudaStream_t stream,
@@ -219,30 +246,11 @@ int fastest(cublasLtHandle_t handle, Plan& p, const LtCall& c, cudaStream_t stre
   if (c.epilogue == LtEpilogue::gelu_aux || c.epilogue == LtEpilogue::gelu_aux_bias)
     set_desc(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
   const void* cin = c.beta != 0.0f ? c.C : d;
-  cudaEvent_t ev[2];
-  for (auto& e : ev) MESHTRAIN_CUDA_CHECK(cudaEventCreate(&e));
-  int best = 0;
-  float best_ms = std::numeric_limits<float>::max();
-  for (int i = 0; i < found; ++i) {
-    float ms = 0;
-    bool ok = true;
-    for (int rep = 0; rep < 3 && ok; ++rep) {  // rep 0 warms up
-      MESHTRAIN_CUDA_CHECK(cudaEventRecord(ev[0], stream));
-      ok = cublasLtMatmul(handle, p.op, &c.alpha, c.B, p.a, c.A, p.b, &c.beta, cin, p.c, d, p.d,
+  const int best = lt_fastest(stream, found, [&](int i) {
+    return cublasLtMatmul(handle, p.op, &c.alpha, c.B, p.a, c.A, p.b, &c.beta, cin, p.c, d, p.d,
                           &results[i].algo, workspace, kWorkspaceBytes,
                           stream) == CUBLAS_STATUS_SUCCESS;
-      MESHTRAIN_CUDA_CHECK(cudaEventRecord(ev[1], stream));
-      MESHTRAIN_CUDA_CHECK(cudaEventSynchronize(ev[1]));
-      float t = 0;
-      MESHTRAIN_CUDA_CHECK(cudaEventElapsedTime(&t, ev[0], ev[1]));
-      if (rep > 0) ms += t;
-    }
-    if (ok && ms < best_ms) {
-      best = i;
-      best_ms = ms;
-    }
-  }
-  for (auto& e : ev) cudaEventDestroy(e);
+  });
   MESHTRAIN_CUDA_CHECK(cudaFree(d));
   return best;
 }

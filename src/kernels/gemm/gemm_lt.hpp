@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -71,6 +72,11 @@ void lt_destroy_plan(LtPlan& p);  // releases the descriptors; p becomes an empt
 // How many of the heuristic's candidates a new plan times (MESHTRAIN_GEMM_CANDIDATES, 1..8,
 // default 8; 1 takes the first answer untimed, as PyTorch does).
 int lt_candidates_wanted();
+
+// Of `found` candidate algorithms, the index of the fastest: run(i) enqueues candidate i once on
+// `stream` and says whether cuBLASLt took it; each runs 3 times (the first a warm-up) between
+// events, one synchronisation per run. found <= 1: 0, nothing run.
+int lt_fastest(cudaStream_t stream, int found, const std::function<bool(int)>& run);
 
 // log2 of the largest power of two dividing the address, capped at 8 (256 bytes); null gives 8.
 std::uint32_t lt_align_log2(const void* p);

@@ -84,9 +84,8 @@ bool fp8_allowed(const LtFp8Call& c) {
   return true;
 }
 
-// The index of the fastest of `found` algorithms on the call's operands (3 runs each, the first
-// a warm-up), D written to a scratch buffer; C, A, B and the scales are only read. One device
-// synchronisation per candidate, once per plan.
+// The fastest of `found` algorithms on the call's operands (lt_fastest), D written to a scratch
+// buffer; C, A, B and the scales are only read.
 int fastest(cublasLtHandle_t handle, const LtPlan& p, const LtFp8Call& c, cudaStream_t stream,
             void* workspace, std::size_t workspace_bytes,
             const cublasLtMatmulHeuristicResult_t* results, int found) {
@@ -95,30 +94,11 @@ int fastest(cublasLtHandle_t handle, const LtPlan& p, const LtFp8Call& c, cudaSt
   void* d = nullptr;  // a transient of the first step, freed below
   MESHTRAIN_CUDA_CHECK(cudaMalloc(&d, std::size_t(c.M) * std::size_t(c.ldd) * out_bytes));
   const void* cin = c.beta != 0.0f ? c.C : d;
-  cudaEvent_t ev[2];
-  for (auto& e : ev) MESHTRAIN_CUDA_CHECK(cudaEventCreate(&e));
-  int best = 0;
-  float best_ms = 3.4e38f;
-  for (int i = 0; i < found; ++i) {
-    float ms = 0;
-    bool ok = true;
-    for (int rep = 0; rep < 3 && ok; ++rep) {  // rep 0 warms up
-      MESHTRAIN_CUDA_CHECK(cudaEventRecord(ev[0], stream));
-      ok = cublasLtMatmul(handle, p.op, &c.alpha, c.B, p.a, c.A, p.b, &c.beta, cin, p.c, d, p.d,
+  const int best = lt_fastest(stream, found, [&](int i) {
+    return cublasLtMatmul(handle, p.op, &c.alpha, c.B, p.a, c.A, p.b, &c.beta, cin, p.c, d, p.d,
                           &results[i].algo, workspace, workspace_bytes,
                           stream) == CUBLAS_STATUS_SUCCESS;
-      MESHTRAIN_CUDA_CHECK(cudaEventRecord(ev[1], stream));
-      MESHTRAIN_CUDA_CHECK(cudaEventSynchronize(ev[1]));
-      float t = 0;
-      MESHTRAIN_CUDA_CHECK(cudaEventElapsedTime(&t, ev[0], ev[1]));
-      if (rep > 0) ms += t;
-    }
-    if (ok && ms < best_ms) {
-      best = i;
-      best_ms = ms;
-    }
-  }
-  for (auto& e : ev) cudaEventDestroy(e);
+  });
   MESHTRAIN_CUDA_CHECK(cudaFree(d));
   return best;
 }
