@@ -359,6 +359,10 @@ plan::Layout train_layout(const train::TrainConfig& tc, const parallel::EngineOp
   l.recompute = eo.recompute;
   l.recompute_mlp_act = eo.recompute_mlp_act;
   l.precision = plan::parse_precision(precision);
+  l.fp8 = eo.fp8.enabled;
+  l.fp8_rowwise = eo.fp8.scaling == kernels::Fp8Scaling::rowwise;
+  l.fp8_wgrad_bf16 = eo.fp8.wgrad_bf16;
+  l.fp8_first_last_bf16 = eo.fp8.first_last_bf16;
   l.bucket_bytes = pc.dp.bucket_bytes;
   l.head_chunk_tokens = eo.head_chunk_tokens;
   l.ckpt_async = tc.ckpt.async_write && !tc.ckpt.dir.empty();

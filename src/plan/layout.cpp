@@ -41,7 +41,8 @@ std::string Layout::name() const {
   s += cat(" x tp ", tp, sequence_parallel && tp > 1 ? " sp" : "", ", ZeRO-", zero_stage,
            offload ? " offload" : "", ", mb ", micro_batch, " x ", n_micro,
            recompute ? ", recompute" : "", recompute_mlp_act ? ", recompute MLP act" : "", ", ",
-           precision_name(precision));
+           precision_name(precision), fp8 ? cat(" + fp8 linears (", fp8_rowwise ? "rowwise" :
+                                                "tensorwise", ")") : std::string());
   return s;
 }
 
@@ -57,6 +58,7 @@ std::string Layout::short_name() const {
   if (sequence_parallel && tp > 1) s += " sp";
   if (recompute) s += " rc";
   if (recompute_mlp_act) s += " rca";
+  if (fp8) s += " fp8";
   return s;
 }
 

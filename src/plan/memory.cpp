@@ -81,6 +81,10 @@ std::vector<MemoryBreakdown> memory_per_stage(const model::GptConfig& cfg, int s
     ml.recompute = l.recompute;
     ml.recompute_mlp_act = l.recompute_mlp_act;
     ml.head_chunk_rows = l.head_chunk_tokens;
+    ml.fp8.enabled = l.fp8;  // the FP8 casts' workspace (model_footprint's scratch)
+    ml.fp8.scaling = l.fp8_rowwise ? kernels::Fp8Scaling::rowwise : kernels::Fp8Scaling::tensorwise;
+    ml.fp8.wgrad_bf16 = l.fp8_wgrad_bf16;
+    ml.fp8.first_last_bf16 = l.fp8_first_last_bf16;
     if (l.pp == 1) {  // micro-batches run one after another
       ml.n_slots = 1;
       ml.chunk_slots.clear();

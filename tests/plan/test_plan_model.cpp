@@ -296,3 +296,46 @@ TEST_CASE("GPU cp layouts count the ring attention blocks' staging in cuDNN's bu
           Approx(double(kernels::cudnn_attention_buffer_bytes(2, 16, 8192, 64, false, 9)))
               .epsilon(1e-12));
 }
+
+TEST_CASE("FP8 layouts count the casts' workspace, stage by stage", "[plan][memory][fp8]") {
+  // Llama 3.1 8B's shape cut to 4 blocks, seq 4096, mb 1, bf16 + FP8 linears: at tp 1 the
+  // workspace is four [N, I] buffers (the input and weight casts, the output gradient's two
+  // orientations), N = 4096 tokens, I = 14336: about 235 MB, in each stage's scratch.
+  model::GptConfig cfg = model::preset("llama3.1-8b");
+  cfg.n_layer = 4;
+  plan::Layout l;
+  l.precision = plan::Precision::bf16;
+  const auto scratch = [&](const plan::Layout& x) {
+    std::vector<double> s;
+    for (const auto& m : plan::memory_per_stage(cfg, 4096, x)) s.push_back(m.scratch);
+    return s;
+  };
+  const auto bf16 = scratch(l);
+  plan::Layout f = l;
+  f.fp8 = true;
+  const double tile = (4096.0 * 14336 + 255) / 256 * 256 + 3 * 256;  // codes + amax/scale/inv
+  REQUIRE(scratch(f)[0] - bf16[0] == Approx(3 * tile + 4096.0 * 14336).epsilon(1e-12));
+  model::ModelLayout ml;
+  ml.fp8.enabled = true;
+  REQUIRE(scratch(f)[0] - bf16[0] ==
+          double(model::fp8_workspace_bytes(cfg, 1, 4096, ml, 1, 2)));
+  // Each pipeline stage counts its own blocks: with the first and last block in bf16 both
+  // stages (two blocks each: a small vocabulary keeps the embedding and head out of the
+  // balance) still hold one FP8 block of the same shape; with two of each, none.
+  cfg.vocab_size = 256;
+  f.pp = l.pp = 2;
+  f.fp8_first_last_bf16 = 1;
+  const auto pp_bf16 = scratch(l), pp_fp8 = scratch(f);
+  REQUIRE(pp_fp8.size() == 2);
+  for (std::size_t s = 0; s < 2; ++s)
+    REQUIRE(pp_fp8[s] - pp_bf16[s] == Approx(3 * tile + 4096.0 * 14336).epsilon(1e-12));
+  f.fp8_first_last_bf16 = 2;
+  REQUIRE(scratch(f) == pp_bf16);
+  // Rowwise adds the packed copies of strided and transposed operands: more than tensorwise.
+  f.pp = l.pp = 1;
+  f.fp8_first_last_bf16 = 0;
+  plan::Layout r = f;
+  r.fp8_rowwise = true;
+  REQUIRE(scratch(r)[0] > scratch(f)[0]);
+  REQUIRE(r.name().find("fp8 linears (rowwise)") != std::string::npos);
+}

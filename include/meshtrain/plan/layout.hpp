@@ -30,6 +30,13 @@ struct Layout {
   bool recompute = false;            // train.recompute
   bool recompute_mlp_act = false;    // train.recompute_mlp_act (not searched: set by the user)
   Precision precision = Precision::fp32;
+  // train.precision=fp8 (the recipe's fields, model/fp8_recipe.hpp): the blocks' linears in FP8
+  // on `precision`'s activations. Memory only: the FP8 casts' workspace is counted; the step-time
+  // model has no FP8 rate yet and times such a layout as its `precision`.
+  bool fp8 = false;
+  bool fp8_rowwise = false;         // fp8.recipe = rowwise (else tensorwise)
+  bool fp8_wgrad_bf16 = false;      // fp8.wgrad_bf16
+  int fp8_first_last_bf16 = 0;      // fp8.first_last_bf16
   std::size_t bucket_bytes = 25u << 20;  // dp.bucket_mb
   int head_chunk_tokens = 0;         // train.head_chunk_tokens (0: auto; not searched)
   bool ckpt_async = false;           // ckpt.async: host staging buffers of the checkpoint
