@@ -313,7 +313,9 @@ TEST_CASE("FP8 layouts count the casts' workspace, stage by stage", "[plan][memo
   const auto bf16 = scratch(l);
   plan::Layout f = l;
   f.fp8 = true;
-  const double tile = (4096.0 * 14336 + 255) / 256 * 256 + 3 * 256;  // codes + amax/scale/inv
+  // An FP8 tensor: its codes (N I, a multiple of 256 bytes) and 256 bytes each for the amax,
+  // the scale and its inverse.
+  const double tile = 4096.0 * 14336 + 3 * 256;
   REQUIRE(scratch(f)[0] - bf16[0] == Approx(3 * tile + 4096.0 * 14336).epsilon(1e-12));
   model::ModelLayout ml;
   ml.fp8.enabled = true;
