@@ -6,9 +6,13 @@ Steps are cut at the optimizer: a step ends where a run of kernels matching --st
 runs closer than --merge-ms end the same step). Of the last --steps complete
 steps this prints, per step (median over them): the wall time between step ends, the time the
 GPU was busy (the union of kernels, copies and memsets) and idle, the time per category of
-kernel, the kernels that take the most, the largest idle gaps with the kernels on both sides,
-and the host's synchronizations. Nothing here was fenced; the categories of PyTorch's fused
-Triton kernels are read from their names (a fused norm+residual kernel counts as norm).
+kernel, the communication (NCCL's kernels) and how much of it ran while other kernels did
+(hidden) or alone (exposed), the kernels that take the most, the largest idle gaps with the
+kernels on both sides, and the host's synchronizations. Nothing here was fenced; the
+categories of PyTorch's fused Triton kernels are read from their names (a fused norm+residual
+kernel counts as norm). An NCCL kernel runs from its launch until its peers' data has come, so
+its "exposed" time is what the step waits on communication on this GPU; on ranks that share one
+GPU (emulated hosts) it also holds the time the peers' processes had the GPU.
 
   perf/tools/cupti_trace_summary.py trace.csv [--step-end REGEX] [--steps 5] [--top 25]
 """
@@ -20,6 +24,8 @@ import sys
 from collections import defaultdict
 
 CATEGORIES = [
+    # NCCL's kernels first: their names ("AllReduce_Sum", "SendRecv") would match others.
+    ("comm", r"nccl"),
     ("attention", r"cudnn|fmha|flash|sdpa|attention|attn"),
     ("optimizer", r"adam|sum_squares|clip_scale|multi_tensor|_foreach|grad_norm|optim"),
     # Our FP8 casts, amaxes and operand packing (Kokkos lambdas of kernels/fp8_cast.cpp and
@@ -98,6 +104,29 @@ def union_length(intervals):
     return total
 
 
+def intersection_length(a, b):
+    """Length of the intersection of two unions of intervals."""
+    def merged(iv):
+        out = []
+        for s, e in sorted(iv):
+            if out and s <= out[-1][1]:
+                out[-1][1] = max(out[-1][1], e)
+            else:
+                out.append([s, e])
+        return out
+    a, b = merged(a), merged(b)
+    i = j = total = 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if hi > lo:
+            total += hi - lo
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("trace")
@@ -138,6 +167,7 @@ def main():
     per_cat = defaultdict(list)
     per_kernel = defaultdict(lambda: [0.0, 0])
     gaps_last, syncs = [], defaultdict(lambda: [0, 0.0])
+    comm_union, comm_hidden = [], []  # NCCL kernels per step, and the part compute overlaps
     for i in range(n):
         t0, t1 = ends[i], ends[i + 1]
         items = [d for d in dev if t0 <= d[0] < t1]
@@ -152,6 +182,14 @@ def main():
             per_kernel[key][1] += 1
         for c, v in cats.items():
             per_cat[c].append(v)
+        # Communication hidden behind computation, on the GPU's own clock: the time NCCL's
+        # kernels run while a kernel of another kind runs too (on another stream).
+        comm = [(max(s, t0), min(e, t1)) for s, e, kind, name, *_ in items
+                if kind == "K" and category(kind, short_name(name)) == "comm"]
+        work = [(max(s, t0), min(e, t1)) for s, e, kind, name, *_ in items
+                if kind == "K" and category(kind, short_name(name)) != "comm"]
+        comm_union.append(union_length(comm) / 1e6)
+        comm_hidden.append(intersection_length(comm, work) / 1e6)
         if i == n - 1:
             prev_end, prev_name = t0, "(step start)"
             for s, e, kind, name, _, _ in items:
@@ -169,6 +207,10 @@ def main():
     print(f"{p}category ms/step (median; sums of kernel times, overlap counted twice)")
     for c, v in sorted(per_cat.items(), key=lambda kv: -statistics.median(kv[1])):
         print(f"{p}  {c:<14} {statistics.median(v):8.2f}")
+    cu, ch = statistics.median(comm_union), statistics.median(comm_hidden)
+    if cu > 0:
+        print(f"{p}communication (NCCL kernels) {cu:.2f} ms/step: {ch:.2f} ms overlapped by "
+              f"computation ({100 * ch / cu:.0f}% hidden), {cu - ch:.2f} ms exposed")
     print(f"{p}top kernels: ms/step calls/step name")
     for k, (ms, calls) in sorted(per_kernel.items(), key=lambda kv: -kv[1][0])[:a.top]:
         print(f"{p}  {ms:8.3f} {calls / n:6.1f}  {k}")

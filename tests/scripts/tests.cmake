@@ -1,5 +1,6 @@
 # The scripts around the executable (label 'scripts', no MPI, a few seconds in all): Slurm jobs,
-# Spack files, the scaling driver. shellcheck and python3-yaml come from .ci/install-deps.
+# Spack files, the scaling driver, the GPU timeline's summary. shellcheck and python3-yaml come
+# from .ci/install-deps.
 find_program(MESHTRAIN_SHELLCHECK shellcheck)
 find_package(Python3 COMPONENTS Interpreter)
 
@@ -29,6 +30,9 @@ if(Python3_Interpreter_FOUND)
     ${PROJECT_SOURCE_DIR})
   meshtrain_script_test(scaling ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/scripts/test_scaling.py
     ${PROJECT_SOURCE_DIR})
+  # perf/tools/cupti_trace_summary.py: steps, categories, NCCL time hidden / exposed, gaps.
+  meshtrain_script_test(cupti_summary ${Python3_EXECUTABLE}
+    ${CMAKE_CURRENT_SOURCE_DIR}/scripts/test_cupti_summary.py ${PROJECT_SOURCE_DIR})
   # cmake/MeshtrainBlas.cmake with the BLAS given as the Spack recipe gives it (a few configures).
   meshtrain_script_test(spack_blas ${Python3_EXECUTABLE}
     ${CMAKE_CURRENT_SOURCE_DIR}/scripts/test_spack_blas.py
@@ -41,4 +45,5 @@ else()
   meshtrain_script_test(spack ${_missing} python3)
   meshtrain_script_test(spack_blas ${_missing} python3)
   meshtrain_script_test(scaling ${_missing} python3)
+  meshtrain_script_test(cupti_summary ${_missing} python3)
 endif()
