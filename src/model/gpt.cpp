@@ -168,8 +168,12 @@ GptT<T>::GptT(const GptConfig& cfg, int micro_batch, int seq_len, const ModelLay
                     " positions for ", T_, " rows per sequence");
     int hi = 0;
     for (int p : pos) hi = std::max(hi, p);
-    MESHTRAIN_CONFIG_CHECK(hi < cfg_.block_size, "train.seq_len=", hi + 1,
-                           " must be at most model.block_size=", cfg_.block_size);
+    // The sequence's length, not this rank's last position: every cp rank names the same value
+    // (rank 0 holds the last chunk; the others' rows end earlier).
+    const int seq_len = T_ * layout_.cp->size();
+    MESHTRAIN_CONFIG_CHECK(hi < cfg_.block_size, "train.seq_len=", seq_len,
+                           " must be at most model.block_size=", cfg_.block_size, " (mesh.cp=",
+                           layout_.cp->size(), " splits it, ", T_, " rows per rank)");
     positions_ = alloc<std::int32_t>("model.positions", pos.size());
     auto h = Kokkos::create_mirror_view(positions_);
     for (std::size_t t = 0; t < pos.size(); ++t) h(t) = pos[t];
