@@ -143,14 +143,17 @@ Graph backward_graph(const SdpaShape& s, cudnnDataType_t io, bool dq_accum) {
   const Dims per_query_head{s.B, s.NH, s.Tk, s.HS};
   const int64_t Pt = g.virt(ss_t, io, ss_t_strides);
   g.reshape(P, Pt);
-  const bool gqa = s.NKV != s.NH;
-  if (!gqa) {
-    g.matmul(Pt, kDO, kDV);
-  } else {
+  // a b into out, per query head and then summed over each kv head's group where NKV < NH.
+  const auto matmul_per_kv_head = [&](int64_t a, int64_t b, int64_t out) {
+    if (s.NKV == s.NH) {
+      g.matmul(a, b, out);
+      return;
+    }
     const int64_t full = g.virt(per_query_head, io);
-    g.matmul(Pt, kDO, full);
-    g.reduction(CUDNN_REDUCE_TENSOR_ADD, full, kDV);
-  }
+    g.matmul(a, b, full);
+    g.reduction(CUDNN_REDUCE_TENSOR_ADD, full, out);
+  };
+  matmul_per_kv_head(Pt, kDO, kDV);
 
   // dS = scale P (dO V^T - D).
   const int64_t dP = g.virt(ss, CUDNN_DATA_FLOAT);
@@ -164,13 +167,7 @@ Graph backward_graph(const SdpaShape& s, cudnnDataType_t io, bool dq_accum) {
   // dK = dS^T Q (summed over the group when NKV < NH).
   const int64_t dSt = g.virt(ss_t, io, ss_t_strides);
   g.reshape(dS, dSt);
-  if (!gqa) {
-    g.matmul(dSt, kQ, kDK);
-  } else {
-    const int64_t full = g.virt(per_query_head, io);
-    g.matmul(dSt, kQ, full);
-    g.reduction(CUDNN_REDUCE_TENSOR_ADD, full, kDK);
-  }
+  matmul_per_kv_head(dSt, kQ, kDK);
 
   // dQ = dS K, K as the transpose of K^T.
   const int64_t K = g.virt(kv, io, rows(s, s.k));
