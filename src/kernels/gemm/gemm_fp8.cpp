@@ -5,6 +5,13 @@
 #include <atomic>
 #include <type_traits>
 
+#if defined(KOKKOS_ENABLE_CUDA)
+#include <cstdio>
+#include <mutex>
+#include <set>
+#include <string>
+#endif
+
 #include "../common.hpp"
 
 #if defined(KOKKOS_ENABLE_CUDA)
@@ -71,11 +78,19 @@ cudaDataType_t lt_fp8_type(Fp8Format f) {
 // tensorwise: cuBLASLt's outer-vector mode is for A and B together.
 template <class T>
 bool try_cublaslt(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K, float alpha,
-                  const Fp8Tensor& A, const Fp8Tensor& B, float beta, T* C, int ldc) {
+                  const Fp8Tensor& A, const Fp8Tensor& B, float beta, T* C, int ldc,
+                  const char** why) {
   if constexpr (!std::is_same_v<ExecSpace, Kokkos::Cuda>) {
     return false;
   } else {
-    if (ta != Trans::N || tb != Trans::T || A.scaling != B.scaling) return false;
+    if (ta != Trans::N || tb != Trans::T) {
+      *why = "not the TN form (both operands K-contiguous)";
+      return false;
+    }
+    if (A.scaling != B.scaling) {
+      *why = "one operand rowwise, the other tensorwise";
+      return false;
+    }
     constexpr bool f32 = std::is_same_v<T, float>;
 #if MESHTRAIN_HAVE_BF16
     constexpr bool b16 = std::is_same_v<T, bf16>;
@@ -89,8 +104,26 @@ bool try_cublaslt(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K
                            A.data.data(), K, A.scale_inv.data(),
                            B.data.data(), K, B.scale_inv.data(),
                            beta, C, ldc, C, ldc};
-    return detail::lt_matmul_fp8(exec, call);
+    return detail::lt_matmul_fp8(exec, call, why);
   }
+}
+
+// An emulated FP8 GEMM on a GPU costs several times its bf16 GEMM (decode, fp32 GEMM, scale
+// pass, three allocations): said on stderr once per shape and reason, so that a slow fp8 step
+// names its cause in the log instead of only in a kernel timeline.
+void say_emulated(Trans ta, Trans tb, int M, int N, int K, const Fp8Tensor& A,
+                  const Fp8Tensor& B, const char* why) {
+  static std::mutex mu;
+  static std::set<std::string> said;
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "meshtrain: FP8 GEMM %c%c M=%d N=%d K=%d (A %s, B %s, %s) runs the emulation "
+                "on the GPU: %s\n",
+                ta == Trans::N ? 'N' : 'T', tb == Trans::N ? 'N' : 'T', M, N, K,
+                fp8_format_name(A.format), fp8_format_name(B.format),
+                fp8_scaling_name(A.scaling), why != nullptr ? why : "no reason given");
+  std::lock_guard<std::mutex> lock(mu);
+  if (said.insert(line).second) std::fputs(line, stderr);
 }
 #endif
 
@@ -139,10 +172,12 @@ void gemm_fp8(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K, fl
   check_fp8_gemm("gemm_fp8", ta, tb, M, N, K, A, B, ldc);
   if (M == 0 || N == 0) return;
 #if defined(KOKKOS_ENABLE_CUDA)
-  if (try_cublaslt<T>(exec, ta, tb, M, N, K, alpha, A, B, beta, C, ldc)) {
+  const char* why = nullptr;
+  if (try_cublaslt<T>(exec, ta, tb, M, N, K, alpha, A, B, beta, C, ldc, &why)) {
     cublaslt_calls.fetch_add(1, std::memory_order_relaxed);
     return;
   }
+  if constexpr (std::is_same_v<ExecSpace, Kokkos::Cuda>) say_emulated(ta, tb, M, N, K, A, B, why);
 #endif
   gemm_fp8_emulated<T>(exec, ta, tb, M, N, K, alpha, A, B, beta, C, ldc);
 }

@@ -64,24 +64,29 @@ void set_pref(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t
 
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
-// The documented restrictions (see the top of the file); false means: emulate.
-bool fp8_allowed(const LtFp8Call& c) {
+// The documented restrictions (see the top of the file): nullptr where the call may run, else
+// why not (the caller emulates, and says so once per shape).
+const char* fp8_refusal(const LtFp8Call& c) {
   const auto fp8 = [](cudaDataType_t t) { return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2; };
-  if (!fp8(c.a_type) || !fp8(c.b_type)) return false;
-  if (c.a_type == CUDA_R_8F_E5M2 && c.b_type == CUDA_R_8F_E5M2) return false;  // no such kernel
-  if (c.out_type != CUDA_R_32F && c.out_type != CUDA_R_16BF) return false;
-  if (c.rowwise && !kHaveOuterVec) return false;
-  if (c.M < 1 || c.N < 1 || c.K < 16) return false;
+  if (!fp8(c.a_type) || !fp8(c.b_type)) return "an operand is not FP8";
+  if (c.a_type == CUDA_R_8F_E5M2 && c.b_type == CUDA_R_8F_E5M2)
+    return "E5M2 x E5M2 has no kernel";
+  if (c.out_type != CUDA_R_32F && c.out_type != CUDA_R_16BF) return "output neither fp32 nor bf16";
+  if (c.rowwise && !kHaveOuterVec) return "no rowwise (outer-vector) scaling in this cuBLASLt";
+  if (c.M < 1 || c.N < 1 || c.K < 16) return "M, N < 1 or K < 16";
   // 16-byte alignment of every pointer and leading dimension; K too, since a K-contiguous row of
   // FP8 codes must fill whole 16-byte vectors.
   const int out_bytes = c.out_type == CUDA_R_32F ? 4 : 2;
-  if (c.K % 16 != 0 || c.lda % 16 != 0 || c.ldb % 16 != 0) return false;
-  if ((c.ldc * out_bytes) % 16 != 0 || (c.ldd * out_bytes) % 16 != 0) return false;
-  if (!aligned16(c.A) || !aligned16(c.B) || !aligned16(c.C) || !aligned16(c.D)) return false;
+  if (c.K % 16 != 0 || c.lda % 16 != 0 || c.ldb % 16 != 0)
+    return "K or an operand's leading dimension is not a multiple of 16";
+  if ((c.ldc * out_bytes) % 16 != 0 || (c.ldd * out_bytes) % 16 != 0)
+    return "the output's row stride is not a multiple of 16 bytes";
+  if (!aligned16(c.A) || !aligned16(c.B) || !aligned16(c.C) || !aligned16(c.D))
+    return "an operand or the output is not 16-byte aligned";
   // Scale pointers 16-byte aligned, tensorwise too: cuBLASLt 13 refused tensorwise FP8 matmuls
   // ("not supported") whose scale_inv was only 8-byte aligned.
-  if (!aligned16(c.a_scale) || !aligned16(c.b_scale)) return false;
-  return true;
+  if (!aligned16(c.a_scale) || !aligned16(c.b_scale)) return "a scale is not 16-byte aligned";
+  return nullptr;
 }
 
 // The fastest of `found` algorithms on the call's operands (lt_fastest), D written to a scratch
@@ -154,14 +159,17 @@ const char* fp8_name(cudaDataType_t t) { return t == CUDA_R_8F_E4M3 ? "e4m3" : "
 
 }  // namespace
 
-bool lt_matmul_fp8(const Kokkos::Cuda& exec, const LtFp8Call& call) {
+bool lt_matmul_fp8(const Kokkos::Cuda& exec, const LtFp8Call& call, const char** why) {
   LtFp8Call c = call;
   // C is not read when beta == 0: point it at D so that the key does not depend on it.
   if (c.beta == 0.0f) {
     c.C = c.D;
     c.ldc = c.ldd;
   }
-  if (!fp8_allowed(c)) return false;
+  if (const char* r = fp8_refusal(c)) {
+    *why = r;
+    return false;
+  }
   const std::vector<std::int64_t> key{
       kKeyTag, c.a_type, c.b_type, c.out_type, c.rowwise, c.M, c.N, c.K, c.lda, c.ldb, c.ldc,
       c.ldd, c.beta != 0.0f,
@@ -176,7 +184,10 @@ bool lt_matmul_fp8(const Kokkos::Cuda& exec, const LtFp8Call& call) {
                                       lt.workspace_bytes()))
              .first;
   LtPlan& p = it->second;
-  if (!p.ok) return false;
+  if (!p.ok) {
+    *why = "cuBLASLt's heuristic offered no algorithm";
+    return false;
+  }
   set_desc(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(c.b_scale));
   set_desc(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(c.a_scale));
   const cublasStatus_t rc =
@@ -192,6 +203,7 @@ bool lt_matmul_fp8(const Kokkos::Cuda& exec, const LtFp8Call& call) {
                  c.out_type == CUDA_R_32F ? "fp32" : "bf16", c.rowwise ? "rowwise" : "tensorwise",
                  cublasGetStatusString(rc));
     lt_destroy_plan(p);
+    *why = "cublasLtMatmul refused it";
     return false;
   }
   return true;

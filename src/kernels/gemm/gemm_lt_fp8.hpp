@@ -29,7 +29,8 @@ struct LtFp8Call {
 
 // Enqueues the call on exec's stream as one cublasLtMatmul and returns true; or returns false,
 // enqueueing nothing, where the documented FP8 restrictions exclude it or cuBLASLt has no
-// algorithm: the caller then runs the emulation. Host-side only, no synchronisation.
-bool lt_matmul_fp8(const Kokkos::Cuda& exec, const LtFp8Call& call);
+// algorithm (*why then says which): the caller runs the emulation. Host-side only, no
+// synchronisation.
+bool lt_matmul_fp8(const Kokkos::Cuda& exec, const LtFp8Call& call, const char** why);
 
 }  // namespace meshtrain::kernels::detail
