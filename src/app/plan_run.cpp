@@ -84,6 +84,10 @@ LayoutRun run_typed(MPI_Comm world, const model::GptConfig& cfg, int seq_len,
   eo.n_micro = l.n_micro;
   eo.recompute = l.recompute;
   eo.recompute_mlp_act = l.recompute_mlp_act;
+  eo.fp8.enabled = l.fp8;
+  eo.fp8.scaling = l.fp8_rowwise ? kernels::Fp8Scaling::rowwise : kernels::Fp8Scaling::tensorwise;
+  eo.fp8.wgrad_bf16 = l.fp8_wgrad_bf16;
+  eo.fp8.first_last_bf16 = l.fp8_first_last_bf16;
   eo.adamw.warmup_steps = 1;
   eo.adamw.decay_steps = steps;
   {

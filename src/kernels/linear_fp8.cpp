@@ -154,15 +154,13 @@ View1<std::uint8_t> Fp8Workspace::bytes_for(const std::string& key, std::size_t 
   return b;
 }
 
-Fp8Tensor Fp8Workspace::tensor(const std::string& key, int rows, int cols, Fp8Format format,
-                               Fp8Scaling scaling, bool transposed) {
-  MESHTRAIN_CHECK(rows >= 0 && cols >= 0 && !(transposed && scaling == Fp8Scaling::rowwise),
-                  "Fp8Workspace::tensor(", key, "): rows=", rows, " cols=", cols,
-                  transposed ? ", transposed rowwise" : "");
+namespace {
+// The tensor over b (at least tensor_layout(...).total bytes).
+Fp8Tensor tensor_over(const View1<std::uint8_t>& b, int rows, int cols, Fp8Format format,
+                      Fp8Scaling scaling, bool transposed) {
   Fp8Tensor t{format, scaling, rows, cols, transposed, {}, {}, {}, {}, {}};
   const TensorLayout l = tensor_layout(rows, cols, scaling);
   const std::size_t codes = std::size_t(rows) * std::size_t(cols), s = t.scale_count();
-  const View1<std::uint8_t> b = bytes_for(key, l.total);
   auto floats = [&](std::size_t i) {
     return View1<float>(reinterpret_cast<float*>(b.data() + l.codes_at + i * l.stride), s);
   };
@@ -171,6 +169,26 @@ Fp8Tensor Fp8Workspace::tensor(const std::string& key, int rows, int cols, Fp8Fo
   t.scale = floats(1);
   t.scale_inv = floats(2);
   return t;
+}
+}  // namespace
+
+Fp8Tensor Fp8Workspace::tensor(const std::string& key, int rows, int cols, Fp8Format format,
+                               Fp8Scaling scaling, bool transposed) {
+  MESHTRAIN_CHECK(rows >= 0 && cols >= 0 && !(transposed && scaling == Fp8Scaling::rowwise),
+                  "Fp8Workspace::tensor(", key, "): rows=", rows, " cols=", cols,
+                  transposed ? ", transposed rowwise" : "");
+  return tensor_over(bytes_for(key, tensor_layout(rows, cols, scaling).total), rows, cols,
+                     format, scaling, transposed);
+}
+
+std::size_t fp8_kept_bytes(int rows, int cols) {
+  MESHTRAIN_CHECK(rows >= 0 && cols >= 0, "fp8_kept_bytes: rows=", rows, " cols=", cols);
+  return tensor_layout(rows, cols, Fp8Scaling::tensorwise).total;
+}
+
+Fp8Tensor fp8_kept_tensor(View1<std::uint8_t> bytes, int rows, int cols, Fp8Format format) {
+  detail::check_extent(bytes, fp8_kept_bytes(rows, cols), "fp8_kept_tensor", "bytes");
+  return tensor_over(bytes, rows, cols, format, Fp8Scaling::tensorwise, true);
 }
 
 // ---- Fp8WorkspaceSizes: operand()'s requests, key for key ----
@@ -240,6 +258,33 @@ template <class T>
 Fp8Tensor linear_fp8_input(const ExecSpace& exec, const T* inp, int N, int IC,
                            const Fp8LinearOptions& opt) {
   return operand<T>(exec, "inp", inp, IC, N, IC, 1, opt.forward, opt);
+}
+
+template <class T>
+Fp8Tensor linear_fp8_input_keep(const ExecSpace& exec, const T* inp, int N, int IC,
+                                const Fp8LinearOptions& opt, const Fp8Tensor& kept) {
+  MESHTRAIN_CHECK(opt.scaling == Fp8Scaling::tensorwise && !opt.wgrad_high_precision,
+                  "linear_fp8_input_keep: a kept transpose takes tensorwise scaling and an FP8 "
+                  "weight gradient");
+  MESHTRAIN_CHECK(kept.transposed && kept.rows == N && kept.cols == IC &&
+                      kept.format == opt.forward && kept.scaling == Fp8Scaling::tensorwise,
+                  "linear_fp8_input_keep: the kept cast is not the transposed cast of [N=", N,
+                  ", IC=", IC, "]");
+  check_shape("linear_fp8_input_keep", N, IC, 1);
+  Fp8Tensor q = opt.workspace != nullptr
+                    ? opt.workspace->tensor(key("fp8", "inp", 1, opt), N, IC, opt.forward,
+                                            Fp8Scaling::tensorwise, false)
+                    : make_fp8_tensor("linear_fp8_inp", N, IC, opt.forward,
+                                      Fp8Scaling::tensorwise, false);
+  // One scale for both orientations, held by the kept cast (it outlives the workspace's).
+  q.amax = kept.amax;
+  q.scale = kept.scale;
+  q.scale_inv = kept.scale_inv;
+  fp8_amax_block<T>(exec, kept.amax, inp, N, IC, IC);
+  if (opt.agree) opt.agree(Fp8Cast{"inp", 1, Fp8Scaling::tensorwise}, kept.amax, 1);
+  fp8_scales(exec, kept.amax, kept.scale, kept.scale_inv, 1, opt.forward);
+  fp8_cast_block<T>(exec, q.data, kept.data, inp, N, IC, IC, kept.scale, opt.forward);
+  return q;
 }
 
 template <class T>
@@ -397,6 +442,8 @@ void linear_fp8_backward(const ExecSpace& exec, View1<T> dinp, View1<T> dweight,
                                          const Fp8LinearOptions&);                               \
   template Fp8Tensor linear_fp8_input_t<T>(const ExecSpace&, const T*, int, int,                \
                                            const Fp8LinearOptions&);                             \
+  template Fp8Tensor linear_fp8_input_keep<T>(const ExecSpace&, const T*, int, int,             \
+                                              const Fp8LinearOptions&, const Fp8Tensor&);        \
   template void linear_fp8_forward_gemm<T>(const ExecSpace&, T*, int, const T*,                 \
                                            const Fp8Tensor&, const T*, int, int, int,            \
                                            const Fp8LinearOptions&);                             \

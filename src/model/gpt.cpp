@@ -18,19 +18,34 @@ namespace meshtrain::model {
 template <class T>
 BlockActivations<T>::BlockActivations(const BlockShape& s) {
   const std::size_t N = s.N, Nl = s.Nl, C = s.C;
-  ln1 = alloc<T>("act.ln1", N * C);
+  const auto kept = [&](View1<std::uint8_t>& bytes, kernels::Fp8Tensor& t, const char* label,
+                        int cols) {
+    bytes = alloc<std::uint8_t>(label, kernels::fp8_kept_bytes(s.N, cols));
+    t = kernels::fp8_kept_tensor(bytes, s.N, cols, Fp8Format::e4m3);
+  };
+  const bool keep_mlp = s.fp8_keep && s.dense;
+  if (s.fp8_keep)
+    kept(ln1_t_bytes, ln1_t, "act.ln1_fp8t", s.C);
+  else
+    ln1 = alloc<T>("act.ln1", N * C);
   if (s.norm_mean) ln1_mean = alloc<float>("act.ln1_mean", Nl);
   ln1_rstd = alloc<float>("act.ln1_rstd", Nl);
   qkv = alloc<T>("act.qkv", N * (s.QW + 2 * s.KW));
   atty = alloc<T>("act.atty", N * s.QW);
   lse = alloc<float>("act.lse", static_cast<std::size_t>(s.B) * s.NHl * s.T);
   res2 = alloc<T>("act.res2", Nl * C);
-  ln2 = alloc<T>("act.ln2", N * C);
+  if (keep_mlp)
+    kept(ln2_t_bytes, ln2_t, "act.ln2_fp8t", s.C);
+  else
+    ln2 = alloc<T>("act.ln2", N * C);
   if (s.norm_mean) ln2_mean = alloc<float>("act.ln2_mean", Nl);
   ln2_rstd = alloc<float>("act.ln2_rstd", Nl);
   if (s.dense) {
     fch = alloc<T>("act.fch", N * s.FW);
-    if (s.own_mlp_act) fch_gelu = alloc<T>("act.fch_gelu", N * s.HW);
+    if (s.own_mlp_act && keep_mlp)
+      kept(fch_gelu_t_bytes, fch_gelu_t, "act.fch_gelu_fp8t", s.HW);
+    else if (s.own_mlp_act)
+      fch_gelu = alloc<T>("act.fch_gelu", N * s.HW);
   }
   own_mlp_act = s.own_mlp_act;
   if (s.moe) moe = make_moe_activations<T>();
@@ -44,6 +59,7 @@ std::size_t BlockActivations<T>::bytes() const {
   if (own_mlp_act) n += fch_gelu.span() * sizeof(T);
   for (const auto* v : {&ln1_mean, &ln1_rstd, &lse, &ln2_mean, &ln2_rstd})
     n += v->span() * sizeof(float);
+  for (const auto* v : {&ln1_t_bytes, &ln2_t_bytes, &fch_gelu_t_bytes}) n += v->span();
   return n;
 }
 
@@ -152,6 +168,7 @@ GptT<T>::GptT(const GptConfig& cfg, int micro_batch, int seq_len, const ModelLay
     BlockShape b = shape;
     b.moe = l < 0 ? any_moe : cfg_.moe.is_moe_layer(l);
     b.dense = l < 0 ? any_dense : !b.moe;
+    b.fp8_keep = l >= 0 && fp8_keeps_inputs(l);
     return b;
   };
   if (any_moe) {

@@ -36,10 +36,15 @@ void GptT<T>::block_forward(int l, View1<const T> x, BlockActivations<T>& a, Vie
   const BlockTensors<T>& w = block_params_[static_cast<std::size_t>(l)];
   // Attention: res2 = x + c_proj(attn(c_attn(ln1(x))))
   const bool f8 = fp8_block(l);
-  norm_enter(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln_1_w, w.ln_1_b);
+  // Where the block keeps its linears' inputs in FP8, the norm outputs and the GELU output are
+  // written into backward scratch (dln_, dh_: idle until the backward) and only their
+  // transposed casts are kept.
+  const View1<T> ln1_out = a.ln1_kept() != nullptr ? dln_ : a.ln1;
+  norm_enter(ln1_out, a.ln1_mean, a.ln1_rstd, x, w.ln_1_w, w.ln_1_b);
   if (f8) {
     const LinearPiece<T> c_attn{w.c_attn_w.data(), nullptr, 0, 3 * C / P, ptr(w.c_attn_b)};
-    fp8_column_forward(&c_attn, 1, a.qkv.data(), 3 * C / P, a.ln1.data(), kConv1D);
+    fp8_column_forward(&c_attn, 1, a.qkv.data(), 3 * C / P, ln1_out.data(), kConv1D,
+                       a.ln1_kept());
   } else {
     k::linear_forward<T>(exec_, a.qkv, a.ln1, w.c_attn_w, w.c_attn_b, N, C, 3 * C / P);
   }
@@ -48,20 +53,24 @@ void GptT<T>::block_forward(int l, View1<const T> x, BlockActivations<T>& a, Vie
   else
     k::attention_forward<T>(exec_, a.atty, a.lse, a.qkv, B_, T_, NHl_, HS);
   if (f8)
-    fp8_row_forward(a.res2, a.atty, w.attn_proj_w.data(), ptr(w.attn_proj_b), C / P, x, kConv1D);
+    fp8_row_forward(a.res2, a.atty, w.attn_proj_w.data(), ptr(w.attn_proj_b), C / P, x, kConv1D,
+                    nullptr);
   else
     row_parallel_forward(a.res2, a.atty, w.attn_proj_w, w.attn_proj_b, C / P, x);
   // MLP: out = res2 + c_proj(gelu(c_fc(ln2(res2))))
-  norm_enter(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln_2_w, w.ln_2_b);
+  const View1<T> ln2_out = a.ln2_kept() != nullptr ? dln_ : a.ln2;
+  norm_enter(ln2_out, a.ln2_mean, a.ln2_rstd, a.res2, w.ln_2_w, w.ln_2_b);
   if (a.moe && cfg_.moe.is_moe_layer(l)) {
     moe_mlp_forward(l, a, a.res2, out);
     return;
   }
   if (f8) {
     const LinearPiece<T> c_fc{w.c_fc_w.data(), nullptr, 0, I, ptr(w.c_fc_b)};
-    fp8_column_forward(&c_fc, 1, a.fch.data(), I, a.ln2.data(), kConv1D);
-    k::gelu_forward<T>(exec_, a.fch_gelu, a.fch, std::size_t(N) * I);
-    fp8_row_forward(out, a.fch_gelu, w.mlp_proj_w.data(), ptr(w.mlp_proj_b), I, a.res2, kConv1D);
+    fp8_column_forward(&c_fc, 1, a.fch.data(), I, ln2_out.data(), kConv1D, a.ln2_kept());
+    const View1<T> act = a.fch_gelu_kept() != nullptr ? dh_ : a.fch_gelu;
+    k::gelu_forward<T>(exec_, act, a.fch, std::size_t(N) * I);
+    fp8_row_forward(out, act, w.mlp_proj_w.data(), ptr(w.mlp_proj_b), I, a.res2, kConv1D,
+                    a.fch_gelu_kept());
     return;
   }
   k::linear_gelu_forward<T>(exec_, a.fch_gelu, a.fch, a.ln2, w.c_fc_w, w.c_fc_b, N, C, I);
@@ -93,11 +102,11 @@ void GptT<T>::block_backward(int l, View1<const T> x, BlockActivations<T>& a, Vi
     if (f8) {
       // d(GELU output) from the FP8 GEMM, then GELU's derivative and c_fc's bias gradient.
       fp8_row_backward(dh_.data(), g.mlp_proj_w.data(), ptr(g.mlp_proj_b), dfull,
-                       a.fch_gelu.data(), w.mlp_proj_w.data(), I, kConv1D);
+                       a.fch_gelu.data(), w.mlp_proj_w.data(), I, kConv1D, a.fch_gelu_kept());
       k::gelu_backward<T>(exec_, dfch_, a.fch, dh_, std::size_t(N) * I);
       if (ptr(g.c_fc_b)) k::column_sums_add<T>(exec_, N, I, dfch_.data(), I, g.c_fc_b.data());
       const LinearPiece<T> fc{w.c_fc_w.data(), g.c_fc_w.data(), 0, I};
-      fp8_column_backward(dx, &fc, 1, dfch_.data(), I, a.ln2.data(), kConv1D);
+      fp8_column_backward(dx, &fc, 1, dfch_.data(), I, a.ln2.data(), kConv1D, a.ln2_kept());
     } else {
       // d(pre-GELU) in one GEMM: the GELU derivative is the input-gradient GEMM's epilogue, and
       // so is c_fc's bias gradient (the column sums of d(pre-GELU)), which c_fc's backward skips.
@@ -111,7 +120,7 @@ void GptT<T>::block_backward(int l, View1<const T> x, BlockActivations<T>& a, Vi
   dfull = tp_.exit_backward(dres);
   if (f8)
     fp8_row_backward(datty_.data(), g.attn_proj_w.data(), ptr(g.attn_proj_b), dfull,
-                     a.atty.data(), w.attn_proj_w.data(), C / P, kConv1D);
+                     a.atty.data(), w.attn_proj_w.data(), C / P, kConv1D, nullptr);
   else
     k::linear_backward<T>(exec_, datty_, g.attn_proj_w, g.attn_proj_b, dfull, a.atty,
                           w.attn_proj_w, N, C / P, C);
@@ -123,7 +132,8 @@ void GptT<T>::block_backward(int l, View1<const T> x, BlockActivations<T>& a, Vi
     if (ptr(g.c_attn_b))
       k::column_sums_add<T>(exec_, N, 3 * C / P, dqkv_.data(), 3 * C / P, g.c_attn_b.data());
     const LinearPiece<T> qkv{w.c_attn_w.data(), g.c_attn_w.data(), 0, 3 * C / P};
-    fp8_column_backward(dx, &qkv, 1, dqkv_.data(), 3 * C / P, a.ln1.data(), kConv1D);
+    fp8_column_backward(dx, &qkv, 1, dqkv_.data(), 3 * C / P, a.ln1.data(), kConv1D,
+                        a.ln1_kept());
   } else {
     column_parallel_backward(dx, g.c_attn_w, g.c_attn_b, dqkv_, a.ln1, w.c_attn_w, 3 * C / P);
   }

@@ -95,9 +95,26 @@ ModelFootprint model_footprint(const GptConfig& cfg, int micro_batch, int seq_le
       ? block_activation_bytes(B, T, N, Nl, C, NHl, QW, KW, 0, 0, norm_mean, E) +
             moe_state_bytes(cfg, N, C, E)
       : 0.0;
+  // A block that keeps its linears' inputs as transposed FP8 casts (Fp8Recipe::keeps_inputs):
+  // ln1, and in a dense block ln2 and the MLP activation where the block owns it, each a
+  // kernels::fp8_kept_bytes allocation instead of [N, width] in the model's type.
+  auto kept_delta = [&](int l, bool dense) {
+    if (!layout.fp8.keeps_inputs(l, cfg.n_layer, layout.recompute)) return 0.0;
+    const auto swap = [&](std::size_t width) {
+      return static_cast<double>(kernels::fp8_kept_bytes(static_cast<int>(N),
+                                                         static_cast<int>(width))) -
+             static_cast<double>(N * width * E);
+    };
+    double d = swap(C);
+    if (dense) d += swap(C) + (share_mlp_act ? 0.0 : swap(I));
+    return d;
+  };
   auto saved = [&](int first, int last) {  // the blocks' saved tensors
     double b = 0;
-    for (int l = first; l < last; ++l) b += cfg.moe.is_moe_layer(l) ? moe_block : block;
+    for (int l = first; l < last; ++l) {
+      const bool moe = cfg.moe.is_moe_layer(l);
+      b += (moe ? moe_block : block) + kept_delta(l, !moe);
+    }
     return b;
   };
   if (layout.recompute) f.activations += std::max(block, moe_block);  // one shared set

@@ -13,6 +13,9 @@
 // column-parallel reduction issue no collective of their own. An input read by several linears
 // (q, k, v; gate, up) is cast once for their forward GEMMs and its transpose once for their
 // weight gradients: the same tensor under the same scale, as before, without the repeats.
+// Where the block keeps its inputs in FP8 (fp8_keeps_inputs), that transpose is written by the
+// forward's cast into the block's activations and the backward reads it: the inputs in the
+// model's type live only from their producer to the forward's cast.
 #include <type_traits>
 #include <vector>
 
@@ -60,13 +63,16 @@ k::Fp8LinearOptions GptT<T>::fp8_options(TpSplit split, k::Fp8WeightLayout layou
 
 template <class T>
 void GptT<T>::fp8_column_forward(const LinearPiece<T>* pieces, int n, T* out, int ld,
-                                 const T* inp, k::Fp8WeightLayout layout) {
+                                 const T* inp, k::Fp8WeightLayout layout,
+                                 const k::Fp8Tensor* kept) {
   if constexpr (!kFp8Type<T>) {
     no_fp8_type();
   } else {
     const int C = cfg_.n_embd;
     const k::Fp8LinearOptions o = fp8_options(TpSplit::column, layout);
-    const k::Fp8Tensor a = k::linear_fp8_input<T>(exec_, inp, N_, C, o);
+    const k::Fp8Tensor a = kept != nullptr
+                               ? k::linear_fp8_input_keep<T>(exec_, inp, N_, C, o, *kept)
+                               : k::linear_fp8_input<T>(exec_, inp, N_, C, o);
     for (int i = 0; i < n; ++i) {
       const LinearPiece<T>& p = pieces[i];
       k::linear_fp8_forward_gemm<T>(exec_, out + p.col, ld, p.b, a, p.w, N_, C, p.width, o);
@@ -76,22 +82,27 @@ void GptT<T>::fp8_column_forward(const LinearPiece<T>* pieces, int n, T* out, in
 
 template <class T>
 void GptT<T>::fp8_row_forward(View1<T> out, View1<const T> inp, const T* w, const T* b,
-                              int in_cols, View1<const T> residual, k::Fp8WeightLayout layout) {
+                              int in_cols, View1<const T> residual, k::Fp8WeightLayout layout,
+                              const k::Fp8Tensor* kept) {
   if constexpr (!kFp8Type<T>) {
     no_fp8_type();
   } else {
     const int C = cfg_.n_embd;
     const std::size_t n = static_cast<std::size_t>(Nl_) * C;
     const k::Fp8LinearOptions o = fp8_options(TpSplit::row, layout);
+    const k::Fp8Tensor a = kept != nullptr
+                               ? k::linear_fp8_input_keep<T>(exec_, inp.data(), N_, in_cols, o,
+                                                             *kept)
+                               : k::linear_fp8_input<T>(exec_, inp.data(), N_, in_cols, o);
     if (!tp_.active()) {
       // inp W (+ b) into out, then the residual: the same roundings as at tp > 1.
-      k::linear_fp8_forward_gemm<T>(exec_, out.data(), C, b, inp.data(), w, N_, in_cols, C, o);
+      k::linear_fp8_forward_gemm<T>(exec_, out.data(), C, b, a, w, N_, in_cols, C, o);
       k::residual_forward<T>(exec_, out, residual, out, n);
       return;
     }
     // The bias once (tp rank 0) and the residual once, after the reduction.
     k::linear_fp8_forward_gemm<T>(exec_, tp_.partial().data(), C, tp_.rank() == 0 ? b : nullptr,
-                                  inp.data(), w, N_, in_cols, C, o);
+                                  a, w, N_, in_cols, C, o);
     tp_.exit(tp_.partial(), tp_.reduced());
     k::residual_forward<T>(exec_, out, residual, tp_.reduced(), n);
   }
@@ -99,7 +110,8 @@ void GptT<T>::fp8_row_forward(View1<T> out, View1<const T> inp, const T* w, cons
 
 template <class T>
 void GptT<T>::fp8_row_backward(T* dinp, T* dw, T* db, View1<const T> dfull, const T* inp,
-                               const T* w, int in_cols, k::Fp8WeightLayout layout) {
+                               const T* w, int in_cols, k::Fp8WeightLayout layout,
+                               const k::Fp8Tensor* kept) {
   if constexpr (!kFp8Type<T>) {
     no_fp8_type();
   } else {
@@ -107,7 +119,10 @@ void GptT<T>::fp8_row_backward(T* dinp, T* dw, T* db, View1<const T> dfull, cons
     const k::Fp8LinearOptions o = fp8_options(TpSplit::row, layout);
     const k::Fp8Tensor g = k::linear_fp8_grad<T>(exec_, dfull.data(), C, N_, C, o);
     k::linear_fp8_dinp_gemm<T>(exec_, dinp, 0.0f, g, w, N_, in_cols, C, o);
-    k::linear_fp8_dweight_gemm<T>(exec_, dw, g, dfull.data(), C, inp, N_, in_cols, C, o);
+    if (kept != nullptr)
+      k::linear_fp8_dweight_gemm<T>(exec_, dw, g, dfull.data(), C, *kept, N_, in_cols, C, o);
+    else
+      k::linear_fp8_dweight_gemm<T>(exec_, dw, g, dfull.data(), C, inp, N_, in_cols, C, o);
     if (db != nullptr) k::column_sums_add<T>(exec_, N_, C, dfull.data(), C, db);
   }
 }
@@ -115,7 +130,7 @@ void GptT<T>::fp8_row_backward(T* dinp, T* dw, T* db, View1<const T> dfull, cons
 template <class T>
 void GptT<T>::fp8_column_backward(View1<T> dx, const LinearPiece<T>* pieces, int n,
                                   const T* dout, int ld, const T* inp,
-                                  k::Fp8WeightLayout layout) {
+                                  k::Fp8WeightLayout layout, const k::Fp8Tensor* kept) {
   if constexpr (!kFp8Type<T>) {
     no_fp8_type();
   } else {
@@ -134,7 +149,10 @@ void GptT<T>::fp8_column_backward(View1<T> dx, const LinearPiece<T>* pieces, int
       // gate and up: 117 MB less than a slot each).
       o.slot = 0;
       k::Fp8Tensor xt;
-      if (!o.wgrad_high_precision) xt = k::linear_fp8_input_t<T>(exec_, inp, N_, C, o);
+      if (kept != nullptr)
+        xt = *kept;
+      else if (!o.wgrad_high_precision)
+        xt = k::linear_fp8_input_t<T>(exec_, inp, N_, C, o);
       for (int i = 0; i < n; ++i) {
         const LinearPiece<T>& p = pieces[i];
         const k::Fp8Tensor gp = k::linear_fp8_grad<T>(exec_, dout + p.col, ld, N_, p.width, o);
@@ -161,7 +179,10 @@ void GptT<T>::fp8_column_backward(View1<T> dx, const LinearPiece<T>* pieces, int
     // The input's transpose once for every piece's weight gradient.
     o.slot = 0;
     k::Fp8Tensor xt;
-    if (!o.wgrad_high_precision) xt = k::linear_fp8_input_t<T>(exec_, inp, N_, C, o);
+    if (kept != nullptr)
+      xt = *kept;
+    else if (!o.wgrad_high_precision)
+      xt = k::linear_fp8_input_t<T>(exec_, inp, N_, C, o);
     for (int i = 0; i < n; ++i) {
       o.slot = i;
       dweight(pieces[i], g[static_cast<std::size_t>(i)], xt);
@@ -173,13 +194,15 @@ void GptT<T>::fp8_column_backward(View1<T> dx, const LinearPiece<T>* pieces, int
 #define MESHTRAIN_INSTANTIATE_GPT_FP8(T)                                                         \
   template k::Fp8LinearOptions GptT<T>::fp8_options(TpSplit, k::Fp8WeightLayout);                \
   template void GptT<T>::fp8_column_forward(const LinearPiece<T>*, int, T*, int, const T*,      \
-                                            k::Fp8WeightLayout);                                 \
+                                            k::Fp8WeightLayout, const k::Fp8Tensor*);            \
   template void GptT<T>::fp8_row_forward(View1<T>, View1<const T>, const T*, const T*, int,      \
-                                         View1<const T>, k::Fp8WeightLayout);                    \
+                                         View1<const T>, k::Fp8WeightLayout,                     \
+                                         const k::Fp8Tensor*);                                   \
   template void GptT<T>::fp8_row_backward(T*, T*, T*, View1<const T>, const T*, const T*, int,   \
-                                          k::Fp8WeightLayout);                                   \
+                                          k::Fp8WeightLayout, const k::Fp8Tensor*);              \
   template void GptT<T>::fp8_column_backward(View1<T>, const LinearPiece<T>*, int, const T*,     \
-                                             int, const T*, k::Fp8WeightLayout);
+                                             int, const T*, k::Fp8WeightLayout,                  \
+                                             const k::Fp8Tensor*);
 MESHTRAIN_INSTANTIATE_GPT_FP8(float)
 #if MESHTRAIN_HAVE_BF16
 MESHTRAIN_INSTANTIATE_GPT_FP8(bf16)

@@ -83,13 +83,17 @@ void GptT<T>::llama_block_forward(int l, View1<const T> x, BlockActivations<T>& 
   const int N = N_, C = cfg_.n_embd, HS = HS_, QW = QW_, KW = KW_, I = Il_;
   const BlockTensors<T>& w = block_params_[static_cast<std::size_t>(l)];
   // Attention: res2 = x + o_proj(attn(rope(q, k), v)), q/k/v = proj(norm1(x))
-  norm_enter(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln_1_w, {});
+  // Where the block keeps its linears' inputs in FP8, the norm outputs and the MLP activation
+  // are written into backward scratch (dln_, dh_: idle until the backward) and only their
+  // transposed casts are kept.
+  const View1<T> ln1_out = a.ln1_kept() != nullptr ? dln_ : a.ln1;
+  norm_enter(ln1_out, a.ln1_mean, a.ln1_rstd, x, w.ln_1_w, {});
   // q, k, v side by side in one row, [q (QW) | k (KW) | v (KW)]: the attention kernels' grouped
   // layout (query head h reads kv head h / (NHl / NKVl)).
   View1<T> qkv = a.qkv;
   const int ld = QW + 2 * KW;
   const std::size_t kv_row = reg_.kv_replicated() ? static_cast<std::size_t>(kv0_) * HS * C : 0;
-  const T* ln1 = a.ln1.data();
+  const T* ln1 = ln1_out.data();
   // Qwen2's biases in the GEMM's epilogue (one rounding of x W^T + b, as nn.Linear's addmm).
   const std::size_t kv_col = reg_.kv_replicated() ? static_cast<std::size_t>(kv0_) * HS : 0;
   auto bias = [&](const View1<T>& b, std::size_t b0) -> const T* {
@@ -103,7 +107,7 @@ void GptT<T>::llama_block_forward(int l, View1<const T> x, BlockActivations<T>& 
                        {w.v_w.data() + kv_row, nullptr, QW + KW, KW, bias(w.v_b, kv_col)}};
   const bool f8 = fp8_block(l);
   if (f8)  // one FP8 GEMM each, with its own weight scale (gpt_fp8.cpp: never merged)
-    fp8_column_forward(parts, 3, qkv.data(), ld, ln1, kLinear);
+    fp8_column_forward(parts, 3, qkv.data(), ld, ln1, kLinear, a.ln1_kept());
   if (!f8 && cfg_.qkv_bias && parts[0].w + std::size_t(QW) * C == parts[1].w &&
       parts[1].w + std::size_t(KW) * C == parts[2].w &&
       !(parts[0].b + QW == parts[1].b && parts[1].b + KW == parts[2].b)) {
@@ -132,11 +136,12 @@ void GptT<T>::llama_block_forward(int l, View1<const T> x, BlockActivations<T>& 
   else
     k::attention_forward<T>(exec_, a.atty, a.lse, a.qkv, B_, T_, NHl_, HS, NKVl_);
   if (f8)
-    fp8_row_forward(a.res2, a.atty, w.attn_proj_w.data(), nullptr, QW, x, kLinear);
+    fp8_row_forward(a.res2, a.atty, w.attn_proj_w.data(), nullptr, QW, x, kLinear, nullptr);
   else
     row_parallel_forward_nt(a.res2, a.atty, w.attn_proj_w, QW, x);
   // MLP: out = res2 + down(swiglu(gate_up(norm2(res2))))
-  norm_enter(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, w.ln_2_w, {});
+  const View1<T> ln2_out = a.ln2_kept() != nullptr ? dln_ : a.ln2;
+  norm_enter(ln2_out, a.ln2_mean, a.ln2_rstd, a.res2, w.ln_2_w, {});
   if (a.moe && cfg_.moe.is_moe_layer(l)) {
     moe_mlp_forward(l, a, a.res2, out);
     return;
@@ -145,9 +150,11 @@ void GptT<T>::llama_block_forward(int l, View1<const T> x, BlockActivations<T>& 
   const Piece<T> mlp[2] = {{w.gate_w.data(), nullptr, 0, I}, {w.up_w.data(), nullptr, I, I}};
   Piece<T> gate_up[2];
   if (f8) {
-    fp8_column_forward(mlp, 2, a.fch.data(), 2 * I, a.ln2.data(), kLinear);
-    k::swiglu_forward<T>(exec_, a.fch_gelu, a.fch, N, I);
-    fp8_row_forward(out, a.fch_gelu, w.mlp_proj_w.data(), nullptr, I, a.res2, kLinear);
+    fp8_column_forward(mlp, 2, a.fch.data(), 2 * I, ln2_out.data(), kLinear, a.ln2_kept());
+    const View1<T> act = a.fch_gelu_kept() != nullptr ? dh_ : a.fch_gelu;
+    k::swiglu_forward<T>(exec_, act, a.fch, N, I);
+    fp8_row_forward(out, act, w.mlp_proj_w.data(), nullptr, I, a.res2, kLinear,
+                    a.fch_gelu_kept());
     return;
   }
   const int n = merge_adjacent(mlp, 2, gate_up, C);
@@ -171,9 +178,9 @@ void GptT<T>::llama_block_backward(int l, View1<const T> x, BlockActivations<T>&
   // tp = 1 it is dx), reduced over tp while the weight gradients run (as
   // column_parallel_backward).
   auto column_parallel = [&](const Piece<T>* pieces, int count, const T* dout, int ld,
-                             const T* inp) {
+                             const T* inp, const k::Fp8Tensor* kept) {
     if (f8) {
-      fp8_column_backward(dx, pieces, count, dout, ld, inp, kLinear);
+      fp8_column_backward(dx, pieces, count, dout, ld, inp, kLinear, kept);
       return;
     }
     Piece<T> p[3];
@@ -194,7 +201,7 @@ void GptT<T>::llama_block_backward(int l, View1<const T> x, BlockActivations<T>&
     if (!a.own_mlp_act) k::swiglu_forward<T>(exec_, a.fch_gelu, a.fch, N, I);
     if (f8) {
       fp8_row_backward(dh_.data(), g.mlp_proj_w.data(), nullptr, dfull, a.fch_gelu.data(),
-                       w.mlp_proj_w.data(), I, kLinear);
+                       w.mlp_proj_w.data(), I, kLinear, a.fch_gelu_kept());
     } else {
       k::gemm<T>(exec_, Trans::N, Trans::N, N, I, C, 1.0f, dfull.data(), C, w.mlp_proj_w.data(),
                  I, 0.0f, dh_.data(), I);
@@ -204,7 +211,7 @@ void GptT<T>::llama_block_backward(int l, View1<const T> x, BlockActivations<T>&
     k::swiglu_backward<T>(exec_, dfch_, a.fch, dh_, N, I);
     const Piece<T> mlp[2] = {{w.gate_w.data(), g.gate_w.data(), 0, I},
                              {w.up_w.data(), g.up_w.data(), I, I}};
-    column_parallel(mlp, 2, dfch_.data(), 2 * I, a.ln2.data());
+    column_parallel(mlp, 2, dfch_.data(), 2 * I, a.ln2.data(), a.ln2_kept());
   }
   norm_backward(dres, g.ln_2_w, {}, dx, a.res2, w.ln_2_w, a.ln2_mean, a.ln2_rstd);
 
@@ -212,7 +219,7 @@ void GptT<T>::llama_block_backward(int l, View1<const T> x, BlockActivations<T>&
   dfull = tp_.exit_backward(dres);
   if (f8) {
     fp8_row_backward(datty_.data(), g.attn_proj_w.data(), nullptr, dfull, a.atty.data(),
-                     w.attn_proj_w.data(), QW, kLinear);
+                     w.attn_proj_w.data(), QW, kLinear, nullptr);
   } else {
     k::gemm<T>(exec_, Trans::N, Trans::N, N, QW, C, 1.0f, dfull.data(), C, w.attn_proj_w.data(),
                QW, 0.0f, datty_.data(), QW);
@@ -249,7 +256,7 @@ void GptT<T>::llama_block_backward(int l, View1<const T> x, BlockActivations<T>&
   const Piece<T> attn[3] = {{w.q_w.data(), g.q_w.data(), 0, QW},
                             {w.k_w.data() + kv_row, dk, QW, KW},
                             {w.v_w.data() + kv_row, dv, QW + KW, KW}};
-  column_parallel(attn, 3, dqkv.data(), QW + 2 * KW, a.ln1.data());
+  column_parallel(attn, 3, dqkv.data(), QW + 2 * KW, a.ln1.data(), a.ln1_kept());
   if (kv_sum) {
     tp_.sum_replicated(kv_dw_);
     k::accumulate<T>(exec_, g.k_w, slice(View1<T>(kv_dw_), 0, kv_numel), kv_numel);

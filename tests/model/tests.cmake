@@ -27,3 +27,6 @@ target_include_directories(test_fp8_amax PRIVATE ${PROJECT_SOURCE_DIR}/tests/ker
 meshtrain_add_test(NAME test_fp8_linears SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_fp8_linears.cpp
   RANKS 1 2 4)
 target_include_directories(test_fp8_linears PRIVATE ${PROJECT_SOURCE_DIR}/tests/kernels)
+# Issue 35: FP8 blocks keep their linears' inputs as transposed FP8 casts.
+meshtrain_add_test(NAME test_fp8_kept_inputs
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_fp8_kept_inputs.cpp)

@@ -47,6 +47,8 @@ struct L {
   bool sp = false, recompute = false, offload = false;
   std::size_t bucket = 25u << 20;
   bool mlp_act = false;  // train.recompute_mlp_act
+  bool fp8 = false;      // train.precision=fp8 (tensorwise)
+  int fp8_first_last_bf16 = 0;
   meshtrain::plan::Layout layout() const {
     meshtrain::plan::Layout l;
     l.dp = dp;
@@ -62,6 +64,8 @@ struct L {
     l.offload = offload;
     l.bucket_bytes = bucket;
     l.recompute_mlp_act = mlp_act;
+    l.fp8 = fp8;
+    l.fp8_first_last_bf16 = fp8_first_last_bf16;
     return l;
   }
 };

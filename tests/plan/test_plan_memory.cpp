@@ -61,14 +61,33 @@ std::vector<L> grid(int W) {
   return {};
 }
 
+// train.precision=fp8 (tensorwise; on the CPU build fp32 activations and emulated FP8 GEMMs):
+// the casts' workspace, and the blocks that keep their linears' inputs as transposed FP8 casts
+// (all of them; all but the first and last; none under full recomputation; the MLP activation
+// shared under recompute_mlp_act; a pipeline's two slots; tp with sequence parallelism).
+std::vector<L> fp8_grid(int W) {
+  L plain{1, 1, 1, 0, 4, 2}, ends = plain, recompute = plain, mlp_act = plain;
+  plain.fp8 = ends.fp8 = recompute.fp8 = mlp_act.fp8 = true;
+  ends.fp8_first_last_bf16 = 1;
+  recompute.recompute = true;
+  mlp_act.mlp_act = true;
+  if (W == 1) return {plain, ends, recompute, mlp_act};
+  if (W == 2) {
+    L pp{1, 2, 1, 0, 2, 4}, tp{1, 1, 2, 1, 4, 1, K::one_f_one_b, 1, true}, dp{2, 1, 1, 1, 4, 1};
+    pp.fp8 = tp.fp8 = dp.fp8 = true;
+    return {pp, tp, dp};
+  }
+  return {};
+}
+
 // skip_sharded_pp: leave out ZeRO 2/3 with pipelines (see the Llama case).
 void check_grid(const model::GptConfig& cfg, const std::string& shard,
-                bool skip_sharded_pp = false) {
+                bool skip_sharded_pp = false, bool fp8 = false) {
   const int seq = cfg.block_size;
   const io::TokenDataset data(plan_test::make_shard(shard), seq);
   const int W = mt_test::world_size(), me = mt_test::world_rank();
   double worst = 0;
-  for (const L& g : grid(W)) {
+  for (const L& g : fp8 ? fp8_grid(W) : grid(W)) {
     const plan::Layout l = g.layout();
     if (skip_sharded_pp && l.zero_stage >= 2 && l.pp > 1) continue;
     INFO("layout " << l.name());
@@ -155,4 +174,22 @@ TEST_CASE("predicted memory per rank matches the allocations of a Qwen2 model",
   c.tied_head = false;
   c.qkv_bias = true;
   check_grid(c, "test_plan_memory_qwen2", true);
+}
+
+TEST_CASE("predicted memory per rank matches the allocations of FP8 layouts",
+          "[plan][memory][mpi][fp8]") {
+  check_grid(plan_test::small_model(), "test_plan_memory_fp8_gpt2", false, true);
+  model::GptConfig c = model::preset("llama-tiny");
+  const auto g = plan_test::small_model();
+  c.name = "plan-test-llama-fp8";
+  c.n_layer = g.n_layer;
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.n_embd = g.n_embd;
+  c.intermediate_size = 160;
+  c.vocab_size = g.vocab_size;
+  c.vocab_pad = g.vocab_pad;
+  c.block_size = g.block_size;
+  c.tied_head = false;
+  check_grid(c, "test_plan_memory_fp8_llama", false, true);
 }

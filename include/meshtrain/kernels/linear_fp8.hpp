@@ -140,6 +140,27 @@ template <class T>
 Fp8Tensor linear_fp8_input_t(const ExecSpace& exec, const T* inp, int N, int IC,
                              const Fp8LinearOptions& opt);
 
+// ---- An input's transpose kept from the forward for the weight gradient ----
+// A block may keep, instead of a linear's input in the layer's type, the input's transposed
+// cast (half the bytes of bf16): the forward casts both orientations in one pass, and the
+// weight gradient reads the kept one, so the backward neither reads the input nor casts it
+// again (same scale, same codes: the same bits as linear_fp8_input_t). Tensorwise only (a
+// rowwise transpose has other scales) and not with wgrad_high_precision (whose GEMM reads the
+// input unquantized).
+
+// Bytes of one kept cast of a [rows, cols] tensor: one allocation holding the codes, then amax,
+// scale and scale_inv, each 256-byte aligned (the workspace's layout).
+std::size_t fp8_kept_bytes(int rows, int cols);
+// The kept cast over `bytes` (at least fp8_kept_bytes): the transposed cast of [rows, cols].
+Fp8Tensor fp8_kept_tensor(View1<std::uint8_t> bytes, int rows, int cols, Fp8Format format);
+
+// The input [N, IC] cast for the forward GEMMs (as linear_fp8_input) and, from the same pass,
+// its transpose into `kept` (fp8_kept_tensor of [N, IC], opt.forward's format), whose amax,
+// scale and scale_inv the returned cast shares.
+template <class T>
+Fp8Tensor linear_fp8_input_keep(const ExecSpace& exec, const T* inp, int N, int IC,
+                                const Fp8LinearOptions& opt, const Fp8Tensor& kept);
+
 // The forward with the input cast by linear_fp8_input.
 template <class T>
 void linear_fp8_forward_gemm(const ExecSpace& exec, T* out, int ld_out, const T* bias,

@@ -41,6 +41,14 @@ struct Fp8Recipe {
   bool fp8_block(int l, int n_layer) const {
     return enabled && l >= first_last_bf16 && l < n_layer - first_last_bf16;
   }
+  // Whether block l keeps its linears' inputs as their transposed FP8 casts instead of in the
+  // model's type (BlockShape::fp8_keep; the weight gradients' operand, cast in the forward's
+  // pass): tensorwise scaling and FP8 weight gradients, and activations kept between forward
+  // and backward (not under full recomputation, whose one shared set is rewritten anyway).
+  bool keeps_inputs(int l, int n_layer, bool recompute) const {
+    return fp8_block(l, n_layer) && scaling == kernels::Fp8Scaling::tensorwise && !wgrad_bf16 &&
+           !recompute;
+  }
 };
 
 // The share of a token's model FLOPs (GptConfig::flops_per_token, what MFU counts) that FP8 GEMMs

@@ -272,23 +272,32 @@ class GptT {
                                 View1<const T> inp, View1<const T> w, int out_cols);
   // The FP8 linears (gpt_fp8.cpp), each the FP8 counterpart of a part above:
   bool fp8_block(int l) const { return layout_.fp8.fp8_block(l, cfg_.n_layer); }
+  bool fp8_keeps_inputs(int l) const {
+    return layout_.fp8.keeps_inputs(l, cfg_.n_layer, layout_.recompute);
+  }
   kernels::Fp8LinearOptions fp8_options(TpSplit split, kernels::Fp8WeightLayout layout);
+  // `kept` (a block's BlockActivations::*_t where fp8_keeps_inputs, else null): the forward
+  // also writes the input's transposed cast there, and the backward's weight gradients read it
+  // instead of the input (which may then be null).
   // Column-parallel linears reading one input (q, k, v; gate, up; or one piece), each into its
   // columns of out (row stride ld) with its bias (piece.b, or null): the input is cast once.
   void fp8_column_forward(const LinearPiece<T>* pieces, int n, T* out, int ld, const T* inp,
-                          kernels::Fp8WeightLayout layout);
+                          kernels::Fp8WeightLayout layout, const kernels::Fp8Tensor* kept);
   // Row-parallel linear plus the residual (row_parallel_forward's FP8 form; bias or null).
   void fp8_row_forward(View1<T> out, View1<const T> inp, const T* w, const T* b, int in_cols,
-                       View1<const T> residual, kernels::Fp8WeightLayout layout);
+                       View1<const T> residual, kernels::Fp8WeightLayout layout,
+                       const kernels::Fp8Tensor* kept);
   // Row-parallel backward from every row of the output gradient: dinp [N, in_cols], dw += ,
   // db += column sums of dfull (db may be null).
   void fp8_row_backward(T* dinp, T* dw, T* db, View1<const T> dfull, const T* inp, const T* w,
-                        int in_cols, kernels::Fp8WeightLayout layout);
+                        int in_cols, kernels::Fp8WeightLayout layout,
+                        const kernels::Fp8Tensor* kept);
   // column_parallel_backward's FP8 form over pieces of one packed output gradient (row stride
   // ld): dx = reduce over tp of the summed input gradients, overlapped with the weight
   // gradients; bias gradients are the caller's.
   void fp8_column_backward(View1<T> dx, const LinearPiece<T>* pieces, int n, const T* dout,
-                           int ld, const T* inp, kernels::Fp8WeightLayout layout);
+                           int ld, const T* inp, kernels::Fp8WeightLayout layout,
+                           const kernels::Fp8Tensor* kept);
   kernels::Fp8Workspace fp8_workspace_;  // the casts' buffers, on exec_'s stream
   // Cross-entropy of the head's n rows from row r0 against `targets` (the caller's, not copied;
   // logits_ in place -> dlogits when train):

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "meshtrain/core/view.hpp"
+#include "meshtrain/kernels/linear_fp8.hpp"
 #include "meshtrain/model/registry.hpp"
 
 namespace meshtrain::model {
@@ -48,6 +49,10 @@ struct BlockShape {
   bool norm_mean = true;  // LayerNorm keeps its mean; RMSNorm has none
   bool dense = true, moe = false;  // an MLP's activations / an MoE block's state
   bool own_mlp_act = true;  // false (recompute_mlp_act): fch_gelu is the model's shared buffer
+  // An FP8 block (tensorwise, FP8 weight gradients, no full recompute): its linears' inputs
+  // ln1, ln2 (dense blocks) and fch_gelu (dense, own_mlp_act) kept as their transposed FP8
+  // casts instead of in T (GptT::fp8_keeps_inputs).
+  bool fp8_keep = false;
 };
 
 template <class T>
@@ -62,6 +67,15 @@ struct BlockActivations {
   View1<float> ln2_mean, ln2_rstd;      // [Nl]
   View1<T> fch, fch_gelu;               // [N, FW] before and [N, HW] after the GELU / SwiGLU
   bool own_mlp_act = true;              // fch_gelu is this block's (counted in bytes())
+  // BlockShape::fp8_keep: the transposed E4M3 casts the weight gradients read, each one
+  // allocation (kernels::fp8_kept_bytes); ln1 / ln2 / fch_gelu are then empty (the forward
+  // writes them into backward scratch that is idle until the backward) and *_t is present.
+  kernels::Fp8Tensor ln1_t, ln2_t, fch_gelu_t;
+  View1<std::uint8_t> ln1_t_bytes, ln2_t_bytes, fch_gelu_t_bytes;
+  // The kept cast, or null where the tensor is kept in T.
+  const kernels::Fp8Tensor* ln1_kept() const { return kept(ln1_t_bytes, ln1_t); }
+  const kernels::Fp8Tensor* ln2_kept() const { return kept(ln2_t_bytes, ln2_t); }
+  const kernels::Fp8Tensor* fch_gelu_kept() const { return kept(fch_gelu_t_bytes, fch_gelu_t); }
   // An MoE block's router and expert state (shared_ptr: the type is private to moe_block.cpp).
   std::shared_ptr<MoeActivations<T>> moe;
   // The projections' outputs are not kept: at tp = 1 the residual add is the projection GEMM's
@@ -70,6 +84,12 @@ struct BlockActivations {
 
   explicit BlockActivations(const BlockShape& s);
   std::size_t bytes() const;
+
+ private:
+  static const kernels::Fp8Tensor* kept(const View1<std::uint8_t>& b,
+                                        const kernels::Fp8Tensor& t) {
+    return b.extent(0) > 0 ? &t : nullptr;
+  }
 };
 
 // One micro-batch in flight through one chunk.
