@@ -134,12 +134,38 @@ void fp8_amax_block(const ExecSpace& exec, View1<float> amax, const T* x, int ro
   MESHTRAIN_CHECK(ld >= cols, "fp8_amax_block: ld=", ld, " < cols=", cols);
   detail::check_extent(amax, 1, "fp8_amax_block", "amax");
   UView bits(reinterpret_cast<std::uint32_t*>(amax.data()));
+  if (rows == 0 || cols == 0) {
+    Kokkos::deep_copy(exec, bits, std::uint32_t(0));
+    return;
+  }
   const Index C = cols, L = ld;
+  // No per-element index division (64-bit: on the H100 it made this pass several times slower
+  // than its memory traffic): a contiguous tensor read flat, a column block a team per row.
+  if (ld == cols) {
+    Kokkos::parallel_reduce(
+        "meshtrain::fp8_amax_block", Range(exec, 0, Index(rows) * C),
+        KOKKOS_LAMBDA(Index i, std::uint32_t& m) {
+          const std::uint32_t b = abs_bits(x[i]);
+          if (b > m) m = b;
+        },
+        Kokkos::Max<std::uint32_t, MemSpace>(bits));
+    return;
+  }
   Kokkos::parallel_reduce(
-      "meshtrain::fp8_amax_block", Range(exec, 0, Index(rows) * C),
-      KOKKOS_LAMBDA(Index i, std::uint32_t& m) {
-        const std::uint32_t b = abs_bits(x[(i / C) * L + i % C]);
-        if (b > m) m = b;
+      "meshtrain::fp8_amax_block_rows", Team(exec, rows, Kokkos::AUTO),
+      KOKKOS_LAMBDA(const Member& t, std::uint32_t& m) {
+        const T* row = x + Index(t.league_rank()) * L;
+        std::uint32_t v = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(t, cols),
+            [&](int c, std::uint32_t& w) {
+              const std::uint32_t b = abs_bits(row[c]);
+              if (b > w) w = b;
+            },
+            Kokkos::Max<std::uint32_t>(v));
+        Kokkos::single(Kokkos::PerTeam(t), [&] {
+          if (v > m) m = v;
+        });
       },
       Kokkos::Max<std::uint32_t, MemSpace>(bits));
 }
@@ -157,10 +183,24 @@ void fp8_cast_block(const ExecSpace& exec, View1<std::uint8_t> q, View1<std::uin
   detail::check_extent(scale, 1, "fp8_cast_block", "scale");
   const Index C = cols, R = rows, L = ld;
   if (!want_qt) {
-    if (!want_q) return;
+    if (!want_q || n == 0) return;
+    if (ld == cols) {
+      Kokkos::parallel_for(
+          "meshtrain::fp8_cast_block", Range(exec, 0, R * C), KOKKOS_LAMBDA(Index i) {
+            q(i) = fp8_encode(static_cast<float>(acc(x[i])) * scale(0), format);
+          });
+      return;
+    }
+    // A team per row of the column block (no per-element index division).
     Kokkos::parallel_for(
-        "meshtrain::fp8_cast_block", Range(exec, 0, R * C), KOKKOS_LAMBDA(Index i) {
-          q(i) = fp8_encode(static_cast<float>(acc(x[(i / C) * L + i % C])) * scale(0), format);
+        "meshtrain::fp8_cast_block_rows", Team(exec, rows, Kokkos::AUTO),
+        KOKKOS_LAMBDA(const Member& t) {
+          const Index r = t.league_rank();
+          const T* row = x + r * L;
+          const float s = scale(0);
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(t, cols), [&](int c) {
+            q(r * C + c) = fp8_encode(static_cast<float>(acc(row[c])) * s, format);
+          });
         });
     return;
   }

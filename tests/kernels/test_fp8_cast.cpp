@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -246,10 +247,14 @@ TEST_CASE("fp8_quantize calls the agreement hook between amax and scales", "[fp8
 // host's encoding under the block's scale.
 TEST_CASE("fp8_amax_block and fp8_cast_block: a column block in place, both orientations",
           "[fp8]") {
-  for (const auto& [rows, cols] : {std::pair{23, 67}, std::pair{70, 96}}) {
-    const int col = 5, ld = cols + 13;
+  // A column block of a wider buffer (a team per row), and a whole contiguous tensor (flat).
+  for (const auto& [rows, cols, whole] :
+       {std::tuple{23, 67, false}, std::tuple{70, 96, false}, std::tuple{23, 67, true},
+        std::tuple{70, 96, true}}) {
+    const int col = whole ? 0 : 5, ld = whole ? cols : cols + 13;
     auto wide = spread(std::size_t(rows) * ld, 41, 3.0);
-    for (int r = 0; r < rows; ++r) wide[std::size_t(r) * ld + col + cols] = 1e6f;  // outside
+    if (!whole)
+      for (int r = 0; r < rows; ++r) wide[std::size_t(r) * ld + col + cols] = 1e6f;  // outside
     const auto dwide = kt::to_device(wide);
     std::vector<float> block(std::size_t(rows) * cols);
     for (int r = 0; r < rows; ++r)
