@@ -10,7 +10,8 @@
 #    (exposed). On a shared GPU an exposed NCCL kernel also waits for its peers' turns on the
 #    GPU, so that share is an upper bound; the real figure needs one GPU per rank (issue 40).
 #   perf/gpu/cp_long.sh BUNDLE OUT [SEQ] [CP]
-# Environment: STEPS (6), MB (1), ZERO (1), TRACE (0), MT_TIMEOUT (400 s), PRESET (llama3.2-1b;
+# Environment: STEPS (6), MB (1), ZERO (1), TRACE (0), MT_TIMEOUT (400 s), EXTRA (more train options,
+# e.g. "--train.recompute true", which an 80 GB card needs for 4 ranks), PRESET (llama3.2-1b;
 # a small one, e.g. llama-tiny, with EMULATE=0 PRECISION=fp32, dry-runs the script on a CPU
 # build), PRECISION (bf16).
 set -uo pipefail
@@ -45,7 +46,7 @@ timeout "${MT_TIMEOUT:-400}" mpirun -np "$cp" --bind-to none -x MESHTRAIN_EMULAT
   --train.seq_len "$seq" --train.micro_batch "${MB:-1}" --train.steps "${STEPS:-6}" \
   --train.precision "${PRECISION:-bf16}" --mesh.cp "$cp" --zero.stage "${ZERO:-1}" --train.log_every 1 \
   --train.eval_every 0 --train.sample_tokens 0 --train.save false --ckpt.final false \
-  --data.train "${data}_train_*.bin" --data.val "" --train.out_dir "/tmp/cp_long_runs/$name" \
+  --data.train "${data}_train_*.bin" --data.val "" --train.out_dir "/tmp/cp_long_runs/$name" ${EXTRA:-} \
   --train.metrics "$out/$name.jsonl" > "$out/$name.log" 2>&1
 rc=$?
 kill "$sampler" 2>/dev/null
