@@ -10,23 +10,20 @@
 #include <type_traits>
 #include <utility>
 
+#include "amax_fused.hpp"
 #include "common.hpp"
 
 namespace meshtrain::kernels {
 
 namespace {
 
+using detail::abs_bits;  // amax_fused.hpp: shared with the kernels that fuse the amax
 using detail::acc;
 using detail::Index;
 using detail::Member;
 using detail::Range;
 using detail::Team;
 using UView = Kokkos::View<std::uint32_t, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-
-template <class T>
-KOKKOS_INLINE_FUNCTION std::uint32_t abs_bits(const T& x) {
-  return fp8_detail::float_bits(static_cast<float>(acc(x))) & 0x7fffffffu;
-}
 
 void check_shape(const char* fn, int rows, int cols) {
   MESHTRAIN_CHECK(rows >= 0 && cols >= 0, fn, ": rows=", rows, " cols=", cols,

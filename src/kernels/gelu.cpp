@@ -11,15 +11,40 @@
 
 #include <type_traits>
 
+#include "amax_fused.hpp"
 #include "common.hpp"
 #include "gelu_math.hpp"
 #include "pack8.hpp"
 
 namespace meshtrain::kernels {
 
+namespace {
+// The host fp32 loops, folding each stored value into `fold` (amax_fused.hpp's
+// host_loop_amax, which says why they always fold). Templates: a GPU build compiles no call.
+template <class Fold>
+void gelu_forward_host(float* __restrict o, const float* __restrict x, std::size_t n,
+                       Fold& fold) {
+  for (std::size_t i = 0; i < n; ++i) {
+    o[i] = detail::gelu_value_host(x[i]);
+    fold(o[i]);
+  }
+}
+template <class Fold>
+void gelu_backward_host(float* __restrict di, const float* __restrict x,
+                        const float* __restrict d, std::size_t n, Fold& fold) {
+  for (std::size_t i = 0; i < n; ++i) {
+    di[i] = detail::gelu_grad_host(x[i]) * d[i];
+    fold(di[i]);
+  }
+}
+}  // namespace
+
 template <class T>
-void gelu_forward(const ExecSpace& exec, View1<T> out, View1<const T> inp, std::size_t n) {
+void gelu_forward(const ExecSpace& exec, View1<T> out, View1<const T> inp, std::size_t n,
+                  View1<float> amax) {
+  using detail::abs_bits;
   using detail::acc;
+  using detail::max_bits;
   detail::check_extent(out, n, "gelu_forward", "out");
   detail::check_extent(inp, n, "gelu_forward", "inp");
   if constexpr (kDeviceIsHost && std::is_same_v<T, float>) {
@@ -28,9 +53,8 @@ void gelu_forward(const ExecSpace& exec, View1<T> out, View1<const T> inp, std::
     kc::fence(exec, "meshtrain::gelu_forward: host loop");
     // Not a Kokkos kernel: a region keeps it visible to Kokkos Tools (perf/bench/bench_train_step).
     Kokkos::Profiling::pushRegion("meshtrain::gelu_forward");
-    float* __restrict o = out.data();
-    const float* __restrict x = inp.data();
-    for (std::size_t i = 0; i < n; ++i) o[i] = detail::gelu_value_host(x[i]);
+    detail::host_loop_amax(
+        amax, [&](auto& fold) { gelu_forward_host(out.data(), inp.data(), n, fold); });
     Kokkos::Profiling::popRegion();
     return;
   }
@@ -41,32 +65,41 @@ void gelu_forward(const ExecSpace& exec, View1<T> out, View1<const T> inp, std::
     const detail::Pack8<T>* x = reinterpret_cast<const detail::Pack8<T>*>(inp.data());
     T* o1 = out.data();
     const T* x1 = inp.data();
-    Kokkos::parallel_for(
-        "meshtrain::gelu_forward", detail::Range(exec, 0, detail::Index(packs + n % 8)),
-        KOKKOS_LAMBDA(detail::Index i) {
+    detail::for_each_amax(
+        "meshtrain::gelu_forward", exec, detail::Index(packs + n % 8), amax,
+        KOKKOS_LAMBDA(detail::Index i, std::uint32_t& m) {
           if (std::size_t(i) < packs) {
             const detail::Pack8<T> a = x[i];
             detail::Pack8<T> r;
-            for (int j = 0; j < 8; ++j) r.v[j] = static_cast<T>(detail::gelu_value(acc(a.v[j])));
+            for (int j = 0; j < 8; ++j) {
+              r.v[j] = static_cast<T>(detail::gelu_value(acc(a.v[j])));
+              m = max_bits(m, abs_bits(r.v[j]));
+            }
             o[i] = r;
           } else {
             const std::size_t k = packs * 8 + (std::size_t(i) - packs);
-            o1[k] = static_cast<T>(detail::gelu_value(acc(x1[k])));
+            const T v = static_cast<T>(detail::gelu_value(acc(x1[k])));
+            o1[k] = v;
+            m = max_bits(m, abs_bits(v));
           }
         });
     return;
   }
-  Kokkos::parallel_for(
-      "meshtrain::gelu_forward", detail::Range(exec, 0, detail::Index(n)),
-      KOKKOS_LAMBDA(detail::Index i) {
-        out(i) = static_cast<T>(detail::gelu_value(acc(inp(i))));
+  detail::for_each_amax(
+      "meshtrain::gelu_forward", exec, detail::Index(n), amax,
+      KOKKOS_LAMBDA(detail::Index i, std::uint32_t& m) {
+        const T v = static_cast<T>(detail::gelu_value(acc(inp(i))));
+        out(i) = v;
+        m = max_bits(m, abs_bits(v));
       });
 }
 
 template <class T>
 void gelu_backward(const ExecSpace& exec, View1<T> dinp, View1<const T> inp, View1<const T> dout,
-                   std::size_t n) {
+                   std::size_t n, View1<float> amax) {
+  using detail::abs_bits;
   using detail::acc;
+  using detail::max_bits;
   detail::check_extent(dinp, n, "gelu_backward", "dinp");
   detail::check_extent(inp, n, "gelu_backward", "inp");
   detail::check_extent(dout, n, "gelu_backward", "dout");
@@ -74,10 +107,9 @@ void gelu_backward(const ExecSpace& exec, View1<T> dinp, View1<const T> inp, Vie
     kc::fence(exec, "meshtrain::gelu_backward: host loop");
     // Not a Kokkos kernel: a region keeps it visible to Kokkos Tools (perf/bench/bench_train_step).
     Kokkos::Profiling::pushRegion("meshtrain::gelu_backward");
-    float* __restrict di = dinp.data();
-    const float* __restrict x = inp.data();
-    const float* __restrict d = dout.data();
-    for (std::size_t i = 0; i < n; ++i) di[i] = detail::gelu_grad_host(x[i]) * d[i];
+    detail::host_loop_amax(amax, [&](auto& fold) {
+      gelu_backward_host(dinp.data(), inp.data(), dout.data(), n, fold);
+    });
     Kokkos::Profiling::popRegion();
     return;
   }
@@ -90,33 +122,40 @@ void gelu_backward(const ExecSpace& exec, View1<T> dinp, View1<const T> inp, Vie
     T* di1 = dinp.data();
     const T* x1 = inp.data();
     const T* d1 = dout.data();
-    Kokkos::parallel_for(
-        "meshtrain::gelu_backward", detail::Range(exec, 0, detail::Index(packs + n % 8)),
-        KOKKOS_LAMBDA(detail::Index i) {
+    detail::for_each_amax(
+        "meshtrain::gelu_backward", exec, detail::Index(packs + n % 8), amax,
+        KOKKOS_LAMBDA(detail::Index i, std::uint32_t& m) {
           if (std::size_t(i) < packs) {
             const detail::Pack8<T> a = x[i], g = d[i];
             detail::Pack8<T> r;
-            for (int j = 0; j < 8; ++j)
+            for (int j = 0; j < 8; ++j) {
               r.v[j] = static_cast<T>(detail::gelu_grad(acc(a.v[j])) * acc(g.v[j]));
+              m = max_bits(m, abs_bits(r.v[j]));
+            }
             di[i] = r;
           } else {
             const std::size_t k = packs * 8 + (std::size_t(i) - packs);
-            di1[k] = static_cast<T>(detail::gelu_grad(acc(x1[k])) * acc(d1[k]));
+            const T v = static_cast<T>(detail::gelu_grad(acc(x1[k])) * acc(d1[k]));
+            di1[k] = v;
+            m = max_bits(m, abs_bits(v));
           }
         });
     return;
   }
-  Kokkos::parallel_for(
-      "meshtrain::gelu_backward", detail::Range(exec, 0, detail::Index(n)),
-      KOKKOS_LAMBDA(detail::Index i) {
-        dinp(i) = static_cast<T>(detail::gelu_grad(acc(inp(i))) * acc(dout(i)));
+  detail::for_each_amax(
+      "meshtrain::gelu_backward", exec, detail::Index(n), amax,
+      KOKKOS_LAMBDA(detail::Index i, std::uint32_t& m) {
+        const T v = static_cast<T>(detail::gelu_grad(acc(inp(i))) * acc(dout(i)));
+        dinp(i) = v;
+        m = max_bits(m, abs_bits(v));
       });
 }
 
 #define MESHTRAIN_INSTANTIATE_GELU(T)                                                          \
-  template void gelu_forward<T>(const ExecSpace&, View1<T>, View1<const T>, std::size_t);      \
+  template void gelu_forward<T>(const ExecSpace&, View1<T>, View1<const T>, std::size_t,       \
+                                View1<float>);                                                \
   template void gelu_backward<T>(const ExecSpace&, View1<T>, View1<const T>, View1<const T>,  \
-                                 std::size_t);
+                                 std::size_t, View1<float>);
 MESHTRAIN_INSTANTIATE_GELU(float)
 MESHTRAIN_INSTANTIATE_GELU(double)
 #if MESHTRAIN_HAVE_BF16

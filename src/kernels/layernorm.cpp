@@ -13,6 +13,7 @@
 
 #include <type_traits>
 
+#include "amax_fused.hpp"
 #include "common.hpp"
 #include "rowwise_cuda.hpp"
 
@@ -53,13 +54,15 @@ void check_backward(const char* fn, View1<T> dinp, View1<T> dweight, View1<T> db
 }
 }  // namespace
 
-template <class T>
-void layernorm_forward_portable(const ExecSpace& exec, View1<T> out, View1<float> mean,
-                                View1<float> rstd, View1<const T> inp, View1<const T> weight,
-                                View1<const T> bias, int N, int C, float eps) {
+namespace {
+// The forward's row kernel; kAmax: also fold max |out| of each row into amax(0) (bits), one
+// atomic per team (amax_fused.hpp).
+template <bool kAmax, class T>
+void forward_rows(const ExecSpace& exec, View1<T> out, View1<float> mean, View1<float> rstd,
+                  View1<const T> inp, View1<const T> weight, View1<const T> bias, int N, int C,
+                  float eps, std::uint32_t* bits) {
   using Acc = detail::acc_t<T>;
   using detail::acc;
-  check_forward("layernorm_forward", out, mean, rstd, inp, weight, bias, N, C);
   const Acc e = eps;
   Kokkos::parallel_for(
       "meshtrain::layernorm_forward", detail::Team(exec, N, Kokkos::AUTO),
@@ -79,15 +82,34 @@ void layernorm_forward_portable(const ExecSpace& exec, View1<T> out, View1<float
             },
             sq);
         const Acc rs = Acc(1) / kc::sqrt(sq / C + e);
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(m, C), [&](int c) {
+        const auto store = [&](int c) {
           const Acc xhat = (acc(inp(base + c)) - mu) * rs;
-          out(base + c) = static_cast<T>(xhat * acc(weight(c)) + acc(bias(c)));
-        });
+          const T v = static_cast<T>(xhat * acc(weight(c)) + acc(bias(c)));
+          out(base + c) = v;
+          return v;
+        };
+        detail::team_store_amax<kAmax>(m, C, bits, store);
         Kokkos::single(Kokkos::PerTeam(m), [&]() {
           mean(row) = static_cast<float>(mu);
           rstd(row) = static_cast<float>(rs);
         });
       });
+}
+}  // namespace
+
+template <class T>
+void layernorm_forward_portable(const ExecSpace& exec, View1<T> out, View1<float> mean,
+                                View1<float> rstd, View1<const T> inp, View1<const T> weight,
+                                View1<const T> bias, int N, int C, float eps,
+                                View1<float> amax) {
+  check_forward("layernorm_forward", out, mean, rstd, inp, weight, bias, N, C);
+  if (!detail::present(amax)) {
+    forward_rows<false, T>(exec, out, mean, rstd, inp, weight, bias, N, C, eps, nullptr);
+    return;
+  }
+  detail::reset_amax(exec, amax);
+  forward_rows<true, T>(exec, out, mean, rstd, inp, weight, bias, N, C, eps,
+                        detail::amax_bits(amax));
 }
 
 template <class T>
@@ -173,15 +195,16 @@ void layernorm_backward_portable(const ExecSpace& exec, View1<T> dinp, View1<T> 
 template <class T>
 void layernorm_forward(const ExecSpace& exec, View1<T> out, View1<float> mean, View1<float> rstd,
                        View1<const T> inp, View1<const T> weight, View1<const T> bias, int N,
-                       int C, float eps) {
+                       int C, float eps, View1<float> amax) {
 #if defined(KOKKOS_ENABLE_CUDA)
   if constexpr (detail::kCudaRowwiseType<T>) {
     check_forward("layernorm_forward", out, mean, rstd, inp, weight, bias, N, C);
-    if (detail::layernorm_forward_cuda<T>(exec, out, mean, rstd, inp, weight, bias, N, C, eps))
+    if (detail::layernorm_forward_cuda<T>(exec, out, mean, rstd, inp, weight, bias, N, C, eps,
+                                          amax))
       return;
   }
 #endif
-  layernorm_forward_portable<T>(exec, out, mean, rstd, inp, weight, bias, N, C, eps);
+  layernorm_forward_portable<T>(exec, out, mean, rstd, inp, weight, bias, N, C, eps, amax);
 }
 
 template <class T>
@@ -203,13 +226,13 @@ void layernorm_backward(const ExecSpace& exec, View1<T> dinp, View1<T> dweight, 
 #define MESHTRAIN_INSTANTIATE_LAYERNORM(T)                                                      \
   template void layernorm_forward<T>(const ExecSpace&, View1<T>, View1<float>, View1<float>,    \
                                      View1<const T>, View1<const T>, View1<const T>, int, int,  \
-                                     float);                                                    \
+                                     float, View1<float>);                                      \
   template void layernorm_backward<T>(const ExecSpace&, View1<T>, View1<T>, View1<T>,           \
                                       View1<const T>, View1<const T>, View1<const T>,           \
                                       View1<const float>, View1<const float>, int, int);        \
   template void layernorm_forward_portable<T>(const ExecSpace&, View1<T>, View1<float>,         \
                                               View1<float>, View1<const T>, View1<const T>,     \
-                                              View1<const T>, int, int, float);                 \
+                                              View1<const T>, int, int, float, View1<float>);   \
   template void layernorm_backward_portable<T>(const ExecSpace&, View1<T>, View1<T>, View1<T>,  \
                                                View1<const T>, View1<const T>, View1<const T>,  \
                                                View1<const float>, View1<const float>, int, int);

@@ -8,7 +8,9 @@
 // longer rows take the NV = 0 instantiation, which re-reads them from L1 on each pass.
 //
 // Forward: mean, then the variance as a second pass sum((x - mean)^2), like the portable kernel
-// (E[x^2] - mean^2 cancels when |mean| >> std); warp butterfly sums.
+// (E[x^2] - mean^2 cancels when |mean| >> std); warp butterfly sums. With an FP8 amax (kAmax),
+// each lane folds the bits of the |out| vectors it stores, and each warp (row) one atomic max
+// into the zeroed amax.
 //
 // Backward: dinp += rstd * (g - mean(g) - xhat * mean(g * xhat)), g = weight * dout, as the
 // portable kernel, in one read of dout and inp. dweight/dbias need column sums over all rows:
@@ -26,6 +28,7 @@
 #include <string>
 #include <utility>
 
+#include "amax_fused.hpp"
 #include "common.hpp"
 #include "meshtrain/core/cuda_check.hpp"
 #include "meshtrain/kernels/workspace.hpp"
@@ -72,11 +75,12 @@ int max_smem_optin() {
   return bytes;
 }
 
-template <class E, int NV>
+template <class E, int NV, bool kAmax>
 __global__ void __launch_bounds__(32 * kFwdWarps)
     forward_kernel(E* __restrict__ out, float* __restrict__ mean, float* __restrict__ rstd,
                    const E* __restrict__ inp, const E* __restrict__ weight,
-                   const E* __restrict__ bias, int N, int C, float eps) {
+                   const E* __restrict__ bias, int N, int C, float eps,
+                   unsigned* __restrict__ amax) {
   constexpr int kV = kVec<E>;
   const int lane = threadIdx.x & 31;
   const long row = long(blockIdx.x) * kFwdWarps + (threadIdx.x >> 5);
@@ -107,6 +111,7 @@ __global__ void __launch_bounds__(32 * kFwdWarps)
   const float rs = 1.0f / sqrtf(warp_sum(q) / C + eps);
 
   E* y = out + row * C;
+  std::uint32_t mx = 0;
   owned_vectors<NV>(lane, 32, nvec, [&](int i, int v) {
     float f[kV], w[kV], b[kV], o[kV];
     unpack<E>(xr.get(i, x + v * kV), f);
@@ -114,8 +119,11 @@ __global__ void __launch_bounds__(32 * kFwdWarps)
     unpack<E>(load16(bias + v * kV), b);
 #pragma unroll
     for (int k = 0; k < kV; ++k) o[k] = (f[k] - mu) * rs * w[k] + b[k];
-    store16(y + v * kV, pack<E>(o));
+    const uint4 yv = pack<E>(o);
+    store16(y + v * kV, yv);
+    if constexpr (kAmax) mx = max_u32(mx, abs_bits_max<E>(yv));
   });
+  if constexpr (kAmax) warp_fold_amax(mx, amax);
   if (lane == 0) {
     mean[row] = mu;
     rstd[row] = rs;
@@ -245,9 +253,9 @@ __global__ void __launch_bounds__(32 * kSumRows)
 }
 
 // Kernel tables indexed by NV = 0 (looping), 1, ..., kMaxRegVectors.
-template <class E, std::size_t... I>
+template <class E, bool kAmax, std::size_t... I>
 auto forward_table(std::index_sequence<I...>) {
-  return std::array{&forward_kernel<E, int(I)>...};
+  return std::array{&forward_kernel<E, int(I), kAmax>...};
 }
 template <class E, std::size_t... I>
 auto backward_table(std::index_sequence<I...>) {
@@ -255,13 +263,15 @@ auto backward_table(std::index_sequence<I...>) {
 }
 using Vectors = std::make_index_sequence<kMaxRegVectors + 1>;
 
+// amax: the FP8 amax's bits, already zeroed on st, or null for none.
 template <class E>
 void launch_forward(cudaStream_t st, E* out, float* mean, float* rstd, const E* inp,
-                    const E* weight, const E* bias, int N, int C, float eps) {
-  static const auto kernels = forward_table<E>(Vectors());
+                    const E* weight, const E* bias, int N, int C, float eps, unsigned* amax) {
+  static const auto kernels = forward_table<E, false>(Vectors());
+  static const auto kernels_amax = forward_table<E, true>(Vectors());
+  const auto kernel = (amax ? kernels_amax : kernels)[vectors_per_lane<E>(C)];
   const unsigned grid = unsigned((long(N) + kFwdWarps - 1) / kFwdWarps);
-  kernels[vectors_per_lane<E>(C)]<<<grid, 32 * kFwdWarps, 0, st>>>(out, mean, rstd, inp, weight,
-                                                                  bias, N, C, eps);
+  kernel<<<grid, 32 * kFwdWarps, 0, st>>>(out, mean, rstd, inp, weight, bias, N, C, eps, amax);
   MESHTRAIN_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -289,14 +299,17 @@ void launch_backward(cudaStream_t st, E* dinp, E* dweight, E* dbias, float* part
 template <class T>
 bool layernorm_forward_cuda(const ExecSpace& exec, View1<T> out, View1<float> mean,
                             View1<float> rstd, View1<const T> inp, View1<const T> weight,
-                            View1<const T> bias, int N, int C, float eps) {
+                            View1<const T> bias, int N, int C, float eps, View1<float> amax) {
   using E = storage_t<T>;
   if (C % kVec<E> != 0 || !aligned16({out.data(), inp.data(), weight.data(), bias.data()}))
     return false;
   const ToolRegion region([] { return std::string("meshtrain::layernorm_forward_cuda"); });
+  const bool with_amax = present(amax);
+  if (with_amax) reset_amax(exec, amax);  // whatever N: an empty tensor's amax is 0
   if (N > 0)
     launch_forward<E>(exec.cuda_stream(), raw(out.data()), mean.data(), rstd.data(),
-                      raw(inp.data()), raw(weight.data()), raw(bias.data()), N, C, eps);
+                      raw(inp.data()), raw(weight.data()), raw(bias.data()), N, C, eps,
+                      with_amax ? amax_bits(amax) : nullptr);
   return true;
 }
 
@@ -326,7 +339,7 @@ bool layernorm_backward_cuda(const ExecSpace& exec, View1<T> dinp, View1<T> dwei
 #define MESHTRAIN_INSTANTIATE_LAYERNORM_CUDA(T)                                                 \
   template bool layernorm_forward_cuda<T>(const ExecSpace&, View1<T>, View1<float>,             \
                                           View1<float>, View1<const T>, View1<const T>,         \
-                                          View1<const T>, int, int, float);                     \
+                                          View1<const T>, int, int, float, View1<float>);       \
   template bool layernorm_backward_cuda<T>(const ExecSpace&, View1<T>, View1<T>, View1<T>,      \
                                            View1<const T>, View1<const T>, View1<const T>,      \
                                            View1<const float>, View1<const float>, int, int);

@@ -10,6 +10,7 @@
 // kernels of rmsnorm_cuda.cpp where they apply, and to these everywhere else.
 #include "meshtrain/kernels/rmsnorm.hpp"
 
+#include "amax_fused.hpp"
 #include "common.hpp"
 #include "rowwise_cuda.hpp"
 
@@ -46,13 +47,14 @@ void check_backward(const char* fn, View1<T> dinp, View1<T> dweight, View1<const
 }
 }  // namespace
 
-template <class T>
-void rmsnorm_forward_portable(const ExecSpace& exec, View1<T> out, View1<float> rstd,
-                              View1<const T> inp, View1<const T> weight, int N, int C,
-                              float eps) {
+namespace {
+// The forward's row kernel; kAmax: also fold max |out| of each row into amax(0) (bits), one
+// atomic per team (amax_fused.hpp).
+template <bool kAmax, class T>
+void forward_rows(const ExecSpace& exec, View1<T> out, View1<float> rstd, View1<const T> inp,
+                  View1<const T> weight, int N, int C, float eps, std::uint32_t* bits) {
   using Acc = detail::acc_t<T>;
   using detail::acc;
-  check_forward("rmsnorm_forward", out, rstd, inp, weight, N, C);
   const Acc e = eps;
   Kokkos::parallel_for(
       "meshtrain::rmsnorm_forward", detail::Team(exec, N, Kokkos::AUTO),
@@ -68,13 +70,30 @@ void rmsnorm_forward_portable(const ExecSpace& exec, View1<T> out, View1<float> 
             },
             sq);
         const Acc rs = Acc(1) / kc::sqrt(sq / C + e);
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(m, C), [&](int c) {
-          // HF's order: round x * rstd to T, then multiply by the weight.
+        // HF's order: round x * rstd to T, then multiply by the weight.
+        const auto store = [&](int c) {
           const Acc n = acc(static_cast<T>(acc(inp(base + c)) * rs));
-          out(base + c) = static_cast<T>(acc(weight(c)) * n);
-        });
+          const T v = static_cast<T>(acc(weight(c)) * n);
+          out(base + c) = v;
+          return v;
+        };
+        detail::team_store_amax<kAmax>(m, C, bits, store);
         Kokkos::single(Kokkos::PerTeam(m), [&]() { rstd(row) = static_cast<float>(rs); });
       });
+}
+}  // namespace
+
+template <class T>
+void rmsnorm_forward_portable(const ExecSpace& exec, View1<T> out, View1<float> rstd,
+                              View1<const T> inp, View1<const T> weight, int N, int C,
+                              float eps, View1<float> amax) {
+  check_forward("rmsnorm_forward", out, rstd, inp, weight, N, C);
+  if (!detail::present(amax)) {
+    forward_rows<false, T>(exec, out, rstd, inp, weight, N, C, eps, nullptr);
+    return;
+  }
+  detail::reset_amax(exec, amax);
+  forward_rows<true, T>(exec, out, rstd, inp, weight, N, C, eps, detail::amax_bits(amax));
 }
 
 template <class T>
@@ -143,14 +162,14 @@ void rmsnorm_backward_portable(const ExecSpace& exec, View1<T> dinp, View1<T> dw
 // shape suits them (rowwise_cuda.hpp), the portable kernels otherwise.
 template <class T>
 void rmsnorm_forward(const ExecSpace& exec, View1<T> out, View1<float> rstd, View1<const T> inp,
-                     View1<const T> weight, int N, int C, float eps) {
+                     View1<const T> weight, int N, int C, float eps, View1<float> amax) {
 #if defined(KOKKOS_ENABLE_CUDA)
   if constexpr (detail::kCudaRowwiseType<T>) {
     check_forward("rmsnorm_forward", out, rstd, inp, weight, N, C);
-    if (detail::rmsnorm_forward_cuda<T>(exec, out, rstd, inp, weight, N, C, eps)) return;
+    if (detail::rmsnorm_forward_cuda<T>(exec, out, rstd, inp, weight, N, C, eps, amax)) return;
   }
 #endif
-  rmsnorm_forward_portable<T>(exec, out, rstd, inp, weight, N, C, eps);
+  rmsnorm_forward_portable<T>(exec, out, rstd, inp, weight, N, C, eps, amax);
 }
 
 template <class T>
@@ -169,12 +188,13 @@ void rmsnorm_backward(const ExecSpace& exec, View1<T> dinp, View1<T> dweight,
 
 #define MESHTRAIN_INSTANTIATE_RMSNORM(T)                                                        \
   template void rmsnorm_forward<T>(const ExecSpace&, View1<T>, View1<float>, View1<const T>,    \
-                                   View1<const T>, int, int, float);                            \
+                                   View1<const T>, int, int, float, View1<float>);              \
   template void rmsnorm_backward<T>(const ExecSpace&, View1<T>, View1<T>, View1<const T>,       \
                                     View1<const T>, View1<const T>, View1<const float>, int,    \
                                     int);                                                       \
   template void rmsnorm_forward_portable<T>(const ExecSpace&, View1<T>, View1<float>,           \
-                                            View1<const T>, View1<const T>, int, int, float);   \
+                                            View1<const T>, View1<const T>, int, int, float,    \
+                                            View1<float>);                                      \
   template void rmsnorm_backward_portable<T>(const ExecSpace&, View1<T>, View1<T>,              \
                                              View1<const T>, View1<const T>, View1<const T>,    \
                                              View1<const float>, int, int);

@@ -4,7 +4,8 @@
 // empty without CUDA.
 //
 // Forward: one pass for sum(x^2) (no mean, so no second pass is needed for accuracy), then
-// out = weight * round_T(x * rstd), HF's order.
+// out = weight * round_T(x * rstd), HF's order. With an FP8 amax (kAmax), each lane folds the
+// bits of the |out| vectors it stores, and each warp (row) one atomic max into the zeroed amax.
 //
 // Backward: dinp += rstd * (g - n * mean(g * n)), g = weight * dout, n = x * rstd, in one read
 // of dout and inp. dweight = sum_rows dout * round_T(n): each warp adds its rows into its own
@@ -20,6 +21,7 @@
 #include <string>
 #include <utility>
 
+#include "amax_fused.hpp"
 #include "common.hpp"
 #include "meshtrain/core/cuda_check.hpp"
 #include "rowwise_cuda_device.hpp"
@@ -66,10 +68,11 @@ __device__ __forceinline__ float round_to(float x) {
   else return x;
 }
 
-template <class E, int NV>
+template <class E, int NV, bool kAmax>
 __global__ void __launch_bounds__(32 * kFwdWarps)
     forward_kernel(E* __restrict__ out, float* __restrict__ rstd, const E* __restrict__ inp,
-                   const E* __restrict__ weight, int N, int C, float eps) {
+                   const E* __restrict__ weight, int N, int C, float eps,
+                   unsigned* __restrict__ amax) {
   constexpr int kV = kVec<E>;
   const int lane = threadIdx.x & 31;
   const long row = long(blockIdx.x) * kFwdWarps + (threadIdx.x >> 5);
@@ -87,14 +90,18 @@ __global__ void __launch_bounds__(32 * kFwdWarps)
   });
   const float rs = 1.0f / sqrtf(warp_sum(q) / C + eps);
   E* y = out + row * C;
+  std::uint32_t mx = 0;
   owned_vectors<NV>(lane, 32, nvec, [&](int i, int v) {
     float f[kV], w[kV], o[kV];
     unpack<E>(xr.get(i, x + v * kV), f);
     unpack<E>(load16(weight + v * kV), w);
 #pragma unroll
     for (int k = 0; k < kV; ++k) o[k] = w[k] * round_to<E>(f[k] * rs);
-    store16(y + v * kV, pack<E>(o));
+    const uint4 yv = pack<E>(o);
+    store16(y + v * kV, yv);
+    if constexpr (kAmax) mx = max_u32(mx, abs_bits_max<E>(yv));
   });
+  if constexpr (kAmax) warp_fold_amax(mx, amax);
   if (lane == 0) rstd[row] = rs;
 }
 
@@ -189,9 +196,9 @@ __global__ void __launch_bounds__(32 * kSumRows)
   }
 }
 
-template <class E, std::size_t... I>
+template <class E, bool kAmax, std::size_t... I>
 auto forward_table(std::index_sequence<I...>) {
-  return std::array{&forward_kernel<E, int(I)>...};
+  return std::array{&forward_kernel<E, int(I), kAmax>...};
 }
 template <class E, std::size_t... I>
 auto backward_table(std::index_sequence<I...>) {
@@ -203,15 +210,21 @@ using Vectors = std::make_index_sequence<kMaxRegVectors + 1>;
 
 template <class T>
 bool rmsnorm_forward_cuda(const ExecSpace& exec, View1<T> out, View1<float> rstd,
-                          View1<const T> inp, View1<const T> weight, int N, int C, float eps) {
+                          View1<const T> inp, View1<const T> weight, int N, int C, float eps,
+                          View1<float> amax) {
   using E = storage_t<T>;
   if (C % kVec<E> != 0 || !aligned16({out.data(), inp.data(), weight.data()})) return false;
   const ToolRegion region([] { return std::string("meshtrain::rmsnorm_forward_cuda"); });
+  const bool with_amax = present(amax);
+  if (with_amax) reset_amax(exec, amax);  // before the N == 0 return: an empty tensor's is 0
   if (N == 0) return true;
-  static const auto kernels = forward_table<E>(Vectors());
+  static const auto kernels = forward_table<E, false>(Vectors());
+  static const auto kernels_amax = forward_table<E, true>(Vectors());
+  const auto kernel = (with_amax ? kernels_amax : kernels)[vectors_per_lane<E>(C)];
   const unsigned grid = unsigned((long(N) + kFwdWarps - 1) / kFwdWarps);
-  kernels[vectors_per_lane<E>(C)]<<<grid, 32 * kFwdWarps, 0, exec.cuda_stream()>>>(
-      raw(out.data()), rstd.data(), raw(inp.data()), raw(weight.data()), N, C, eps);
+  kernel<<<grid, 32 * kFwdWarps, 0, exec.cuda_stream()>>>(
+      raw(out.data()), rstd.data(), raw(inp.data()), raw(weight.data()), N, C, eps,
+      with_amax ? amax_bits(amax) : nullptr);
   MESHTRAIN_CUDA_CHECK(cudaGetLastError());
   return true;
 }
@@ -251,7 +264,8 @@ bool rmsnorm_backward_cuda(const ExecSpace& exec, View1<T> dinp, View1<T> dweigh
 
 #define MESHTRAIN_INSTANTIATE_RMSNORM_CUDA(T)                                                  \
   template bool rmsnorm_forward_cuda<T>(const ExecSpace&, View1<T>, View1<float>,              \
-                                        View1<const T>, View1<const T>, int, int, float);      \
+                                        View1<const T>, View1<const T>, int, int, float,       \
+                                        View1<float>);                                         \
   template bool rmsnorm_backward_cuda<T>(const ExecSpace&, View1<T>, View1<T>, View1<const T>, \
                                          View1<const T>, View1<const T>, View1<const float>,   \
                                          int, int);

@@ -30,10 +30,12 @@ inline constexpr bool kCudaRowwiseType =
 //                            live in shared memory).
 //   cross_entropy_*_cuda:    Vp % (16 / sizeof(T)) == 0 (any V <= Vp).
 // A call that runs the CUDA kernels pushes the Kokkos Tools region "meshtrain::<op>_cuda".
+// The forwards' amax is the headers' optional FP8 amax of out (empty: none), zeroed on the
+// stream and folded by one atomic max per row (amax_fused.hpp).
 template <class T>
 bool layernorm_forward_cuda(const ExecSpace& exec, View1<T> out, View1<float> mean,
                             View1<float> rstd, View1<const T> inp, View1<const T> weight,
-                            View1<const T> bias, int N, int C, float eps);
+                            View1<const T> bias, int N, int C, float eps, View1<float> amax);
 template <class T>
 bool layernorm_backward_cuda(const ExecSpace& exec, View1<T> dinp, View1<T> dweight,
                              View1<T> dbias, View1<const T> dout, View1<const T> inp,
@@ -42,7 +44,8 @@ bool layernorm_backward_cuda(const ExecSpace& exec, View1<T> dinp, View1<T> dwei
 // rmsnorm_*_cuda: the same rules as layernorm_*_cuda (rmsnorm_cuda.cpp).
 template <class T>
 bool rmsnorm_forward_cuda(const ExecSpace& exec, View1<T> out, View1<float> rstd,
-                          View1<const T> inp, View1<const T> weight, int N, int C, float eps);
+                          View1<const T> inp, View1<const T> weight, int N, int C, float eps,
+                          View1<float> amax);
 template <class T>
 bool rmsnorm_backward_cuda(const ExecSpace& exec, View1<T> dinp, View1<T> dweight,
                            View1<const T> dout, View1<const T> inp, View1<const T> weight,

@@ -1,7 +1,7 @@
 #pragma once
-// Private to layernorm_cuda.cpp and cross_entropy_cuda.cpp: 16-byte vector I/O of float and bf16
-// rows with fp32 arithmetic, and warp/block reductions whose results are the same bits on every
-// thread and every run.
+// Private to layernorm_cuda.cpp, rmsnorm_cuda.cpp and cross_entropy_cuda.cpp: 16-byte vector I/O
+// of float and bf16 rows with fp32 arithmetic, warp/block reductions whose results are the same
+// bits on every thread and every run, and the fused FP8 amax of a row kernel's output.
 #if defined(KOKKOS_ENABLE_CUDA)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -158,6 +158,33 @@ __device__ __forceinline__ float block_max(float v, float* red) {
 #pragma unroll
   for (int w = 1; w < kWarps; ++w) m = fmaxf(m, red[w]);
   return m;
+}
+
+// The fused FP8 amax (amax_fused.hpp): max |x| over the elements of a 16-byte vector of E as
+// stored, as the float bits of |x| with the sign cleared, the order fp8_amax compares in
+// (fp8_cast.cpp). A bf16 widens to float by a 16-bit shift, so its bits need no conversion.
+__device__ __forceinline__ std::uint32_t max_u32(std::uint32_t a, std::uint32_t b) {
+  return a > b ? a : b;
+}
+template <class E>
+__device__ __forceinline__ std::uint32_t abs_bits_max(const uint4& v) {
+  const std::uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  std::uint32_t m = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (sizeof(E) == 2)
+      m = max_u32(m, max_u32((w[i] << 16) & 0x7fffffffu, w[i] & 0x7fff0000u));
+    else
+      m = max_u32(m, w[i] & 0x7fffffffu);
+  }
+  return m;
+}
+// A warp's max of those bits, folded into *amax by lane 0: one atomic per warp (a row of the
+// norms), where one per element would serialise on the one address.
+__device__ __forceinline__ void warp_fold_amax(std::uint32_t m, unsigned* amax) {
+#pragma unroll
+  for (int s = 16; s > 0; s >>= 1) m = max_u32(m, __shfl_xor_sync(0xffffffffu, m, s));
+  if ((threadIdx.x & 31) == 0) atomicMax(amax, m);
 }
 
 // Calls f(i, v) for the vectors v = first + stride * i < nvec that one thread owns, in order of

@@ -1,9 +1,11 @@
 // LayerNorm: forward against a double host implementation, backward (double instantiation)
 // against central finite differences, float backward against the double one. Then the
 // dispatched layernorm_forward/backward (the CUDA kernels on a CUDA build) against the portable
-// kernels, in float and bf16, and their run-to-run determinism.
+// kernels, in float and bf16, and their run-to-run determinism. Last, the FP8 amax fused into
+// the forward.
 #include <cstdio>
 
+#include "amax_check.hpp"
 #include "kernel_test_util.hpp"
 #include "meshtrain/kernels/layernorm.hpp"
 
@@ -283,3 +285,71 @@ TEST_CASE("layernorm dispatched kernels are bitwise deterministic",
   require_deterministic<bf16>(5000, 768);
 #endif
 }
+
+// ---------------------------------------------------------------------------------------------
+// The FP8 amax fused into the forward (issue 35): layernorm_forward(..., amax) sets amax(0) to
+// fp8_amax of out, for the dispatched kernels (the CUDA ones where they apply: register rows,
+// rows past the registers, shapes they refuse) and the portable ones; an inf in out, a NaN, an
+// all-zero input with zero bias (out = 0) and no rows give inf, NaN, 0 and 0, over a stale amax.
+namespace {
+
+template <class T>
+std::uint32_t layernorm_amax(int N, int C, const std::vector<T>& x, const std::vector<T>& w,
+                             const std::vector<T>& b, bool portable) {
+  const std::size_t NC = std::size_t(N) * C;
+  const auto xd = kt::to_device(x), wd = kt::to_device(w), bd = kt::to_device(b);
+  View1<T> plain("plain", NC), fused("fused", NC);
+  View1<float> mean("mean", N), rstd("rstd", N);
+  return kt::require_fused_amax<T>(plain, fused, NC, [&](View1<T> out, View1<float> amax) {
+    if (portable)
+      layernorm_forward_portable<T>(ExecSpace(), out, mean, rstd, xd, wd, bd, N, C, 1e-5f, amax);
+    else
+      layernorm_forward<T>(ExecSpace(), out, mean, rstd, xd, wd, bd, N, C, 1e-5f, amax);
+  });
+}
+
+template <class T>
+void layernorm_amax_cases() {
+  const std::vector<std::pair<int, int>> shapes = {{7, 768}, {33, 4096}, {1, 8192}, {6, 36},
+                                                   {4, 13},  {2, 8200},  {0, 768}};
+  const T nan = static_cast<T>(std::numeric_limits<float>::quiet_NaN());
+  for (const bool portable : {false, true})
+    for (const auto& [N, C] : shapes) {
+      INFO(type_name<T>() << " N=" << N << " C=" << C << (portable ? " portable" : " dispatched"));
+      const std::size_t NC = std::size_t(N) * C;
+      const auto x = kt::convert<T>(kt::random_vector<float>(NC, 500 + C, -1.5, 2.5));
+      const auto w = kt::convert<T>(kt::random_vector<float>(C, 501 + C, 0.5, 1.5));
+      const auto b = kt::convert<T>(kt::random_vector<float>(C, 502 + C, -1.0, 1.0));
+      const std::uint32_t finite = layernorm_amax<T>(N, C, x, w, b, portable);
+      if (N == 0) {
+        REQUIRE(finite == 0);
+        continue;
+      }
+      REQUIRE((finite > 0 && finite < kt::kInfBits));
+      // x = 50 among values ~1 gives xhat of several times 1; times a weight of 3e38, that
+      // overflows to inf, and a finite bias keeps it inf (finite inputs, no NaN anywhere).
+      auto xi = x, wi = w;
+      xi[0] = static_cast<T>(50.0f);
+      wi[0] = static_cast<T>(3e38f);
+      REQUIRE(layernorm_amax<T>(N, C, xi, wi, b, portable) == kt::kInfBits);
+      auto xn = x;
+      xn[NC - 1] = nan;  // the last row's statistics and outputs are NaN
+      REQUIRE(layernorm_amax<T>(N, C, xn, w, b, portable) > kt::kInfBits);
+      const std::vector<T> zeros(NC, static_cast<T>(0.0f)), zero_bias(C, static_cast<T>(0.0f));
+      REQUIRE(layernorm_amax<T>(N, C, zeros, w, zero_bias, portable) == 0);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("layernorm_forward's fused FP8 amax is fp8_amax of out (float)",
+          "[kernels][layernorm][fp8][amax]") {
+  layernorm_amax_cases<float>();
+}
+
+#if MESHTRAIN_HAVE_BF16
+TEST_CASE("layernorm_forward's fused FP8 amax is fp8_amax of out (bf16)",
+          "[kernels][layernorm][fp8][amax][bf16]") {
+  layernorm_amax_cases<bf16>();
+}
+#endif

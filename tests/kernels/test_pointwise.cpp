@@ -1,5 +1,7 @@
 // GELU (tanh approximation) forward against the host formula in double, backward (double
-// instantiation) against central differences; residual add and accumulate.
+// instantiation) against central differences, and the FP8 amax fused into both; residual add
+// and accumulate.
+#include "amax_check.hpp"
 #include "kernel_test_util.hpp"
 #include "meshtrain/kernels/gelu.hpp"
 #include "meshtrain/kernels/residual.hpp"
@@ -102,6 +104,91 @@ TEST_CASE("gelu bf16 equals the fp32 formula of the same inputs, packed or not",
       kt::require_close(got_g, want_g, 1.0 / 128, 1e-6, "gelu_backward bf16");
       if (shift == 1) CHECK(float(oh[0]) == 0.0f);  // the element before the view is untouched
     }
+}
+#endif
+
+// The FP8 amax fused into GELU (issue 35): gelu_forward(..., amax) sets amax(0) to fp8_amax of
+// out, gelu_backward(..., amax) to fp8_amax of dinp; an inf in the output, a NaN, all zeros and
+// n = 0 give inf, NaN, 0 and 0, over a stale amax. In bf16 on a GPU the packed form (aligned
+// views, n >= 8) and the element-wise one (views one element into their buffers), with and
+// without a tail of n % 8, as above; in double the Kokkos kernel on any build.
+namespace {
+
+template <class T>
+std::vector<T> to_t(const std::vector<double>& v) {
+  std::vector<T> r(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) r[i] = static_cast<T>(static_cast<float>(v[i]));
+  return r;
+}
+
+// The amax bits of gelu_forward (backward = false) or gelu_backward on x (and d), each run on
+// views `shift` elements into their allocations.
+template <class T>
+std::uint32_t gelu_amax(const std::vector<T>& x, const std::vector<T>& d, std::size_t shift,
+                        bool backward) {
+  const std::size_t n = x.size();
+  const auto padded = [&](const std::vector<T>& v) {
+    std::vector<T> r(n + shift, static_cast<T>(0.0f));
+    std::copy(v.begin(), v.end(), r.begin() + shift);
+    return kt::to_device(r);
+  };
+  auto x_all = padded(x), d_all = padded(d);
+  auto plain_all = padded(std::vector<T>(n)), fused_all = padded(std::vector<T>(n));
+  const View1<T> xv(x_all.data() + shift, n), dv(d_all.data() + shift, n);
+  const View1<T> plain(plain_all.data() + shift, n), fused(fused_all.data() + shift, n);
+  return kt::require_fused_amax<T>(plain, fused, n, [&](View1<T> out, View1<float> amax) {
+    if (backward)
+      gelu_backward<T>(ExecSpace(), out, xv, dv, n, amax);
+    else
+      gelu_forward<T>(ExecSpace(), out, xv, n, amax);
+  });
+}
+
+template <class T>
+void gelu_amax_cases(const std::vector<std::size_t>& sizes,
+                     const std::vector<std::size_t>& shifts) {
+  const T inf = static_cast<T>(std::numeric_limits<float>::infinity());
+  const T nan = static_cast<T>(std::numeric_limits<float>::quiet_NaN());
+  for (const std::size_t n : sizes)
+    for (const std::size_t shift : shifts)
+      for (const bool backward : {false, true}) {
+        INFO("n " << n << " shift " << shift << (backward ? " backward" : " forward"));
+        const auto x = to_t<T>(gelu_inputs(n, 7)), d = to_t<T>(kt::random_vector<double>(n, 8));
+        const std::uint32_t finite = gelu_amax(x, d, shift, backward);
+        if (n == 0) {
+          REQUIRE(finite == 0);
+          continue;
+        }
+        REQUIRE((finite > 0 && finite < kt::kInfBits));
+        // gelu(inf) = inf; gelu'(1) * inf = inf. The last element: in the packed form, the tail.
+        auto xi = x, di = d;
+        xi[n - 1] = backward ? static_cast<T>(1.0f) : inf;
+        di[n - 1] = inf;
+        REQUIRE(gelu_amax(xi, di, shift, backward) == kt::kInfBits);
+        auto xn = x;
+        xn[n / 2] = nan;
+        REQUIRE(gelu_amax(xn, d, shift, backward) > kt::kInfBits);
+        const std::vector<T> zeros(n, static_cast<T>(0.0f));
+        REQUIRE(gelu_amax(zeros, zeros, shift, backward) == 0);  // gelu(0) = 0, gelu'(0) * 0
+      }
+}
+
+}  // namespace
+
+TEST_CASE("gelu's fused FP8 amax is fp8_amax of the output (float)", "[kernels][gelu][fp8][amax]") {
+  // n >= 4: gelu_inputs starts with -100, -12, 0 (outputs +-0, amax 0) and 12.
+  gelu_amax_cases<float>({0, 4, 13, 1003}, {0});
+}
+
+TEST_CASE("gelu's fused FP8 amax through the Kokkos kernels (double)",
+          "[kernels][gelu][fp8][amax]") {
+  gelu_amax_cases<double>({0, 4, 13, 1003}, {0});
+}
+
+#if MESHTRAIN_HAVE_BF16
+TEST_CASE("gelu's fused FP8 amax is fp8_amax of the output (bf16)",
+          "[kernels][gelu][fp8][amax][bf16]") {
+  gelu_amax_cases<bf16>({0, 5, 8, 13, 1003, 4096}, {0, 1});
 }
 #endif
 

@@ -1,9 +1,11 @@
 // RMSNorm: forward against a double host implementation, backward (double instantiation)
 // against central finite differences, float backward against the double one, bf16's order of
 // operations (HF's) bit for bit. Then the dispatched rmsnorm_forward/backward (the CUDA kernels
-// on a CUDA build) against the portable kernels, in float and bf16, and their determinism.
+// on a CUDA build) against the portable kernels, in float and bf16, and their determinism. Last,
+// the FP8 amax fused into the forward.
 #include <cstdio>
 
+#include "amax_check.hpp"
 #include "kernel_test_util.hpp"
 #include "meshtrain/kernels/rmsnorm.hpp"
 
@@ -281,3 +283,69 @@ TEST_CASE("rmsnorm dispatched kernels are bitwise deterministic",
   require_deterministic<bf16>(5000, 768);
 #endif
 }
+
+// ---------------------------------------------------------------------------------------------
+// The FP8 amax fused into the forward (issue 35): rmsnorm_forward(..., amax) sets amax(0) to
+// fp8_amax of out, for the dispatched kernels (the CUDA ones where they apply: register rows,
+// rows past the registers, shapes they refuse) and the portable ones; an inf in out, a NaN, an
+// all-zero input (out = 0) and no rows give inf, NaN, 0 and 0, over a stale amax.
+namespace {
+
+template <class T>
+std::uint32_t rmsnorm_amax(int N, int C, const std::vector<T>& x, const std::vector<T>& w,
+                           bool portable) {
+  const std::size_t NC = std::size_t(N) * C;
+  const auto xd = kt::to_device(x), wd = kt::to_device(w);
+  View1<T> plain("plain", NC), fused("fused", NC);
+  View1<float> rstd("rstd", N);
+  return kt::require_fused_amax<T>(plain, fused, NC, [&](View1<T> out, View1<float> amax) {
+    if (portable)
+      rmsnorm_forward_portable<T>(ExecSpace(), out, rstd, xd, wd, N, C, 1e-5f, amax);
+    else
+      rmsnorm_forward<T>(ExecSpace(), out, rstd, xd, wd, N, C, 1e-5f, amax);
+  });
+}
+
+template <class T>
+void rmsnorm_amax_cases() {
+  const std::vector<std::pair<int, int>> shapes = {{7, 768}, {33, 4096}, {1, 8192}, {6, 36},
+                                                   {4, 13},  {2, 8200},  {0, 768}};
+  const T nan = static_cast<T>(std::numeric_limits<float>::quiet_NaN());
+  for (const bool portable : {false, true})
+    for (const auto& [N, C] : shapes) {
+      INFO(type_name<T>() << " N=" << N << " C=" << C << (portable ? " portable" : " dispatched"));
+      const std::size_t NC = std::size_t(N) * C;
+      const auto x = kt::convert<T>(kt::random_vector<float>(NC, 400 + C, -1.5, 2.5));
+      const auto w = kt::convert<T>(kt::random_vector<float>(C, 401 + C, 0.5, 1.5));
+      const std::uint32_t finite = rmsnorm_amax<T>(N, C, x, w, portable);
+      if (N == 0) {
+        REQUIRE(finite == 0);
+        continue;
+      }
+      REQUIRE((finite > 0 && finite < kt::kInfBits));
+      // x = 50 among values ~1 normalises to several times 1; times a weight of 3e38, that
+      // overflows to inf (finite inputs, no NaN anywhere).
+      auto xi = x, wi = w;
+      xi[0] = static_cast<T>(50.0f);
+      wi[0] = static_cast<T>(3e38f);
+      REQUIRE(rmsnorm_amax<T>(N, C, xi, wi, portable) == kt::kInfBits);
+      auto xn = x;
+      xn[NC - 1] = nan;  // the last row's rstd and outputs are NaN
+      REQUIRE(rmsnorm_amax<T>(N, C, xn, w, portable) > kt::kInfBits);
+      REQUIRE(rmsnorm_amax<T>(N, C, std::vector<T>(NC, static_cast<T>(0.0f)), w, portable) == 0);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("rmsnorm_forward's fused FP8 amax is fp8_amax of out (float)",
+          "[kernels][rmsnorm][fp8][amax]") {
+  rmsnorm_amax_cases<float>();
+}
+
+#if MESHTRAIN_HAVE_BF16
+TEST_CASE("rmsnorm_forward's fused FP8 amax is fp8_amax of out (bf16)",
+          "[kernels][rmsnorm][fp8][amax][bf16]") {
+  rmsnorm_amax_cases<bf16>();
+}
+#endif

@@ -1,8 +1,10 @@
 // SwiGLU on the packed [gate | up] buffer: forward against the formula in double (extreme gate
 // values included), backward (double instantiation) against central finite differences, float
 // against double, the in-place backward, and bf16's order of operations (HF's) bit for bit.
+// Last, the FP8 amax fused into both.
 #include <cmath>
 
+#include "amax_check.hpp"
 #include "kernel_test_util.hpp"
 #include "meshtrain/kernels/swiglu.hpp"
 
@@ -132,5 +134,110 @@ TEST_CASE("swiglu_backward bf16, packed or not, matches the formula", "[kernels]
       for (std::size_t i = 0; i < nin; ++i) got[i] = float(got_all[i + shift]);
       kt::require_close(got, want, 1.0 / 128, 1e-6, "dgate_up bf16");
     }
+}
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// The FP8 amax fused into SwiGLU (issue 35): swiglu_forward(..., amax) sets amax(0) to fp8_amax
+// of out [N, I], swiglu_backward(..., amax) to fp8_amax of the whole dgate_up [N, 2I] (gate and
+// up gradients, one tensor); an inf in the output, a NaN, all zeros and N = 0 give inf, NaN, 0
+// and 0, over a stale amax; the in-place backward gives the same amax. In bf16 on a GPU the
+// packed form (I % 8 == 0, aligned views) and the element-wise one, as above; in double the
+// Kokkos kernel on any build.
+namespace {
+
+template <class T>
+View1<T> shifted(const std::vector<T>& v, std::size_t shift, View1<T>& all) {
+  std::vector<T> r(v.size() + shift, static_cast<T>(0.0f));
+  std::copy(v.begin(), v.end(), r.begin() + shift);
+  all = kt::to_device(r);
+  return View1<T>(all.data() + shift, v.size());
+}
+
+// The amax bits of swiglu_forward (backward = false) or swiglu_backward on gate_up (and dout),
+// every view `shift` elements into its allocation.
+template <class T>
+std::uint32_t swiglu_amax(int N, int I, const std::vector<T>& gu, const std::vector<T>& d,
+                          std::size_t shift, bool backward) {
+  const std::size_t n_out = (backward ? 2 : 1) * std::size_t(N) * I;
+  View1<T> gu_all, d_all, plain_all, fused_all;
+  const View1<T> guv = shifted(gu, shift, gu_all), dv = shifted(d, shift, d_all);
+  const View1<T> plain = shifted(std::vector<T>(n_out), shift, plain_all);
+  const View1<T> fused = shifted(std::vector<T>(n_out), shift, fused_all);
+  return kt::require_fused_amax<T>(plain, fused, n_out, [&](View1<T> out, View1<float> amax) {
+    if (backward)
+      swiglu_backward<T>(ExecSpace(), out, guv, dv, N, I, amax);
+    else
+      swiglu_forward<T>(ExecSpace(), out, guv, N, I, amax);
+  });
+}
+
+template <class T>
+void swiglu_amax_cases(const std::vector<std::pair<int, int>>& shapes,
+                       const std::vector<std::size_t>& shifts) {
+  const T inf = static_cast<T>(std::numeric_limits<float>::infinity());
+  const T nan = static_cast<T>(std::numeric_limits<float>::quiet_NaN());
+  for (const auto& [N, I] : shapes)
+    for (const std::size_t shift : shifts)
+      for (const bool backward : {false, true}) {
+        INFO("N " << N << " I " << I << " shift " << shift
+                  << (backward ? " backward" : " forward"));
+        const std::size_t NI = std::size_t(N) * I;
+        // (packed_inputs writes its extremes into the first row: none for N = 0.)
+        const auto gu = N == 0 ? std::vector<T>()
+                               : kt::convert<T>(kt::cast_vector<float>(packed_inputs(N, I, 31)));
+        const auto d = kt::convert<T>(kt::random_vector<float>(NI, 32));
+        const std::uint32_t finite = swiglu_amax(N, I, gu, d, shift, backward);
+        if (N == 0) {
+          REQUIRE(finite == 0);
+          continue;
+        }
+        REQUIRE((finite > 0 && finite < kt::kInfBits));
+        // The last row's last column: gate 2, up inf (forward: silu(2) * inf) or up 1 and
+        // dout inf (backward: both gradients inf).
+        auto gi = gu, di = d;
+        const std::size_t g_last = (2 * std::size_t(N) - 1) * I - 1, u_last = g_last + I;
+        gi[g_last] = static_cast<T>(2.0f);
+        gi[u_last] = backward ? static_cast<T>(1.0f) : inf;
+        di[NI - 1] = inf;
+        REQUIRE(swiglu_amax(N, I, gi, di, shift, backward) == kt::kInfBits);
+        auto gn = gu;
+        gn[I / 2] = nan;  // a gate of row 0
+        REQUIRE(swiglu_amax(N, I, gn, d, shift, backward) > kt::kInfBits);
+        const std::vector<T> zeros_gu(2 * NI, static_cast<T>(0.0f)), zeros_d(NI, zeros_gu[0]);
+        REQUIRE(swiglu_amax(N, I, zeros_gu, zeros_d, shift, backward) == 0);
+      }
+}
+
+}  // namespace
+
+TEST_CASE("swiglu's fused FP8 amax is fp8_amax of the output (float)",
+          "[kernels][swiglu][fp8][amax]") {
+  swiglu_amax_cases<float>({{7, 13}, {5, 96}, {0, 8}}, {0});
+
+  // In place (dgate_up = gate_up): the same gradient, so the same amax.
+  const int N = 5, I = 11;
+  const auto gu = kt::cast_vector<float>(packed_inputs(N, I, 33));
+  const auto d = kt::to_device(kt::random_vector<float>(std::size_t(N) * I, 34));
+  ExecSpace exec;
+  View1<float> a_out("a_out", 1), a_in("a_in", 1);
+  View1<float> dgu("dgu", gu.size());
+  swiglu_backward<float>(exec, dgu, kt::to_device(gu), d, N, I, a_out);
+  auto inplace = kt::to_device(gu);
+  swiglu_backward<float>(exec, inplace, inplace, d, N, I, a_in);
+  REQUIRE(kt::bitwise_equal(kt::to_host(inplace), kt::to_host(dgu)));
+  REQUIRE(kt::amax_bits_of(a_in) == kt::amax_bits_of(a_out));
+  REQUIRE(kt::amax_bits_of(a_out) == kt::fp8_amax_bits(dgu, gu.size()));
+}
+
+TEST_CASE("swiglu's fused FP8 amax through the Kokkos kernels (double)",
+          "[kernels][swiglu][fp8][amax]") {
+  swiglu_amax_cases<double>({{7, 13}, {0, 8}}, {0});
+}
+
+#if MESHTRAIN_HAVE_BF16
+TEST_CASE("swiglu's fused FP8 amax is fp8_amax of the output (bf16)",
+          "[kernels][swiglu][fp8][amax][bf16]") {
+  swiglu_amax_cases<bf16>({{17, 96}, {17, 13}, {0, 8}}, {0, 1});
 }
 #endif

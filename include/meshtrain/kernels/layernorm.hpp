@@ -5,10 +5,14 @@
 
 namespace meshtrain::kernels {
 
+// amax (optional, FP8 current scaling, kernels/fp8_cast.hpp): when given (extent >= 1), the
+// forward also sets amax(0) to max |v| over the N * C elements v of out as stored in T, the bits
+// fp8_amax(exec, amax, out, N * C) would give, without reading out again. Stream-ordered; the
+// host does not wait. Without it the kernels are the unfused ones.
 template <class T>
 void layernorm_forward(const ExecSpace& exec, View1<T> out, View1<float> mean, View1<float> rstd,
                        View1<const T> inp, View1<const T> weight, View1<const T> bias, int N,
-                       int C, float eps = 1e-5f);
+                       int C, float eps = 1e-5f, View1<float> amax = {});
 
 // dinp += ... (accumulates: the input is the residual stream, whose gradient has other terms);
 // dweight += ..., dbias += ... (accumulate over micro-batches).
@@ -28,7 +32,8 @@ void layernorm_backward(const ExecSpace& exec, View1<T> dinp, View1<T> dweight, 
 template <class T>
 void layernorm_forward_portable(const ExecSpace& exec, View1<T> out, View1<float> mean,
                                 View1<float> rstd, View1<const T> inp, View1<const T> weight,
-                                View1<const T> bias, int N, int C, float eps = 1e-5f);
+                                View1<const T> bias, int N, int C, float eps = 1e-5f,
+                                View1<float> amax = {});
 template <class T>
 void layernorm_backward_portable(const ExecSpace& exec, View1<T> dinp, View1<T> dweight,
                                  View1<T> dbias, View1<const T> dout, View1<const T> inp,

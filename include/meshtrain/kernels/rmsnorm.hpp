@@ -10,9 +10,14 @@
 
 namespace meshtrain::kernels {
 
+// amax (optional, FP8 current scaling, kernels/fp8_cast.hpp): when given (extent >= 1), the
+// forward also sets amax(0) to max |v| over the N * C elements v of out as stored in T, the bits
+// fp8_amax(exec, amax, out, N * C) would give, without reading out again. Stream-ordered; the
+// host does not wait. Without it the kernels are the unfused ones.
 template <class T>
 void rmsnorm_forward(const ExecSpace& exec, View1<T> out, View1<float> rstd, View1<const T> inp,
-                     View1<const T> weight, int N, int C, float eps = 1e-5f);
+                     View1<const T> weight, int N, int C, float eps = 1e-5f,
+                     View1<float> amax = {});
 
 // With n = x * rstd and g = weight * dout:
 //   dinp    += rstd * (g - n * mean(g * n))   (accumulates: the input is the residual stream)
@@ -32,7 +37,7 @@ void rmsnorm_backward(const ExecSpace& exec, View1<T> dinp, View1<T> dweight,
 template <class T>
 void rmsnorm_forward_portable(const ExecSpace& exec, View1<T> out, View1<float> rstd,
                               View1<const T> inp, View1<const T> weight, int N, int C,
-                              float eps = 1e-5f);
+                              float eps = 1e-5f, View1<float> amax = {});
 template <class T>
 void rmsnorm_backward_portable(const ExecSpace& exec, View1<T> dinp, View1<T> dweight,
                                View1<const T> dout, View1<const T> inp, View1<const T> weight,
