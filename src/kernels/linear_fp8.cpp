@@ -262,7 +262,8 @@ Fp8Tensor linear_fp8_input(const ExecSpace& exec, const T* inp, int N, int IC,
 
 template <class T>
 Fp8Tensor linear_fp8_input_keep(const ExecSpace& exec, const T* inp, int N, int IC,
-                                const Fp8LinearOptions& opt, const Fp8Tensor& kept) {
+                                const Fp8LinearOptions& opt, const Fp8Tensor& kept,
+                                bool amax_set) {
   MESHTRAIN_CHECK(opt.scaling == Fp8Scaling::tensorwise && !opt.wgrad_high_precision,
                   "linear_fp8_input_keep: a kept transpose takes tensorwise scaling and an FP8 "
                   "weight gradient");
@@ -280,7 +281,7 @@ Fp8Tensor linear_fp8_input_keep(const ExecSpace& exec, const T* inp, int N, int 
   q.amax = kept.amax;
   q.scale = kept.scale;
   q.scale_inv = kept.scale_inv;
-  fp8_amax_block<T>(exec, kept.amax, inp, N, IC, IC);
+  if (!amax_set) fp8_amax_block<T>(exec, kept.amax, inp, N, IC, IC);
   if (opt.agree) opt.agree(Fp8Cast{"inp", 1, Fp8Scaling::tensorwise}, kept.amax, 1);
   fp8_scales(exec, kept.amax, kept.scale, kept.scale_inv, 1, opt.forward);
   fp8_cast_block<T>(exec, q.data, kept.data, inp, N, IC, IC, kept.scale, opt.forward);
@@ -443,7 +444,7 @@ void linear_fp8_backward(const ExecSpace& exec, View1<T> dinp, View1<T> dweight,
   template Fp8Tensor linear_fp8_input_t<T>(const ExecSpace&, const T*, int, int,                \
                                            const Fp8LinearOptions&);                             \
   template Fp8Tensor linear_fp8_input_keep<T>(const ExecSpace&, const T*, int, int,             \
-                                              const Fp8LinearOptions&, const Fp8Tensor&);        \
+                                              const Fp8LinearOptions&, const Fp8Tensor&, bool);  \
   template void linear_fp8_forward_gemm<T>(const ExecSpace&, T*, int, const T*,                 \
                                            const Fp8Tensor&, const T*, int, int, int,            \
                                            const Fp8LinearOptions&);                             \

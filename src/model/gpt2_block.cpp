@@ -39,12 +39,15 @@ void GptT<T>::block_forward(int l, View1<const T> x, BlockActivations<T>& a, Vie
   // Where the block keeps its linears' inputs in FP8, the norm outputs and the GELU output are
   // written into backward scratch (dln_, dh_: idle until the backward) and only their
   // transposed casts are kept.
+  // The norms and the activation also set the kept casts' amaxes (fused_amax: not under
+  // sequence parallelism, where a rank's norm sees only its rows).
   const View1<T> ln1_out = a.ln1_kept() != nullptr ? dln_ : a.ln1;
-  norm_enter(ln1_out, a.ln1_mean, a.ln1_rstd, x, w.ln_1_w, w.ln_1_b);
+  const View1<float> ln1_amax = fused_amax(a.ln1_kept());
+  norm_enter(ln1_out, a.ln1_mean, a.ln1_rstd, x, w.ln_1_w, w.ln_1_b, ln1_amax);
   if (f8) {
     const LinearPiece<T> c_attn{w.c_attn_w.data(), nullptr, 0, 3 * C / P, ptr(w.c_attn_b)};
     fp8_column_forward(&c_attn, 1, a.qkv.data(), 3 * C / P, ln1_out.data(), kConv1D,
-                       a.ln1_kept());
+                       a.ln1_kept(), ln1_amax.extent(0) > 0);
   } else {
     k::linear_forward<T>(exec_, a.qkv, a.ln1, w.c_attn_w, w.c_attn_b, N, C, 3 * C / P);
   }
@@ -59,18 +62,22 @@ void GptT<T>::block_forward(int l, View1<const T> x, BlockActivations<T>& a, Vie
     row_parallel_forward(a.res2, a.atty, w.attn_proj_w, w.attn_proj_b, C / P, x);
   // MLP: out = res2 + c_proj(gelu(c_fc(ln2(res2))))
   const View1<T> ln2_out = a.ln2_kept() != nullptr ? dln_ : a.ln2;
-  norm_enter(ln2_out, a.ln2_mean, a.ln2_rstd, a.res2, w.ln_2_w, w.ln_2_b);
+  const View1<float> ln2_amax = fused_amax(a.ln2_kept());
+  norm_enter(ln2_out, a.ln2_mean, a.ln2_rstd, a.res2, w.ln_2_w, w.ln_2_b, ln2_amax);
   if (a.moe && cfg_.moe.is_moe_layer(l)) {
     moe_mlp_forward(l, a, a.res2, out);
     return;
   }
   if (f8) {
     const LinearPiece<T> c_fc{w.c_fc_w.data(), nullptr, 0, I, ptr(w.c_fc_b)};
-    fp8_column_forward(&c_fc, 1, a.fch.data(), I, ln2_out.data(), kConv1D, a.ln2_kept());
-    const View1<T> act = a.fch_gelu_kept() != nullptr ? dh_ : a.fch_gelu;
-    k::gelu_forward<T>(exec_, act, a.fch, std::size_t(N) * I);
+    fp8_column_forward(&c_fc, 1, a.fch.data(), I, ln2_out.data(), kConv1D, a.ln2_kept(),
+                       ln2_amax.extent(0) > 0);
+    const k::Fp8Tensor* act_kept = a.fch_gelu_kept();
+    const View1<T> act = act_kept != nullptr ? dh_ : a.fch_gelu;
+    k::gelu_forward<T>(exec_, act, a.fch, std::size_t(N) * I,
+                       act_kept != nullptr ? act_kept->amax : View1<float>{});
     fp8_row_forward(out, act, w.mlp_proj_w.data(), ptr(w.mlp_proj_b), I, a.res2, kConv1D,
-                    a.fch_gelu_kept());
+                    act_kept, act_kept != nullptr);
     return;
   }
   k::linear_gelu_forward<T>(exec_, a.fch_gelu, a.fch, a.ln2, w.c_fc_w, w.c_fc_b, N, C, I);

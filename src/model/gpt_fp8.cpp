@@ -64,15 +64,15 @@ k::Fp8LinearOptions GptT<T>::fp8_options(TpSplit split, k::Fp8WeightLayout layou
 template <class T>
 void GptT<T>::fp8_column_forward(const LinearPiece<T>* pieces, int n, T* out, int ld,
                                  const T* inp, k::Fp8WeightLayout layout,
-                                 const k::Fp8Tensor* kept) {
+                                 const k::Fp8Tensor* kept, bool kept_amax_set) {
   if constexpr (!kFp8Type<T>) {
     no_fp8_type();
   } else {
     const int C = cfg_.n_embd;
     const k::Fp8LinearOptions o = fp8_options(TpSplit::column, layout);
-    const k::Fp8Tensor a = kept != nullptr
-                               ? k::linear_fp8_input_keep<T>(exec_, inp, N_, C, o, *kept)
-                               : k::linear_fp8_input<T>(exec_, inp, N_, C, o);
+    const k::Fp8Tensor a =
+        kept != nullptr ? k::linear_fp8_input_keep<T>(exec_, inp, N_, C, o, *kept, kept_amax_set)
+                        : k::linear_fp8_input<T>(exec_, inp, N_, C, o);
     for (int i = 0; i < n; ++i) {
       const LinearPiece<T>& p = pieces[i];
       k::linear_fp8_forward_gemm<T>(exec_, out + p.col, ld, p.b, a, p.w, N_, C, p.width, o);
@@ -83,7 +83,7 @@ void GptT<T>::fp8_column_forward(const LinearPiece<T>* pieces, int n, T* out, in
 template <class T>
 void GptT<T>::fp8_row_forward(View1<T> out, View1<const T> inp, const T* w, const T* b,
                               int in_cols, View1<const T> residual, k::Fp8WeightLayout layout,
-                              const k::Fp8Tensor* kept) {
+                              const k::Fp8Tensor* kept, bool kept_amax_set) {
   if constexpr (!kFp8Type<T>) {
     no_fp8_type();
   } else {
@@ -92,7 +92,7 @@ void GptT<T>::fp8_row_forward(View1<T> out, View1<const T> inp, const T* w, cons
     const k::Fp8LinearOptions o = fp8_options(TpSplit::row, layout);
     const k::Fp8Tensor a = kept != nullptr
                                ? k::linear_fp8_input_keep<T>(exec_, inp.data(), N_, in_cols, o,
-                                                             *kept)
+                                                             *kept, kept_amax_set)
                                : k::linear_fp8_input<T>(exec_, inp.data(), N_, in_cols, o);
     if (!tp_.active()) {
       // inp W (+ b) into out, then the residual: the same roundings as at tp > 1.
@@ -194,10 +194,10 @@ void GptT<T>::fp8_column_backward(View1<T> dx, const LinearPiece<T>* pieces, int
 #define MESHTRAIN_INSTANTIATE_GPT_FP8(T)                                                         \
   template k::Fp8LinearOptions GptT<T>::fp8_options(TpSplit, k::Fp8WeightLayout);                \
   template void GptT<T>::fp8_column_forward(const LinearPiece<T>*, int, T*, int, const T*,      \
-                                            k::Fp8WeightLayout, const k::Fp8Tensor*);            \
+                                            k::Fp8WeightLayout, const k::Fp8Tensor*, bool);      \
   template void GptT<T>::fp8_row_forward(View1<T>, View1<const T>, const T*, const T*, int,      \
                                          View1<const T>, k::Fp8WeightLayout,                     \
-                                         const k::Fp8Tensor*);                                   \
+                                         const k::Fp8Tensor*, bool);                             \
   template void GptT<T>::fp8_row_backward(T*, T*, T*, View1<const T>, const T*, const T*, int,   \
                                           k::Fp8WeightLayout, const k::Fp8Tensor*);              \
   template void GptT<T>::fp8_column_backward(View1<T>, const LinearPiece<T>*, int, const T*,     \

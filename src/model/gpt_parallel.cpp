@@ -23,19 +23,22 @@ namespace k = meshtrain::kernels;
 
 template <class T>
 void GptT<T>::norm_forward(View1<T> out, View1<float> mean, View1<float> rstd, View1<const T> x,
-                           View1<const T> w, View1<const T> b) {
+                           View1<const T> w, View1<const T> b, View1<float> amax) {
   if (cfg_.norm == Norm::layernorm)
-    k::layernorm_forward<T>(exec_, out, mean, rstd, x, w, b, Nl_, cfg_.n_embd);
+    k::layernorm_forward<T>(exec_, out, mean, rstd, x, w, b, Nl_, cfg_.n_embd, 1e-5f, amax);
   else
     k::rmsnorm_forward<T>(exec_, out, rstd, x, w, Nl_, cfg_.n_embd,
-                          static_cast<float>(cfg_.norm_eps));
+                          static_cast<float>(cfg_.norm_eps), amax);
 }
 
 template <class T>
 void GptT<T>::norm_enter(View1<T> full, View1<float> mean, View1<float> rstd, View1<const T> x,
-                         View1<const T> w, View1<const T> b) {
+                         View1<const T> w, View1<const T> b, View1<float> amax) {
+  MESHTRAIN_CHECK(amax.extent(0) == 0 || !tp_.sequence_parallel(),
+                  "norm_enter: a fused amax covers this rank's rows only under sequence "
+                  "parallelism, not the gathered tensor");
   const View1<T> local = tp_.local_rows(full);
-  norm_forward(local, mean, rstd, x, w, b);
+  norm_forward(local, mean, rstd, x, w, b, amax);
   tp_.enter(local, full);
 }
 
@@ -111,9 +114,9 @@ void GptT<T>::column_parallel_backward(View1<T> dx, View1<T> dw, View1<T> db, Vi
 
 #define MESHTRAIN_INSTANTIATE_GPT_PARALLEL(T)                                                    \
   template void GptT<T>::norm_forward(View1<T>, View1<float>, View1<float>, View1<const T>,      \
-                                      View1<const T>, View1<const T>);                           \
+                                      View1<const T>, View1<const T>, View1<float>);             \
   template void GptT<T>::norm_enter(View1<T>, View1<float>, View1<float>, View1<const T>,        \
-                                    View1<const T>, View1<const T>);                             \
+                                    View1<const T>, View1<const T>, View1<float>);               \
   template void GptT<T>::norm_backward(View1<T>, View1<T>, View1<T>, View1<const T>,             \
                                        View1<const T>, View1<const T>, View1<const float>,       \
                                        View1<const float>);                                      \

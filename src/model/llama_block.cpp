@@ -86,8 +86,11 @@ void GptT<T>::llama_block_forward(int l, View1<const T> x, BlockActivations<T>& 
   // Where the block keeps its linears' inputs in FP8, the norm outputs and the MLP activation
   // are written into backward scratch (dln_, dh_: idle until the backward) and only their
   // transposed casts are kept.
+  // The norms and the activation also set the kept casts' amaxes (fused_amax: not under
+  // sequence parallelism, where a rank's norm sees only its rows).
   const View1<T> ln1_out = a.ln1_kept() != nullptr ? dln_ : a.ln1;
-  norm_enter(ln1_out, a.ln1_mean, a.ln1_rstd, x, w.ln_1_w, {});
+  const View1<float> ln1_amax = fused_amax(a.ln1_kept());
+  norm_enter(ln1_out, a.ln1_mean, a.ln1_rstd, x, w.ln_1_w, {}, ln1_amax);
   // q, k, v side by side in one row, [q (QW) | k (KW) | v (KW)]: the attention kernels' grouped
   // layout (query head h reads kv head h / (NHl / NKVl)).
   View1<T> qkv = a.qkv;
@@ -107,7 +110,8 @@ void GptT<T>::llama_block_forward(int l, View1<const T> x, BlockActivations<T>& 
                        {w.v_w.data() + kv_row, nullptr, QW + KW, KW, bias(w.v_b, kv_col)}};
   const bool f8 = fp8_block(l);
   if (f8)  // one FP8 GEMM each, with its own weight scale (gpt_fp8.cpp: never merged)
-    fp8_column_forward(parts, 3, qkv.data(), ld, ln1, kLinear, a.ln1_kept());
+    fp8_column_forward(parts, 3, qkv.data(), ld, ln1, kLinear, a.ln1_kept(),
+                       ln1_amax.extent(0) > 0);
   if (!f8 && cfg_.qkv_bias && parts[0].w + std::size_t(QW) * C == parts[1].w &&
       parts[1].w + std::size_t(KW) * C == parts[2].w &&
       !(parts[0].b + QW == parts[1].b && parts[1].b + KW == parts[2].b)) {
@@ -141,7 +145,8 @@ void GptT<T>::llama_block_forward(int l, View1<const T> x, BlockActivations<T>& 
     row_parallel_forward_nt(a.res2, a.atty, w.attn_proj_w, QW, x);
   // MLP: out = res2 + down(swiglu(gate_up(norm2(res2))))
   const View1<T> ln2_out = a.ln2_kept() != nullptr ? dln_ : a.ln2;
-  norm_enter(ln2_out, a.ln2_mean, a.ln2_rstd, a.res2, w.ln_2_w, {});
+  const View1<float> ln2_amax = fused_amax(a.ln2_kept());
+  norm_enter(ln2_out, a.ln2_mean, a.ln2_rstd, a.res2, w.ln_2_w, {}, ln2_amax);
   if (a.moe && cfg_.moe.is_moe_layer(l)) {
     moe_mlp_forward(l, a, a.res2, out);
     return;
@@ -150,11 +155,14 @@ void GptT<T>::llama_block_forward(int l, View1<const T> x, BlockActivations<T>& 
   const Piece<T> mlp[2] = {{w.gate_w.data(), nullptr, 0, I}, {w.up_w.data(), nullptr, I, I}};
   Piece<T> gate_up[2];
   if (f8) {
-    fp8_column_forward(mlp, 2, a.fch.data(), 2 * I, ln2_out.data(), kLinear, a.ln2_kept());
-    const View1<T> act = a.fch_gelu_kept() != nullptr ? dh_ : a.fch_gelu;
-    k::swiglu_forward<T>(exec_, act, a.fch, N, I);
-    fp8_row_forward(out, act, w.mlp_proj_w.data(), nullptr, I, a.res2, kLinear,
-                    a.fch_gelu_kept());
+    fp8_column_forward(mlp, 2, a.fch.data(), 2 * I, ln2_out.data(), kLinear, a.ln2_kept(),
+                       ln2_amax.extent(0) > 0);
+    const k::Fp8Tensor* act_kept = a.fch_gelu_kept();
+    const View1<T> act = act_kept != nullptr ? dh_ : a.fch_gelu;
+    k::swiglu_forward<T>(exec_, act, a.fch, N, I,
+                         act_kept != nullptr ? act_kept->amax : View1<float>{});
+    fp8_row_forward(out, act, w.mlp_proj_w.data(), nullptr, I, a.res2, kLinear, act_kept,
+                    act_kept != nullptr);
     return;
   }
   const int n = merge_adjacent(mlp, 2, gate_up, C);

@@ -156,10 +156,13 @@ Fp8Tensor fp8_kept_tensor(View1<std::uint8_t> bytes, int rows, int cols, Fp8Form
 
 // The input [N, IC] cast for the forward GEMMs (as linear_fp8_input) and, from the same pass,
 // its transpose into `kept` (fp8_kept_tensor of [N, IC], opt.forward's format), whose amax,
-// scale and scale_inv the returned cast shares.
+// scale and scale_inv the returned cast shares. amax_set: kept.amax already holds inp's amax
+// (set by the kernel that wrote inp: the norms', GELU's, SwiGLU's fused amax), so inp is read
+// once, by the cast; it is still agreed (opt.agree) before the scales.
 template <class T>
 Fp8Tensor linear_fp8_input_keep(const ExecSpace& exec, const T* inp, int N, int IC,
-                                const Fp8LinearOptions& opt, const Fp8Tensor& kept);
+                                const Fp8LinearOptions& opt, const Fp8Tensor& kept,
+                                bool amax_set = false);
 
 // The forward with the input cast by linear_fp8_input.
 template <class T>

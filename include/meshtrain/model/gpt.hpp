@@ -246,13 +246,20 @@ class GptT {
   void llama_block_forward(int l, View1<const T> x, BlockActivations<T>& a, View1<T> out);
   void llama_block_backward(int l, View1<const T> x, BlockActivations<T>& a, View1<T> dres);
   // The parallel parts of a block (gpt_parallel.cpp), over the tp region tp_:
-  // The block's norm (LayerNorm or RMSNorm) on Nl rows; mean is unused by RMSNorm.
+  // The block's norm (LayerNorm or RMSNorm) on Nl rows; mean is unused by RMSNorm. amax (FP8,
+  // optional): the kernel also sets amax(0) to the max |out| (kernels/fp8_cast.hpp's amax).
   void norm_forward(View1<T> out, View1<float> mean, View1<float> rstd, View1<const T> x,
-                    View1<const T> w, View1<const T> b);
+                    View1<const T> w, View1<const T> b, View1<float> amax = {});
   // The norm in front of a column-parallel linear: this rank's rows of x normalised, then every
-  // row of them in `full`, the linear's input (all-gathered under sequence parallelism).
+  // row of them in `full`, the linear's input (all-gathered under sequence parallelism). amax
+  // as norm_forward's: only without sequence parallelism, where the rank's rows are all of them.
   void norm_enter(View1<T> full, View1<float> mean, View1<float> rstd, View1<const T> x,
-                  View1<const T> w, View1<const T> b);
+                  View1<const T> w, View1<const T> b, View1<float> amax = {});
+  // The kept cast's amax for a norm in front of it (null kept, or sequence parallelism: none;
+  // the cast then reduces it itself).
+  View1<float> fused_amax(const kernels::Fp8Tensor* kept) const {
+    return kept != nullptr && !tp_.sequence_parallel() ? kept->amax : View1<float>{};
+  }
   // Norm backward (LayerNorm or RMSNorm; db empty for RMSNorm). The norm's parameters are
   // replicated over tp; under sequence parallelism each rank's gradients are partial sums over
   // its rows, summed over tp before they are added.
@@ -281,12 +288,15 @@ class GptT {
   // instead of the input (which may then be null).
   // Column-parallel linears reading one input (q, k, v; gate, up; or one piece), each into its
   // columns of out (row stride ld) with its bias (piece.b, or null): the input is cast once.
+  // kept_amax_set: the producer of inp already set kept->amax (a fused amax: norm_enter's,
+  // the activation kernels'), so the cast does not read inp for it.
   void fp8_column_forward(const LinearPiece<T>* pieces, int n, T* out, int ld, const T* inp,
-                          kernels::Fp8WeightLayout layout, const kernels::Fp8Tensor* kept);
+                          kernels::Fp8WeightLayout layout, const kernels::Fp8Tensor* kept,
+                          bool kept_amax_set = false);
   // Row-parallel linear plus the residual (row_parallel_forward's FP8 form; bias or null).
   void fp8_row_forward(View1<T> out, View1<const T> inp, const T* w, const T* b, int in_cols,
                        View1<const T> residual, kernels::Fp8WeightLayout layout,
-                       const kernels::Fp8Tensor* kept);
+                       const kernels::Fp8Tensor* kept, bool kept_amax_set = false);
   // Row-parallel backward from every row of the output gradient: dinp [N, in_cols], dw += ,
   // db += column sums of dfull (db may be null).
   void fp8_row_backward(T* dinp, T* dw, T* db, View1<const T> dfull, const T* inp, const T* w,
