@@ -10,81 +10,19 @@
 // the activations the model keeps shrink by the blocks' activations minus the shared one.
 #include <algorithm>
 #include <cmath>
-#include <cstdint>
 #include <cstring>
-#include <vector>
 
-#include "harness.hpp"
-#include "meshtrain/core/rng.hpp"
-#include "meshtrain/model/config.hpp"
-#include "meshtrain/model/gpt.hpp"
+#include "two_slot_run.hpp"
 
 using namespace meshtrain;
+using two_slot::kN;
 
 namespace {
 
-constexpr int kB = 2, kT = 16, kN = kB * kT;
-
-model::GptConfig tiny(bool llama, bool moe) {
-  model::GptConfig c = llama ? model::preset("llama-tiny") : model::GptConfig{};
-  c.n_layer = 3;
-  c.n_head = 4;
-  c.n_embd = 32;
-  c.vocab_size = 61;
-  c.vocab_pad = 16;
-  c.block_size = kT;
-  if (llama) {
-    c.n_kv_head = 2;
-    c.intermediate_size = 48;
-  }
-  if (moe) {  // block 0 and 2 MoE, block 1 dense
-    c.moe.experts = 4;
-    c.moe.layer_freq = 2;
-    c.moe.ffn = 16;
-    c.moe.router_fp64 = true;
-  }
-  return c;
-}
-
-std::vector<float> host(View1<const float> v) {
-  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, v);
-  return std::vector<float>(h.data(), h.data() + h.extent(0));
-}
-
-View1<std::int32_t> tokens(std::uint64_t stream, int V) {
-  auto h = HostView1<std::int32_t>("tok", kN);
-  for (int i = 0; i < kN; ++i) h(i) = static_cast<std::int32_t>(rng::bits(stream, 1, i) % V);
-  auto d = alloc<std::int32_t>("tok", kN);
-  Kokkos::deep_copy(d, h);
-  return d;
-}
-
-struct Result {
-  std::vector<float> grads;
-  float loss = 0;
-  std::size_t activation_bytes = 0;
-};
-
-Result run(const model::GptConfig& cfg, bool recompute_mlp_act) {
+two_slot::Result run(const model::GptConfig& cfg, bool recompute_mlp_act) {
   model::ModelLayout l;
-  l.n_slots = 2;
   l.recompute_mlp_act = recompute_mlp_act;
-  model::Gpt m(cfg, kB, kT, l);
-  m.init_parameters(7);
-  m.zero_grads();
-  m.reset_loss_sum();
-  const auto in0 = tokens(1, cfg.vocab_size), tg0 = tokens(2, cfg.vocab_size);
-  const auto in1 = tokens(3, cfg.vocab_size), tg1 = tokens(4, cfg.vocab_size);
-  const float scale = 1.0f / (2 * kN);
-  m.forward(0, 0, in0, {}, tg0, scale);
-  m.forward(0, 1, in1, {}, tg1, scale);
-  m.backward(0, 0, {});
-  m.backward(0, 1, {});
-  Result r;
-  r.grads = host(m.grads());
-  Kokkos::deep_copy(r.loss, m.loss_sum());
-  r.activation_bytes = m.activation_bytes();
-  return r;
+  return two_slot::run(cfg, l, 7);
 }
 
 }  // namespace
@@ -94,8 +32,8 @@ TEST_CASE("recompute_mlp_act: the same bits with one shared MLP activation",
   for (bool llama : {false, true})
     for (bool moe : {false, true}) {
       INFO((llama ? "llama" : "gpt2") << (moe ? " with MoE blocks" : ""));
-      const model::GptConfig cfg = tiny(llama, moe);
-      const Result kept = run(cfg, false), shared = run(cfg, true);
+      const model::GptConfig cfg = two_slot::tiny(llama, moe, 3);
+      const two_slot::Result kept = run(cfg, false), shared = run(cfg, true);
       REQUIRE(kept.loss > 0);
       REQUIRE(shared.loss == kept.loss);  // the forward is the same either way
       REQUIRE(shared.grads.size() == kept.grads.size());

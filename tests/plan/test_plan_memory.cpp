@@ -125,6 +125,24 @@ void check_grid(const model::GptConfig& cfg, const std::string& shard,
   REQUIRE(worst <= 0.05);
 }
 
+// The Llama block at small_model's size: 2 kv heads of 16 (split at tp 2, replicated at tp 4),
+// SwiGLU 160, untied head.
+model::GptConfig small_llama(const char* name) {
+  model::GptConfig c = model::preset("llama-tiny");
+  const auto g = plan_test::small_model();
+  c.name = name;
+  c.n_layer = g.n_layer;
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.n_embd = g.n_embd;
+  c.intermediate_size = 160;
+  c.vocab_size = g.vocab_size;
+  c.vocab_pad = g.vocab_pad;
+  c.block_size = g.block_size;
+  c.tied_head = false;
+  return c;
+}
+
 }  // namespace
 
 TEST_CASE("predicted memory per rank matches the CPU build's allocations", "[plan][memory][mpi]") {
@@ -141,37 +159,14 @@ TEST_CASE("predicted memory per rank matches the CPU build's allocations", "[pla
 // item of the memory model, not of the Llama block.
 TEST_CASE("predicted memory per rank matches the allocations of a Llama model",
           "[plan][memory][mpi][llama]") {
-  model::GptConfig c = model::preset("llama-tiny");
-  const auto g = plan_test::small_model();
-  c.name = "plan-test-llama";
-  c.n_layer = g.n_layer;
-  c.n_head = 4;
-  c.n_kv_head = 2;
-  c.n_embd = g.n_embd;
-  c.intermediate_size = 160;
-  c.vocab_size = g.vocab_size;
-  c.vocab_pad = g.vocab_pad;
-  c.block_size = g.block_size;
-  c.tied_head = false;
-  check_grid(c, "test_plan_memory_llama", true);
+  check_grid(small_llama("plan-test-llama"), "test_plan_memory_llama", true);
 }
 
 // Qwen2's q/k/v biases on the same block: their parameters and gradients (the registry's),
 // and at tp 4 the replicated kv heads' bias gradients in the scratch summed over tp.
 TEST_CASE("predicted memory per rank matches the allocations of a Qwen2 model",
           "[plan][memory][mpi][llama]") {
-  model::GptConfig c = model::preset("llama-tiny");
-  const auto g = plan_test::small_model();
-  c.name = "plan-test-qwen2";
-  c.n_layer = g.n_layer;
-  c.n_head = 4;
-  c.n_kv_head = 2;
-  c.n_embd = g.n_embd;
-  c.intermediate_size = 160;
-  c.vocab_size = g.vocab_size;
-  c.vocab_pad = g.vocab_pad;
-  c.block_size = g.block_size;
-  c.tied_head = false;
+  model::GptConfig c = small_llama("plan-test-qwen2");
   c.qkv_bias = true;
   check_grid(c, "test_plan_memory_qwen2", true);
 }
@@ -179,17 +174,5 @@ TEST_CASE("predicted memory per rank matches the allocations of a Qwen2 model",
 TEST_CASE("predicted memory per rank matches the allocations of FP8 layouts",
           "[plan][memory][mpi][fp8]") {
   check_grid(plan_test::small_model(), "test_plan_memory_fp8_gpt2", false, true);
-  model::GptConfig c = model::preset("llama-tiny");
-  const auto g = plan_test::small_model();
-  c.name = "plan-test-llama-fp8";
-  c.n_layer = g.n_layer;
-  c.n_head = 4;
-  c.n_kv_head = 2;
-  c.n_embd = g.n_embd;
-  c.intermediate_size = 160;
-  c.vocab_size = g.vocab_size;
-  c.vocab_pad = g.vocab_pad;
-  c.block_size = g.block_size;
-  c.tied_head = false;
-  check_grid(c, "test_plan_memory_fp8_llama", false, true);
+  check_grid(small_llama("plan-test-llama-fp8"), "test_plan_memory_fp8_llama", false, true);
 }
