@@ -168,8 +168,11 @@ case_cp_layouts_4() { catch2 test_cp_layouts 4; }
 # the rowwise cases took); the amax agreement over NCCL at 2.
 case_fp8_kernels_1() {
   local t rc=0
+  # With the kernels whose fused FP8 amax the kept inputs use (norms, GELU, SwiGLU: their CUDA
+  # and packed bf16 paths) and the kept inputs against recomputation.
   for t in test_kernels_fp8_format test_kernels_fp8_cast test_kernels_gemm_fp8 \
-           test_kernels_linear_fp8 test_fp8_linears test_fp8_layouts; do
+           test_kernels_linear_fp8 test_fp8_linears test_fp8_layouts test_kernels_rmsnorm \
+           test_kernels_layernorm test_kernels_swiglu test_kernels_pointwise test_fp8_kept_inputs; do
     "$(exe "$t")" --durations yes || rc=$?
   done
   if [ $rc = 0 ]; then result PASS fp8_kernels - - - -; else result FAIL fp8_kernels - - - "exit_$rc"; fi
