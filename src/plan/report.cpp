@@ -55,7 +55,7 @@ Json candidate_object(const Candidate& c, const SearchResult& r) {
                   {"bubble", c.cost.pp_bubble_s},   {"p2p", c.cost.pp_comm_s},
                   {"dp", c.cost.dp_comm_s},         {"zero3", c.cost.zero3_gather_s},
                   {"optimizer", c.cost.optimizer_s}, {"overhead", c.cost.overhead_s},
-                  {"cp", c.cost.cp_comm_s}};
+                  {"cp", c.cost.cp_comm_s},         {"cp_total", c.cost.cp_comm_total_s}};
   return o;
 }
 
@@ -122,6 +122,9 @@ std::string format_table(const SearchResult& r, const model::GptConfig& cfg, int
     << fmt("%.1f", b.cost.tp_comm_s * 1e3) << ", bubble " << fmt("%.1f", b.cost.pp_bubble_s * 1e3)
     << ", p2p " << fmt("%.1f", b.cost.pp_comm_s * 1e3) << ", dp exposed "
     << fmt("%.1f", b.cost.dp_comm_s * 1e3) << " of " << fmt("%.1f", b.cost.dp_comm_total_s * 1e3)
+    << (b.layout.cp > 1 ? ", cp ring exposed " + fmt("%.1f", b.cost.cp_comm_s * 1e3) + " of " +
+                                fmt("%.1f", b.cost.cp_comm_total_s * 1e3)
+                          : std::string())
     << ", ZeRO-3 gathers " << fmt("%.1f", b.cost.zero3_gather_s * 1e3) << ", optimizer "
     << fmt("%.1f", b.cost.optimizer_s * 1e3) << ", overhead "
     << fmt("%.1f", b.cost.overhead_s * 1e3)

@@ -201,7 +201,9 @@ SearchResult search(const model::GptConfig& cfg, int seq_len, const SearchOption
         }
         for (auto [kind, v] : scheds)
           for (int zero : opt.zero_stages) {
-            if (dp == 1 && zero > 0) continue;  // nothing to shard over
+            // Nothing to shard over: ZeRO shards over the replicas, dp x cp (cp ranks hold one
+            // model each, as dp ranks do).
+            if (dp * cp == 1 && zero > 0) continue;
             for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
               Layout l;
               l.dp = dp;

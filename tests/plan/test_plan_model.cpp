@@ -171,6 +171,36 @@ TEST_CASE("search: every ranked layout fits, fastest first, and the seeds' table
   REQUIRE(plan::layout_error(small, 1024, bad).find("train.grad_accum=3") != std::string::npos);
 }
 
+TEST_CASE("search: one long sequence over 4 devices, ZeRO over the cp ranks, the ring's exposure",
+          "[plan][cp]") {
+  // Issue 34's run (perf/gpu/cp_long.sh): Llama 3.2 1B, one sequence of 32768 tokens, 4
+  // devices. dp is 1, so only cp can split the work, and ZeRO shards over dp x cp: the layout
+  // cp_long.sh runs (cp 4, ZeRO-1) must be among the candidates (the search used to skip every
+  // ZeRO stage where dp was 1).
+  const auto cal = h200();
+  plan::SearchOptions o;
+  o.cluster = node(4);
+  o.cluster.memory_bytes = 80.0 * (1u << 30);
+  o.global_batch = 1;
+  o.micro_batches = {1};
+  o.zero_stages = {1};
+  const auto cfg = model::preset("llama3.2-1b");
+  const auto r = plan::search(cfg, 32768, o, cal);
+  const plan::Candidate* cp4 = nullptr;
+  for (const auto& c : r.ranked)
+    if (c.layout.cp == 4 && c.layout.dp == 1 && c.layout.zero_stage == 1) cp4 = &c;
+  REQUIRE(cp4 != nullptr);
+  // The ring's traffic: all of it and the part not hidden by the attention blocks beside it.
+  REQUIRE(cp4->cost.cp_comm_total_s > 0);
+  REQUIRE(cp4->cost.cp_comm_s >= 0);
+  REQUIRE(cp4->cost.cp_comm_s <= cp4->cost.cp_comm_total_s);
+  const std::string json = plan::candidate_json(*cp4, r);
+  REQUIRE(json.find("\"cp_total\"") != std::string::npos);
+  if (&r.ranked.front() == cp4)
+    REQUIRE(plan::format_table(r, cfg, 32768, o, cal, 1).find("cp ring exposed") !=
+            std::string::npos);
+}
+
 TEST_CASE("a layout's INI is read back by `meshtrain train`'s options", "[plan]") {
   plan::Layout l;
   l.dp = 2;
