@@ -49,6 +49,7 @@ struct L {
   bool mlp_act = false;  // train.recompute_mlp_act
   bool fp8 = false;      // train.precision=fp8 (tensorwise)
   int fp8_first_last_bf16 = 0;
+  int cp = 1;            // mesh.cp (ring); world = dp x pp x tp x cp
   meshtrain::plan::Layout layout() const {
     meshtrain::plan::Layout l;
     l.dp = dp;
@@ -65,6 +66,7 @@ struct L {
     l.bucket_bytes = bucket;
     l.recompute_mlp_act = mlp_act;
     l.fp8 = fp8;
+    l.cp = cp;
     l.fp8_first_last_bf16 = fp8_first_last_bf16;
     return l;
   }

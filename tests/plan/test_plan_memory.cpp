@@ -4,7 +4,9 @@
 // default buckets) is built and trained for two steps
 // in-process; each rank's peak of live Kokkos allocations must be within 5 % of the predicted
 // total of its stage. Rank 0 prints the table and the largest error (the figure in
-// docs/planner.md).
+// docs/planner.md). Two more grids: FP8 layouts (issue 35) and context-parallel ones (issue 34:
+// cp 2 and 4 alone, with dp and ZeRO-1/3, tp + sp, a pipeline, recompute; within 0.4 %,
+// activations exact).
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -80,14 +82,30 @@ std::vector<L> fp8_grid(int W) {
   return {};
 }
 
+// Context parallelism (ring attention; issue 34): cp alone, with dp and ZeRO-1/3 over dp x cp,
+// with tp + sp, with a pipeline, and under recompute.
+std::vector<L> cp_grid(int W) {
+  const auto with_cp = [](L l, int cp) {
+    l.cp = cp;
+    return l;
+  };
+  if (W == 2) return {with_cp({1, 1, 1, 0, 4, 2}, 2), with_cp({1, 1, 1, 1, 4, 2}, 2)};
+  if (W == 4)
+    return {with_cp({1, 1, 1, 3, 2, 2}, 4), with_cp({2, 1, 1, 1, 2, 2}, 2),
+            with_cp({1, 1, 2, 1, 4, 1, K::one_f_one_b, 1, true}, 2),
+            with_cp({1, 2, 1, 0, 2, 4}, 2),
+            with_cp({2, 1, 1, 1, 2, 2, K::one_f_one_b, 1, false, true}, 2)};
+  return {};
+}
+
 // skip_sharded_pp: leave out ZeRO 2/3 with pipelines (see the Llama case).
 void check_grid(const model::GptConfig& cfg, const std::string& shard,
-                bool skip_sharded_pp = false, bool fp8 = false) {
+                bool skip_sharded_pp = false, bool fp8 = false, bool cp = false) {
   const int seq = cfg.block_size;
   const io::TokenDataset data(plan_test::make_shard(shard), seq);
   const int W = mt_test::world_size(), me = mt_test::world_rank();
   double worst = 0;
-  for (const L& g : fp8 ? fp8_grid(W) : grid(W)) {
+  for (const L& g : cp ? cp_grid(W) : fp8 ? fp8_grid(W) : grid(W)) {
     const plan::Layout l = g.layout();
     if (skip_sharded_pp && l.zero_stage >= 2 && l.pp > 1) continue;
     INFO("layout " << l.name());
@@ -175,4 +193,10 @@ TEST_CASE("predicted memory per rank matches the allocations of FP8 layouts",
           "[plan][memory][mpi][fp8]") {
   check_grid(plan_test::small_model(), "test_plan_memory_fp8_gpt2", false, true);
   check_grid(small_llama("plan-test-llama-fp8"), "test_plan_memory_fp8_llama", false, true);
+}
+
+TEST_CASE("predicted memory per rank matches the allocations of cp layouts",
+          "[plan][memory][mpi][cp]") {
+  check_grid(plan_test::small_model(), "test_plan_memory_cp_gpt2", false, false, true);
+  check_grid(small_llama("plan-test-llama-cp"), "test_plan_memory_cp_llama", false, false, true);
 }
