@@ -65,7 +65,7 @@ EOF
 if [ "${TRACE:-0}" = 1 ]; then
   for f in "$out/${name}"_trace.*.csv; do
     [ -s "$f" ] || continue
-    python3 "$here/../tools/cupti_trace_summary.py" "$f" --steps 3 --top 12 \
+    python3 "$here/../tools/cupti_trace_summary.py" "$f" --steps 3 --top 12 --comm-match SendRecv \
       --label "$(basename "$f" .csv)" >> "$sum" 2>&1 || echo "no summary of $f" >> "$sum"
     grep -E "communication|GPU busy" "$sum" | tail -2
     gzip -f "$f"

@@ -138,6 +138,10 @@ def main():
     ap.add_argument("--steps", type=int, default=5, help="summarize the last N complete steps")
     ap.add_argument("--top", type=int, default=25, help="kernels to list")
     ap.add_argument("--label", default="", help="a prefix for every line (for summaries)")
+    ap.add_argument("--comm-match", default="",
+                    help="also give the hidden / exposed split for the NCCL kernels whose name "
+                         "matches this regex alone (e.g. SendRecv: context parallelism's ring), "
+                         "against the computation, the other NCCL kernels left out")
     a = ap.parse_args()
 
     dev, host = [], []
@@ -168,6 +172,8 @@ def main():
     per_kernel = defaultdict(lambda: [0.0, 0])
     gaps_last, syncs = [], defaultdict(lambda: [0, 0.0])
     comm_union, comm_hidden = [], []  # NCCL kernels per step, and the part compute overlaps
+    sel_rx = re.compile(a.comm_match) if a.comm_match else None
+    sel_union, sel_hidden = [], []  # the same for the NCCL kernels --comm-match selects
     for i in range(n):
         t0, t1 = ends[i], ends[i + 1]
         items = [d for d in dev if t0 <= d[0] < t1]
@@ -190,6 +196,12 @@ def main():
                 if kind == "K" and category(kind, short_name(name)) != "comm"]
         comm_union.append(union_length(comm) / 1e6)
         comm_hidden.append(intersection_length(comm, work) / 1e6)
+        if sel_rx:
+            sel = [(max(s, t0), min(e, t1)) for s, e, kind, name, *_ in items
+                   if kind == "K" and category(kind, short_name(name)) == "comm"
+                   and sel_rx.search(name)]
+            sel_union.append(union_length(sel) / 1e6)
+            sel_hidden.append(intersection_length(sel, work) / 1e6)
         if i == n - 1:
             prev_end, prev_name = t0, "(step start)"
             for s, e, kind, name, _, _ in items:
@@ -211,6 +223,11 @@ def main():
     if cu > 0:
         print(f"{p}communication (NCCL kernels) {cu:.2f} ms/step: {ch:.2f} ms overlapped by "
               f"computation ({100 * ch / cu:.0f}% hidden), {cu - ch:.2f} ms exposed")
+    if sel_rx:
+        su, sh = statistics.median(sel_union), statistics.median(sel_hidden)
+        share = f"{100 * sh / su:.0f}% hidden" if su > 0 else "none ran"
+        print(f"{p}communication (NCCL kernels matching {a.comm_match!r}) {su:.2f} ms/step: "
+              f"{sh:.2f} ms overlapped by computation ({share}), {su - sh:.2f} ms exposed")
     print(f"{p}top kernels: ms/step calls/step name")
     for k, (ms, calls) in sorted(per_kernel.items(), key=lambda kv: -kv[1][0])[:a.top]:
         print(f"{p}  {ms:8.3f} {calls / n:6.1f}  {k}")

@@ -25,13 +25,30 @@ for step in range(3):
     rows.append(f"K,{t + 7 * ms},{t + 10 * ms},7,1,"
                 "void meshtrain::kernels::adamw_update<float>(int)")
     rows.append(f"Y,{t + 6 * ms},{t + 6 * ms + 500_000},0,0,stream synchronize")
-with tempfile.TemporaryDirectory() as d:
-    path = os.path.join(d, "trace.csv")
-    with open(path, "w") as f:
-        f.write("\n".join(rows) + "\n")
-    out = subprocess.run([sys.executable, tool, path, "--steps", "2"], check=True,
-                         capture_output=True, text=True).stdout
+# With a ring's send/recv 2-5 ms on stream 11: 2-4 ms under the GEMM (hidden), 4-5 ms beside the
+# all-reduce only, which is not computation (exposed): --comm-match SendRecv splits it alone.
+ring = list(rows)
+for step in range(3):
+    t = step * 10 * ms
+    ring.append(f"K,{t + 2 * ms},{t + 5 * ms},11,1,ncclDevKernel_SendRecv")
+
+
+def summary(trace_rows, *args):
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "trace.csv")
+        with open(path, "w") as f:
+            f.write("\n".join(trace_rows) + "\n")
+        return subprocess.run([sys.executable, tool, path, "--steps", "2", *args], check=True,
+                              capture_output=True, text=True).stdout
+
+
+out = summary(rows)
 print(out)
+ring_out = summary(ring, "--comm-match", "SendRecv")
+print(ring_out)
+if not re.search(r"NCCL kernels matching 'SendRecv'\) 3\.00 ms/step: 2\.00 ms overlapped by "
+                 r"computation \(67% hidden\), 1\.00 ms exposed", ring_out):
+    sys.exit("test_cupti_summary: the --comm-match line is not the ring's 2 of 3 ms hidden")
 
 
 def need(pattern):
