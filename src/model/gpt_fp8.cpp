@@ -143,16 +143,19 @@ void GptT<T>::fp8_column_backward(View1<T> dx, const LinearPiece<T>* pieces, int
       else
         k::linear_fp8_dweight_gemm<T>(exec_, p.dw, gp, dout + p.col, ld, xt, N_, C, p.width, o);
     };
+    // The input's transpose for every piece's weight gradient: the block's kept cast, or cast
+    // here once (none where the weight gradients read the input unquantized).
+    const auto input_t = [&] {
+      o.slot = 0;
+      if (kept != nullptr) return *kept;
+      return o.wgrad_high_precision ? k::Fp8Tensor{}
+                                    : k::linear_fp8_input_t<T>(exec_, inp, N_, C, o);
+    };
     if (!tp_.active()) {
       // No reduction to hide: each piece's weight gradient right after its input gradient, so
       // one workspace slot holds every piece's output-gradient cast in turn (at the 8B shape,
       // gate and up: 117 MB less than a slot each).
-      o.slot = 0;
-      k::Fp8Tensor xt;
-      if (kept != nullptr)
-        xt = *kept;
-      else if (!o.wgrad_high_precision)
-        xt = k::linear_fp8_input_t<T>(exec_, inp, N_, C, o);
+      const k::Fp8Tensor xt = input_t();
       for (int i = 0; i < n; ++i) {
         const LinearPiece<T>& p = pieces[i];
         const k::Fp8Tensor gp = k::linear_fp8_grad<T>(exec_, dout + p.col, ld, N_, p.width, o);
@@ -176,13 +179,7 @@ void GptT<T>::fp8_column_backward(View1<T> dx, const LinearPiece<T>* pieces, int
                                  p.width, o);
     }
     comm::Request r = tp_.enter_backward(dln_, dx);
-    // The input's transpose once for every piece's weight gradient.
-    o.slot = 0;
-    k::Fp8Tensor xt;
-    if (kept != nullptr)
-      xt = *kept;
-    else if (!o.wgrad_high_precision)
-      xt = k::linear_fp8_input_t<T>(exec_, inp, N_, C, o);
+    const k::Fp8Tensor xt = input_t();
     for (int i = 0; i < n; ++i) {
       o.slot = i;
       dweight(pieces[i], g[static_cast<std::size_t>(i)], xt);
