@@ -17,7 +17,10 @@
 #             per kernel category (fp8_cast: our casts, amaxes and packs) beside bf16's
 #   converge  llama-150m, CONVERGE_STEPS (2000) steps on the corpus, bf16 and fp8, same seed:
 #             the final losses (mean of the last 50 steps), their ratio, and both curves in
-#             OUT/converge.svg (perf/tools/plot_loss.py)
+#             OUT/converge.svg (perf/tools/plot_loss.py). CONVERGE_CORPUS=pysrc trains on the first
+#             CORPUS_MB (64) MB of the device's Python sources (site-packages, sorted by path) instead
+#             of the KJV: 2000 x 8192 byte tokens are 13 passes over the 1.3 MB KJV, which both
+#             precisions memorise; 64 MB is seen once, so the losses compare learning, not recall.
 # Environment: STEPS (20; the median of steps 6..STEPS is reported). OUT receives one log and
 # one metrics file per run and summary.txt.
 set -uo pipefail
@@ -37,8 +40,11 @@ data=/tmp/fp8_step_data/kjv
 mkdir -p "$(dirname "$data")"
 [ -e "${data}_train_000000.bin" ] || "$bundle/bin/meshtrain" prep --prep.input "$root/inputs/kjv.txt" \
   --prep.output "$data" --prep.tokenizer byte > "$out/prep.log" 2>&1
-common=(--train.log_every 1 --train.eval_every 0 --train.sample_tokens 0 --train.save false
-        --ckpt.final false --data.train "${data}_train_*.bin" --data.val "")
+use_corpus() {  # PREFIX: the shards every later run trains on
+  common=(--train.log_every 1 --train.eval_every 0 --train.sample_tokens 0 --train.save false
+          --ckpt.final false --data.train "$1_train_*.bin" --data.val "")
+}
+use_corpus "$data"
 
 # median step ms, tokens/s and the largest memory of steps 6.. of a metrics file
 stats() {
@@ -129,6 +135,28 @@ if has converge; then
   cs=${CONVERGE_STEPS:-2000}
   c=(--model.preset llama-150m --train.seq_len 1024 --train.micro_batch 8 --train.steps "$cs"
      --train.seed 1234)
+  corpus=KJV
+  if [ "${CONVERGE_CORPUS:-kjv}" = pysrc ]; then
+    py=/tmp/fp8_step_data/pysrc
+    if [ ! -e "${py}_train_000000.bin" ]; then
+      python3 - "$py.txt" "${CORPUS_MB:-64}" << 'EOF' | tee -a "$sum"
+import pathlib, sys, sysconfig
+root, limit, n = pathlib.Path(sysconfig.get_paths()["purelib"]), int(sys.argv[2]) << 20, 0
+with open(sys.argv[1], "wb") as out:
+    for p in sorted(root.rglob("*.py")):
+        if n >= limit:
+            break
+        b = p.read_bytes()[: limit - n]
+        out.write(b)
+        n += len(b)
+print(f"pysrc corpus: {n / 2**20:.1f} MB of {root}/**/*.py")
+EOF
+      "$bundle/bin/meshtrain" prep --prep.input "$py.txt" --prep.output "$py" \
+        --prep.tokenizer byte > "$out/prep_pysrc.log" 2>&1
+    fi
+    use_corpus "$py"
+    corpus="the device's Python sources (${CORPUS_MB:-64} MB)"
+  fi
   train converge_bf16 300 "${c[@]}" --train.precision bf16
   train converge_fp8 300 "${c[@]}" --train.precision fp8
   python3 - "$out/converge_bf16.jsonl" "$out/converge_fp8.jsonl" << 'EOF' | tee -a "$sum"
@@ -142,7 +170,7 @@ print(f"converge: mean loss of the last 50 steps bf16 {b:.4f} ({nb} steps), fp8 
       f" steps): fp8 / bf16 = {f / b:.4f}")
 EOF
   python3 "$here/../tools/plot_loss.py" "$out/converge.svg" "bf16=$out/converge_bf16.jsonl" \
-    "fp8=$out/converge_fp8.jsonl" --title "llama-150m, $cs steps, bf16 and fp8 (same seed)" \
+    "fp8=$out/converge_fp8.jsonl" --title "llama-150m, $cs steps on $corpus, bf16 and fp8 (same seed)" \
     >> "$sum" 2>&1
 fi
 exit $status
