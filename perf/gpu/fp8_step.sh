@@ -11,7 +11,8 @@
 #   llama1b   Llama 3.2 1B, seq 2048, micro-batch 4
 #   gpt2xl    GPT-2 1.5B, seq 1024, micro-batch 4
 #   rowwise   the llama8b run again with --fp8.recipe rowwise
-#   torch8b / torch1b   the PyTorch side of llama8b / llama1b (compile, bf16 and float8)
+#   torch8b / torch1b / torchxl   the PyTorch side of llama8b / llama1b / gpt2xl (compile, bf16
+#             and float8 linears)
 #   trace8b   llama8b's bf16 and fp8 runs again, 10 steps each under the CUPTI injection library
 #             (the bundle's bin/libmeshtrain_cupti_trace.so): where the fp8 step's time goes,
 #             per kernel category (fp8_cast: our casts, amaxes and packs) beside bf16's
@@ -130,6 +131,11 @@ if has torch1b; then
   run torch1b 300 python3 "$root/perf/reference/torch_llama_gpu.py" --preset llama3.2-1b \
     --seq 2048 --micro-batch 4 --mode compile --linears bf16,float8 --steps "$steps"
   grep -vi warn "$out/torch1b.log" | tail -4 | tee -a "$sum"
+fi
+if has torchxl; then
+  run torchxl 300 python3 "$root/perf/reference/torch_gpt2_gpu.py" --preset gpt2-1.5b \
+    --seq 1024 --micro-batch 4 --mode compile --linears bf16,float8 --steps "$steps"
+  grep -vi warn "$out/torchxl.log" | tail -3 | tee -a "$sum"
 fi
 if has converge; then
   cs=${CONVERGE_STEPS:-2000}

@@ -64,15 +64,17 @@ class _Float8Matmul(torch.autograd.Function):
 
 
 class Float8Linear(nn.Linear):
-    """nn.Linear whose GEMMs run in FP8 (no bias: the Llama and 8B-shaped stacks have none)."""
+    """nn.Linear whose GEMMs run in FP8. A bias (GPT-2's linears) is added in bf16 after the
+    GEMM, as meshtrain's FP8 linears add it (its gradient is dy's column sums, through autograd)."""
 
     wgrad_bf16 = False
 
     def forward(self, x):
-        assert self.bias is None, "Float8Linear: the reference models have bias-free linears"
         shape = x.shape
         y = _Float8Matmul.apply(x.reshape(-1, shape[-1]).to(torch.bfloat16), self.weight,
                                 self.wgrad_bf16)
+        if self.bias is not None:
+            y = y + self.bias.to(torch.bfloat16)
         return y.view(*shape[:-1], y.shape[-1])
 
 

@@ -6,6 +6,8 @@ master weights, fused AdamW), eager with SDPA attention and/or torch.compile, ra
     python3 perf/reference/torch_gpt2_gpu.py --micro-batch 16 --seq 1024 --mode eager,compile --steps 20
     python3 perf/reference/torch_gpt2_gpu.py --micro-batch 16 --mode compile --profile 3   # + kernel table
     python3 perf/reference/torch_gpt2_gpu.py --preset gpt2-1.5b --micro-batch 4 --mode compile
+    python3 perf/reference/torch_gpt2_gpu.py --preset gpt2-1.5b --micro-batch 4 --mode compile \
+        --linears bf16,float8     # + the blocks' linears on torch._scaled_mm (torch_float8.py)
 
 Prints one line per mode: tokens/s, ms/step, MFU (6N + 12 L C T FLOPs per token against
 989 TFLOP/s), peak memory. Same model as meshtrain: tanh GELU, LayerNorm eps 1e-5, tied head,
@@ -83,10 +85,13 @@ def kernel_table(prof, steps, top=40):
         print(f"  {ms:8.3f} ms {calls:6.1f}x  {name[:110]}")
 
 
-def run(mode, mb, T, steps, warmup, profile=0, preset="gpt2-124m"):
+def run(mode, mb, T, steps, warmup, profile=0, preset="gpt2-124m", linears="bf16"):
     torch.manual_seed(0)
     L, H, C = PRESETS[preset]
     model = GPT(L=L, H=H, C=C, T=T).cuda()
+    if linears == "float8":  # the blocks' c_attn, c_proj, c_fc, mlp_proj; not the tied head
+        from torch_float8 import float8_linears  # same directory
+        float8_linears(model, lambda name, m: name.startswith("h."))
     # MFU counts the unpadded vocabulary, as meshtrain does.
     n_params = sum(p.numel() for p in model.parameters()) - model.wte.weight.numel() + 50257 * C
     decay = [p for p in model.parameters() if p.dim() >= 2]
@@ -121,7 +126,7 @@ def run(mode, mb, T, steps, warmup, profile=0, preset="gpt2-124m"):
     dt = times[len(times) // 2]
     tok = mb * T / dt
     flops = 6 * n_params + 12 * L * C * T
-    print(f"pytorch-{mode:8s} {preset} mb {mb:3d}: {tok:10.0f} tok/s  {dt * 1e3:8.1f} ms/step  "
+    print(f"pytorch-{mode:8s} {linears:6s} {preset} mb {mb:3d}: {tok:10.0f} tok/s  {dt * 1e3:8.1f} ms/step  "
           f"MFU {tok * flops / 989e12:.3f}  peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB",
           flush=True)
     if profile:
@@ -145,8 +150,14 @@ if __name__ == "__main__":
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--profile", type=int, default=0,
                     help="then profile this many steps and print CUDA time per kernel")
+    ap.add_argument("--linears", default="bf16",
+                    help="bf16 and/or float8 (the blocks' linears on torch._scaled_mm)")
     a = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = True
-    for mode in a.mode.split(","):
-        for mb in (int(m) for m in a.micro_batch.split(",")):
-            run(mode, mb, a.seq, a.steps, a.warmup, a.profile, a.preset)
+    if "float8" in a.linears:
+        from torch_float8 import self_check
+        self_check()
+    for linears in a.linears.split(","):
+        for mode in a.mode.split(","):
+            for mb in (int(m) for m in a.micro_batch.split(",")):
+                run(mode, mb, a.seq, a.steps, a.warmup, a.profile, a.preset, linears)
