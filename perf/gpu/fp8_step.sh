@@ -9,6 +9,7 @@
 # parts (comma-separated, default llama8b,torch8b,converge):
 #   llama8b   Llama-3.1-8B shape cut to LAYERS blocks (4), seq 4096, micro-batch 1
 #   llama1b   Llama 3.2 1B, seq 2048, micro-batch 4
+#   llama1b_mlpact  its bf16 run with --train.recompute_mlp_act true (after llama1b)
 #   gpt2xl    GPT-2 1.5B, seq 1024, micro-batch 4
 #   rowwise   the llama8b run again with --fp8.recipe rowwise
 #   torch8b / torch1b / torchxl   the PyTorch side of llama8b / llama1b / gpt2xl (compile, bf16
@@ -114,6 +115,10 @@ if has llama1b; then
   train llama1b_bf16 240 "${l1[@]}" --train.precision bf16
   train llama1b_fp8 240 "${l1[@]}" --train.precision fp8
   [ -e "$out/llama1b_fp8.jsonl" ] && note "$(ratio llama1b_bf16 llama1b_fp8)"
+fi
+if has llama1b_mlpact; then  # bf16 keeping only the MLP's pre-activation (memory against torch's)
+  train llama1b_bf16_mlpact 240 "${l1[@]}" --train.precision bf16 --train.recompute_mlp_act true
+  [ -e "$out/llama1b_bf16.jsonl" ] && note "$(ratio llama1b_bf16 llama1b_bf16_mlpact)"
 fi
 g=(--model.preset gpt2-1.5b --train.seq_len 1024 --train.micro_batch 4 --train.steps "$steps")
 if has gpt2xl; then
