@@ -18,7 +18,14 @@
 //   bench_kernels_cuda --shapes NT:8192x16384x2048,TN:16384x2048x8192:1 [--iters 20]
 //   bench_kernels_cuda --shapes NT:8192x28672x4096,NT:4096x28672x8192:1 --fp8 1
 //   (FP8=1 perf/gpu/gemm_shapes.sh BUNDLE OUT llama8b-fp8: every Llama-3.1-8B GEMM that way)
+//   bench_kernels_cuda --casts 4096x4096,4096x14336,4096x4096:6144 [--iters 20]
 //
+// --casts LIST times the FP8 current-scaling passes on bf16 blocks (kernels/fp8_cast.hpp), each
+// item ROWSxCOLS[:LD] (LD > COLS: a column block of a wider tensor, as the gate / up and q / k / v
+// pieces of a gradient): fp8_amax_block, fp8_cast_block to q, to its transpose qt, and to both,
+// beside a copy kernel that moves the same bytes without encoding (reads the block's bf16 once,
+// writes one byte per element and output) measured in the same run: "of copy" = copy ms /
+// kernel ms, 1.0 at the memory-traffic bound.
 // --fp8 1 adds, for each NT item (row-major op(A) = A [M, K], op(B) = B^T with B [N, K]: both
 // K-contiguous, the only form Hopper's FP8 tensor cores take), the same product through
 // kernels::gemm_fp8 with E4M3 x E4M3 operands, tensorwise and rowwise, bf16 output, in the same
@@ -66,14 +73,15 @@ struct Args {
   int iters = 20, warmup = 3;
   int gemm = 0, only_gemm = 0, fp8 = 0;
   std::string shapes;  // --shapes: only these plain GEMMs
+  std::string casts;   // --casts: only these FP8 cast blocks
 };
 
 Args parse(int argc, char** argv) {
   Args a;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
-    if (k == "--shapes") {
-      a.shapes = argv[i + 1];
+    if (k == "--shapes" || k == "--casts") {
+      (k == "--shapes" ? a.shapes : a.casts) = argv[i + 1];
       continue;
     }
     const int v = std::stoi(argv[i + 1]);
@@ -307,6 +315,71 @@ void bench_shapes(const Args& a) {
   }
 }
 
+// --casts: each ROWSxCOLS[:LD] item's amax and casts against a same-traffic copy.
+void bench_casts(const Args& a) {
+  using T = Kokkos::Experimental::bhalf_t;
+  ExecSpace exec;
+  std::printf("FP8 casts of bf16 blocks, median of %d after %d warm-up; \"of copy\" = a copy "
+              "kernel of the same bytes / the kernel (1.0: at the memory bound)\n",
+              a.iters, a.warmup);
+  std::stringstream list(a.casts);
+  std::string item;
+  while (std::getline(list, item, ',')) {
+    int rows = 0, cols = 0, ld = 0;
+    const int got = std::sscanf(item.c_str(), "%dx%d:%d", &rows, &cols, &ld);
+    if (got < 2 || rows <= 0 || cols <= 0 || (got == 3 && ld < cols)) {
+      std::fprintf(stderr, "bench_kernels_cuda: --casts item '%s' is not ROWSxCOLS[:LD]\n",
+                   item.c_str());
+      std::exit(2);
+    }
+    if (got < 3) ld = cols;
+    const std::size_t n = std::size_t(rows) * cols;
+    const auto x = random_view<T>("bench_cast_x", std::size_t(rows) * ld, 11, -3.f, 3.f);
+    View1<std::uint8_t> q("bench_cast_q", n), qt("bench_cast_qt", n);
+    View1<float> amax("bench_cast_amax", 1), scale("bench_cast_scale", 1);
+    Kokkos::deep_copy(scale, 100.0f);
+    const T* xp = x.data();
+    const auto t = [&](const auto& fn) { return median_ms(exec, a.warmup, a.iters, fn); };
+    // The bound: as many bf16 read once, contiguous, one byte written per element and output,
+    // no encoding (a column block's rows are strided: its kernels may fall a little short).
+    const auto copy = [&](int outputs) {
+      return t([&] {
+        Kokkos::parallel_for(
+            "bench_cast_copy", Kokkos::RangePolicy<ExecSpace>(exec, 0, std::int64_t(n)),
+            KOKKOS_LAMBDA(std::int64_t i) {
+              const std::uint32_t b = fp8_detail::float_bits(static_cast<float>(xp[i]));
+              q(i) = std::uint8_t(b >> 24);
+              if (outputs == 2) qt(i) = std::uint8_t(b >> 16);
+            });
+      });
+    };
+    const double c1 = copy(1), c2 = copy(2);
+    const double bytes1 = 3.0 * n, bytes2 = 4.0 * n, read = 2.0 * n;
+    const double am = t([&] { fp8_amax_block<T>(exec, amax, xp, rows, cols, ld); });
+    const double cq = t([&] {
+      fp8_cast_block<T>(exec, q, View1<std::uint8_t>(), xp, rows, cols, ld, scale,
+                        Fp8Format::e4m3);
+    });
+    const double ct = t([&] {
+      fp8_cast_block<T>(exec, View1<std::uint8_t>(), qt, xp, rows, cols, ld, scale,
+                        Fp8Format::e4m3);
+    });
+    const double cb = t([&] {
+      fp8_cast_block<T>(exec, q, qt, xp, rows, cols, ld, scale, Fp8Format::e4m3);
+    });
+    const auto line = [&](const char* what, double ms, double bytes, double ref) {
+      std::printf("cast %6dx%-6d ld %6d %-14s %8.4f ms %7.1f GB/s  of copy %.2f\n", rows, cols,
+                  ld, what, ms, bytes / (ms * 1e6), ref / ms);
+    };
+    line("copy 1 out", c1, bytes1, c1);
+    line("copy 2 out", c2, bytes2, c2);
+    line("amax", am, read, c1 * read / bytes1);  // the copy's rate at the amax's bytes
+    line("cast q", cq, bytes1, c1);
+    line("cast qt", ct, bytes1, c1);
+    line("cast q+qt", cb, bytes2, c2);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -314,6 +387,10 @@ int main(int argc, char** argv) {
   Kokkos::ScopeGuard kokkos(argc, argv);
   if (!a.shapes.empty()) {
     bench_shapes(a);
+    return 0;
+  }
+  if (!a.casts.empty()) {
+    bench_casts(a);
     return 0;
   }
   std::printf("layernorm N=%d C=%d, cross-entropy N=%d V=%d Vp=%d: CUDA kernels vs the portable "
