@@ -72,11 +72,14 @@ View1<const T> pack(const ExecSpace& exec, const T* x, int ld, int rows, int col
 }
 
 // Tensorwise: x read in place (no packed copy) by fp8_amax_block and fp8_cast_block; with
-// `both`, the other orientation too (data_other), from the same pass.
+// `both`, the other orientation too (data_other), from the same pass. amax_set (1 entry, or
+// empty): x's amax, already set by the kernel that wrote x, which the cast takes as its own
+// (agreed in place), so that only the cast reads x.
 template <class T>
 Fp8Tensor tensorwise_operand(const ExecSpace& exec, const char* tensor, const T* x, int ld,
                              int rows, int cols, int k_dim, Fp8Format format,
-                             const Fp8LinearOptions& opt, const Fp8Tensor* reuse, bool both) {
+                             const Fp8LinearOptions& opt, const Fp8Tensor* reuse, bool both,
+                             const View1<float>& amax_set = {}) {
   const std::size_t n = std::size_t(rows) * cols;
   const bool transpose = k_dim == 0;
   Fp8Tensor q = opt.workspace != nullptr
@@ -89,7 +92,10 @@ Fp8Tensor tensorwise_operand(const ExecSpace& exec, const char* tensor, const T*
     Kokkos::deep_copy(exec, q.scale, reuse->scale);
     Kokkos::deep_copy(exec, q.scale_inv, reuse->scale_inv);
   } else {
-    fp8_amax_block<T>(exec, q.amax, x, rows, cols, ld);
+    if (detail::present(amax_set))
+      q.amax = amax_set;
+    else
+      fp8_amax_block<T>(exec, q.amax, x, rows, cols, ld);
     if (opt.agree) opt.agree(Fp8Cast{tensor, k_dim, Fp8Scaling::tensorwise}, q.amax, 1);
     fp8_scales(exec, q.amax, q.scale, q.scale_inv, 1, format);
   }
@@ -328,10 +334,16 @@ void linear_fp8_forward_gemm(const ExecSpace& exec, T* out, int ld_out, const T*
 
 template <class T>
 Fp8Tensor linear_fp8_grad(const ExecSpace& exec, const T* dout, int ld, int N, int OC,
-                          const Fp8LinearOptions& opt) {
+                          const Fp8LinearOptions& opt, View1<float> amax_set) {
   // Tensorwise, both orientations from one read: the transpose is the weight gradient's.
   const bool both = opt.scaling == Fp8Scaling::tensorwise && !opt.wgrad_high_precision;
-  return operand<T>(exec, "dout", dout, ld, N, OC, 1, opt.backward, opt, nullptr, both);
+  if (!detail::present(amax_set))
+    return operand<T>(exec, "dout", dout, ld, N, OC, 1, opt.backward, opt, nullptr, both);
+  MESHTRAIN_CHECK(opt.scaling == Fp8Scaling::tensorwise,
+                  "linear_fp8_grad: an amax already set is one scale's (tensorwise), not ",
+                  fp8_scaling_name(opt.scaling), "'s");
+  return tensorwise_operand<T>(exec, "dout", dout, ld, N, OC, 1, opt.backward, opt, nullptr,
+                               both, slice(amax_set, 0, 1));
 }
 
 template <class T>
@@ -452,7 +464,7 @@ void linear_fp8_backward(const ExecSpace& exec, View1<T> dinp, View1<T> dweight,
                                            int, const Fp8Tensor&, int, int, int,                 \
                                            const Fp8LinearOptions&);                             \
   template Fp8Tensor linear_fp8_grad<T>(const ExecSpace&, const T*, int, int, int,               \
-                                        const Fp8LinearOptions&);                                \
+                                        const Fp8LinearOptions&, View1<float>);                  \
   template void linear_fp8_dinp_gemm<T>(const ExecSpace&, T*, float, const Fp8Tensor&,           \
                                         const T*, int, int, int, const Fp8LinearOptions&);       \
   template void linear_fp8_dweight_gemm<T>(const ExecSpace&, T*, const Fp8Tensor&, const T*,     \

@@ -57,8 +57,8 @@ void backward_host(float* dgate_up, const float* gate_up, const float* dout, int
       const float a = d[j] * uj * (s * (1.0f + gj * (1.0f - s))), b = d[j] * gj * s;
       dg[j] = a;
       du[j] = b;
-      fold(a);
-      fold(b);
+      fold(0, a);
+      fold(1, b);
     }
   }
 }
@@ -129,26 +129,27 @@ void swiglu_backward(const ExecSpace& exec, View1<T> dgate_up, View1<const T> ga
   detail::check_extent(dgate_up, 2 * std::size_t(N) * I, "swiglu_backward", "dgate_up");
   detail::check_extent(gate_up, 2 * std::size_t(N) * I, "swiglu_backward", "gate_up");
   detail::check_extent(dout, std::size_t(N) * I, "swiglu_backward", "dout");
+  if (detail::present(amax)) detail::check_extent(amax, 2, "swiglu_backward", "amax");
   if constexpr (kDeviceIsHost && std::is_same_v<T, float>) {
     kc::fence(exec, "meshtrain::swiglu_backward: host loop");
     Kokkos::Profiling::pushRegion("meshtrain::swiglu_backward");
-    detail::host_loop_amax(amax, [&](auto& fold) {
+    detail::host_loop_amax<2>(amax, [&](auto& fold) {
       backward_host(dgate_up.data(), gate_up.data(), dout.data(), N, I, fold);
     });
     Kokkos::Profiling::popRegion();
     return;
   }
-  // As in the forward. In place (dgate_up == gate_up) stays right: each thread reads its packs
-  // of gate and up before it writes them.
+  // As in the forward, with two amaxes (dgate's, dup's). In place (dgate_up == gate_up) stays
+  // right: each thread reads its packs of gate and up before it writes them.
   if (I % 8 == 0 && detail::packable<T>(std::size_t(N) * I,
                                         {dgate_up.data(), gate_up.data(), dout.data()})) {
     const Index I8 = I / 8;
     detail::Pack8<T>* dgu = reinterpret_cast<detail::Pack8<T>*>(dgate_up.data());
     const detail::Pack8<T>* gu = reinterpret_cast<const detail::Pack8<T>*>(gate_up.data());
     const detail::Pack8<T>* dp = reinterpret_cast<const detail::Pack8<T>*>(dout.data());
-    detail::for_each_amax(
+    detail::for_each_amaxes<2>(
         "meshtrain::swiglu_backward", exec, Index(N) * I8, amax,
-        KOKKOS_LAMBDA(Index k, std::uint32_t& m) {
+        KOKKOS_LAMBDA(Index k, detail::AmaxBitsK<2>& m) {
           const Index n = k / I8, j = k % I8;
           const Index ig = 2 * n * I8 + j, iu = ig + I8;
           const detail::Pack8<T> g = gu[ig], u = gu[iu], d = dp[k];
@@ -158,16 +159,17 @@ void swiglu_backward(const ExecSpace& exec, View1<T> dgate_up, View1<const T> ga
             const Acc s = sigmoid_16bit(static_cast<float>(ge));
             rg.v[e] = static_cast<T>(de * ue * (s * (Acc(1) + ge * (Acc(1) - s))));
             ru.v[e] = static_cast<T>(de * ge * s);
-            m = max_bits(m, max_bits(abs_bits(rg.v[e]), abs_bits(ru.v[e])));
+            m.v[0] = max_bits(m.v[0], abs_bits(rg.v[e]));
+            m.v[1] = max_bits(m.v[1], abs_bits(ru.v[e]));
           }
           dgu[ig] = rg;
           dgu[iu] = ru;
         });
     return;
   }
-  detail::for_each_amax(
+  detail::for_each_amaxes<2>(
       "meshtrain::swiglu_backward", exec, Index(N) * I, amax,
-      KOKKOS_LAMBDA(Index k, std::uint32_t& m) {
+      KOKKOS_LAMBDA(Index k, detail::AmaxBitsK<2>& m) {
         const Index n = k / I, j = k % I;
         const Index ig = 2 * n * I + j, iu = ig + I;
         const Acc g = acc(gate_up(ig)), u = acc(gate_up(iu)), d = acc(dout(k));
@@ -176,7 +178,8 @@ void swiglu_backward(const ExecSpace& exec, View1<T> dgate_up, View1<const T> ga
         const T vu = static_cast<T>(d * g * s);
         dgate_up(ig) = vg;
         dgate_up(iu) = vu;
-        m = max_bits(m, max_bits(abs_bits(vg), abs_bits(vu)));
+        m.v[0] = max_bits(m.v[0], abs_bits(vg));
+        m.v[1] = max_bits(m.v[1], abs_bits(vu));
       });
 }
 

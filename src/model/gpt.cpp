@@ -149,11 +149,14 @@ GptT<T>::GptT(const GptConfig& cfg, int micro_batch, int seq_len, const ModelLay
                    QW_, KW_, swiglu ? 2 * Il_ : Il_, Il_, cfg_.norm == Norm::layernorm};
   // Which blocks this rank holds are MoE blocks and which dense (per block below; both for the
   // one set recomputation shares).
-  bool any_moe = false, any_dense = false;
+  bool any_moe = false, any_dense = false, fused_grad_amax = false;
   for (const auto& ch : layout_.chunks)
     for (int l = ch.first; l < ch.last; ++l) {
       (cfg_.moe.is_moe_layer(l) ? any_moe : any_dense) = true;
-      if (!cfg_.moe.is_moe_layer(l)) continue;
+      if (!cfg_.moe.is_moe_layer(l)) {
+        fused_grad_amax = fused_grad_amax || layout_.fp8.fuses_grad_amax(l, cfg_.n_layer);
+        continue;
+      }
       moe_stats_[static_cast<std::size_t>(l)].load.assign(std::size_t(cfg_.moe.experts), 0.0);
       if (cfg_.moe.expert_bias)
         moe_bias_[static_cast<std::size_t>(l)] =
@@ -246,6 +249,7 @@ GptT<T>::GptT(const GptConfig& cfg, int micro_batch, int seq_len, const ModelLay
   // The MLP's d(activation output): SwiGLU's; GPT-2's under FP8, whose GELU derivative is not an
   // epilogue of the FP8 GEMM.
   if ((swiglu || layout_.fp8.enabled) && any_dense) dh_ = alloc<T>("grad.dh", N * Il_);
+  if (fused_grad_amax) fp8_grad_amax_ = alloc<float>("grad.fp8_amax", 2);
   if (cfg_.qkv_bias) qkv_b_ = alloc<T>("act.qkv_bias", static_cast<std::size_t>(QW_ + 2 * KW_));
   if (reg_.kv_replicated() && P > 1)
     kv_dw_ = alloc<T>("tp.kv_dw", 2 * static_cast<std::size_t>(cfg_.kv_heads()) * HS_ *

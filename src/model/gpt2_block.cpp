@@ -107,12 +107,14 @@ void GptT<T>::block_backward(int l, View1<const T> x, BlockActivations<T>& a, Vi
     // kernel).
     if (!a.own_mlp_act) k::gelu_forward<T>(exec_, a.fch_gelu, a.fch, std::size_t(N) * I);
     if (f8) {
-      // d(GELU output) from the FP8 GEMM, then GELU's derivative and c_fc's bias gradient.
+      // d(GELU output) from the FP8 GEMM, then GELU's derivative (with the amax of c_fc's
+      // output-gradient cast, where fused) and c_fc's bias gradient.
       fp8_row_backward(dh_.data(), g.mlp_proj_w.data(), ptr(g.mlp_proj_b), dfull,
                        a.fch_gelu.data(), w.mlp_proj_w.data(), I, kConv1D, a.fch_gelu_kept());
-      k::gelu_backward<T>(exec_, dfch_, a.fch, dh_, std::size_t(N) * I);
+      const View1<float> dfch_amax = fused_grad_amax(l, 1);
+      k::gelu_backward<T>(exec_, dfch_, a.fch, dh_, std::size_t(N) * I, dfch_amax);
       if (ptr(g.c_fc_b)) k::column_sums_add<T>(exec_, N, I, dfch_.data(), I, g.c_fc_b.data());
-      const LinearPiece<T> fc{w.c_fc_w.data(), g.c_fc_w.data(), 0, I};
+      const LinearPiece<T> fc{w.c_fc_w.data(), g.c_fc_w.data(), 0, I, nullptr, dfch_amax};
       fp8_column_backward(dx, &fc, 1, dfch_.data(), I, a.ln2.data(), kConv1D, a.ln2_kept());
     } else {
       // d(pre-GELU) in one GEMM: the GELU derivative is the input-gradient GEMM's epilogue, and

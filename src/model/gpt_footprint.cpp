@@ -144,6 +144,13 @@ ModelFootprint model_footprint(const GptConfig& cfg, int micro_batch, int seq_le
   // whose GELU derivative is a kernel of its own) ----
   f.scratch = static_cast<double>((Nl * C + N * C + N * (QW + 2 * KW) + N * QW + N * FW) * E);
   if (swiglu || layout.fp8.enabled) f.scratch += static_cast<double>(N * I * E);
+  // The amaxes an FP8 MLP's activation backward sets (GptT::fused_grad_amax): 2 floats.
+  bool fused_grad_amax = false;
+  for (const auto& ch : chunks)
+    for (int l = ch.first; l < ch.last; ++l)
+      fused_grad_amax = fused_grad_amax || (!cfg.moe.is_moe_layer(l) &&
+                                            layout.fp8.fuses_grad_amax(l, cfg.n_layer));
+  if (fused_grad_amax) f.scratch += 2 * 4;
   if (KV < P)  // replicated kv heads' weight (and Qwen2 bias) gradients before their tp sum
     f.scratch += static_cast<double>(2 * KV * HS * (C + (cfg.qkv_bias ? 1 : 0)) * E);
   if (cfg.positions == Positions::rotary) f.scratch += static_cast<double>(T * HS * 4);  // rope

@@ -10,9 +10,12 @@
 //    (replicated kv heads), the scales must not.
 // The output gradient of a linear is cast once, for its input gradient (agreed there) and its
 // weight gradient (both orientations in one pass), so the weight-gradient GEMMs that overlap the
-// column-parallel reduction issue no collective of their own. An input read by several linears
-// (q, k, v; gate, up) is cast once for their forward GEMMs and its transpose once for their
-// weight gradients: the same tensor under the same scale, as before, without the repeats.
+// column-parallel reduction issue no collective of their own. Where the MLP activation's
+// backward set a piece's amax (LinearPiece::dout_amax: GELU's, SwiGLU's fused amax of this
+// rank's shard), that cast reads its tensor once; the amax is agreed all the same. An input
+// read by several linears (q, k, v; gate, up) is cast once for their forward GEMMs and its
+// transpose once for their weight gradients: the same tensor under the same scale, as before,
+// without the repeats.
 // Where the block keeps its inputs in FP8 (fp8_keeps_inputs), that transpose is written by the
 // forward's cast into the block's activations and the backward reads it: the inputs in the
 // model's type live only from their producer to the forward's cast.
@@ -158,7 +161,8 @@ void GptT<T>::fp8_column_backward(View1<T> dx, const LinearPiece<T>* pieces, int
       const k::Fp8Tensor xt = input_t();
       for (int i = 0; i < n; ++i) {
         const LinearPiece<T>& p = pieces[i];
-        const k::Fp8Tensor gp = k::linear_fp8_grad<T>(exec_, dout + p.col, ld, N_, p.width, o);
+        const k::Fp8Tensor gp =
+            k::linear_fp8_grad<T>(exec_, dout + p.col, ld, N_, p.width, o, p.dout_amax);
         k::linear_fp8_dinp_gemm<T>(exec_, dln_.data(), i == 0 ? 0.0f : 1.0f, gp, p.w, N_, C,
                                    p.width, o);
         dweight(p, gp, xt);
@@ -174,7 +178,7 @@ void GptT<T>::fp8_column_backward(View1<T> dx, const LinearPiece<T>* pieces, int
     for (int i = 0; i < n; ++i) {
       const LinearPiece<T>& p = pieces[i];
       o.slot = i;
-      g.push_back(k::linear_fp8_grad<T>(exec_, dout + p.col, ld, N_, p.width, o));
+      g.push_back(k::linear_fp8_grad<T>(exec_, dout + p.col, ld, N_, p.width, o, p.dout_amax));
       k::linear_fp8_dinp_gemm<T>(exec_, dln_.data(), i == 0 ? 0.0f : 1.0f, g.back(), p.w, N_, C,
                                  p.width, o);
     }

@@ -216,9 +216,14 @@ void GptT<T>::llama_block_backward(int l, View1<const T> x, BlockActivations<T>&
       k::gemm<T>(exec_, Trans::T, Trans::N, C, I, N, 1.0f, dfull.data(), C, a.fch_gelu.data(), I,
                  1.0f, g.mlp_proj_w.data(), I);
     }
-    k::swiglu_backward<T>(exec_, dfch_, a.fch, dh_, N, I);
-    const Piece<T> mlp[2] = {{w.gate_w.data(), g.gate_w.data(), 0, I},
-                             {w.up_w.data(), g.up_w.data(), I, I}};
+    // Under FP8, SwiGLU's backward also sets the amaxes of the gate and up gradients' casts
+    // (where fused): two pieces, two scales.
+    const View1<float> dfch_amax = fused_grad_amax(l, 2);
+    k::swiglu_backward<T>(exec_, dfch_, a.fch, dh_, N, I, dfch_amax);
+    Piece<T> mlp[2] = {{w.gate_w.data(), g.gate_w.data(), 0, I},
+                       {w.up_w.data(), g.up_w.data(), I, I}};
+    if (dfch_amax.extent(0) > 0)
+      for (int i = 0; i < 2; ++i) mlp[i].dout_amax = slice(dfch_amax, std::size_t(i), 1);
     column_parallel(mlp, 2, dfch_.data(), 2 * I, a.ln2.data(), a.ln2_kept());
   }
   norm_backward(dres, g.ln_2_w, {}, dx, a.res2, w.ln_2_w, a.ln2_mean, a.ln2_rstd);

@@ -168,11 +168,13 @@ case_cp_layouts_4() { catch2 test_cp_layouts 4; }
 # the rowwise cases took); the amax agreement over NCCL at 2.
 case_fp8_kernels_1() {
   local t rc=0
-  # With the kernels whose fused FP8 amax the kept inputs use (norms, GELU, SwiGLU: their CUDA
-  # and packed bf16 paths) and the kept inputs against recomputation.
+  # With the kernels whose fused FP8 amax the kept inputs and the MLP backward use (norms,
+  # GELU, SwiGLU: their CUDA and packed bf16 paths), the kept inputs against recomputation and
+  # the fused backward amaxes against unfused.
   for t in test_kernels_fp8_format test_kernels_fp8_cast test_kernels_gemm_fp8 \
            test_kernels_linear_fp8 test_fp8_linears test_fp8_layouts test_kernels_rmsnorm \
-           test_kernels_layernorm test_kernels_swiglu test_kernels_pointwise test_fp8_kept_inputs; do
+           test_kernels_layernorm test_kernels_swiglu test_kernels_pointwise test_fp8_kept_inputs \
+           test_fp8_fused_grad_amax; do
     "$(exe "$t")" --durations yes || rc=$?
   done
   if [ $rc = 0 ]; then result PASS fp8_kernels - - - -; else result FAIL fp8_kernels - - - "exit_$rc"; fi
@@ -185,6 +187,8 @@ case_fp8_linears_2() { catch2 test_fp8_linears 2; }
 case_fp8_linears_4() { catch2 test_fp8_linears 4; }
 case_fp8_layouts_2() { catch2 test_fp8_layouts 2; }
 case_fp8_layouts_4() { catch2 test_fp8_layouts 4; }
+# The MLP backward's fused amaxes against unfused, bit for bit, under tp (with sp) and cp.
+case_fp8_fused_grad_amax_2() { catch2 test_fp8_fused_grad_amax 2; }
 # The collectives and the pipeline runner always; the CPU suite's layout matrices (hundreds of
 # NCCL communicators and steps: ~10 minutes each at 8 ranks on one GPU) with SUITE_MATRICES=1.
 for c in comm_2 pipeline_runner_2; do add "$c" 2; done
@@ -194,6 +198,7 @@ add fp8_kernels_1 1
 add fp8_amax_2 2
 add fp8_linears_2 2
 add fp8_linears_4 4
+add fp8_fused_grad_amax_2 2
 if [ "${SUITE_MATRICES:-0}" = 1 ]; then
   # test_fp8_layouts trains ~20 layouts, each with its own NCCL communicators: more than 120 s
   # at 2 ranks on one GPU (2026-12-05); its layouts run below as meshtrain train cases.

@@ -3,7 +3,8 @@
 // src/kernels/amax_fused.hpp): the amax a kernel sets must be the bits fp8_amax gives on the
 // output it stored, and the bits of the definition computed here on the host (the two share
 // their device helper, so the host loop is the independent oracle); the output must not change
-// with the amax.
+// with the amax. A kernel may set several amaxes, one per column block of its output that is
+// cast under its own scale (require_fused_block_amaxes).
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -70,6 +71,50 @@ std::uint32_t require_fused_amax(const View1<T>& plain, const View1<T>& fused, s
   INFO("fused amax bits 0x" << std::hex << got << ", the host definition's 0x" << want);
   if constexpr (!std::is_same_v<T, double>) REQUIRE(got == fp8_amax_bits(fused, n));
   REQUIRE(got == want);
+  return got;
+}
+
+// What fp8_amax_block (the unfused pass) gives on the column block [rows, cols] at column c0 of
+// out, whose rows are ld apart.
+template <class T>
+std::uint32_t fp8_amax_block_bits(const View1<T>& out, int c0, int rows, int cols, int ld) {
+  View1<float> a("fp8_amax_block", 1);
+  const T* x = rows == 0 ? out.data() : out.data() + c0;
+  meshtrain::kernels::fp8_amax_block<T>(ExecSpace(), a, x, rows, cols, ld);
+  return amax_bits_of(a);
+}
+
+// require_fused_amax for a kernel whose output, row-major [rows, parts * cols], is cast as
+// `parts` column blocks [rows, cols] under scales of their own, and which sets one amax per
+// block (swiglu_backward: gate and up). amax holds kStaleAmaxBits in every entry before the
+// fused run; entry k must equal fp8_amax_block's bits on block k (but for double) and the host
+// definition's over that block. Returns the entries' bits.
+template <class T, class Run>
+std::vector<std::uint32_t> require_fused_block_amaxes(const View1<T>& plain, const View1<T>& fused,
+                                                      int rows, int cols, int parts,
+                                                      const Run& run) {
+  run(plain, View1<float>());
+  float stale;
+  std::memcpy(&stale, &kStaleAmaxBits, sizeof stale);
+  View1<float> amax = to_device(std::vector<float>(std::size_t(parts), stale), "amax");
+  run(fused, amax);
+  const auto hp = to_host(plain), hf = to_host(fused);
+  REQUIRE(bitwise_equal(hp, hf));
+  const auto entries = to_host(amax);
+  const int ld = parts * cols;
+  std::vector<std::uint32_t> got(std::size_t(parts), 0);
+  for (int k = 0; k < parts; ++k) {
+    std::vector<T> block;
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < cols; ++c) block.push_back(hf[std::size_t(r) * ld + k * cols + c]);
+    got[k] = bits_of(entries[k]);
+    const std::uint32_t want = host_amax_bits(block, block.size());
+    INFO("block " << k << ": fused amax bits 0x" << std::hex << got[k]
+                  << ", the host definition's 0x" << want);
+    if constexpr (!std::is_same_v<T, double>)
+      REQUIRE(got[k] == fp8_amax_block_bits(fused, k * cols, rows, cols, ld));
+    REQUIRE(got[k] == want);
+  }
   return got;
 }
 

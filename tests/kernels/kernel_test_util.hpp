@@ -153,10 +153,13 @@ class KernelLog {
   KernelLog(const KernelLog&) = delete;
   KernelLog& operator=(const KernelLog&) = delete;
 
-  bool launched_prefix(const std::string& prefix) const {
+  bool launched_prefix(const std::string& prefix) const { return count_prefix(prefix) > 0; }
+  // Kernels launched whose label starts with prefix.
+  std::size_t count_prefix(const std::string& prefix) const {
+    std::size_t n = 0;
     for (const auto& k : events().kernels)
-      if (k.compare(0, prefix.size(), prefix) == 0) return true;
-    return false;
+      if (k.compare(0, prefix.size(), prefix) == 0) ++n;
+    return n;
   }
   bool pushed(const std::string& region) const {
     for (const auto& r : events().regions)

@@ -2,6 +2,7 @@
 // tensors with the codec (E4M3 inputs and weights, E5M2 output gradients, tensorwise scales)
 // and multiplies the dequantized values in double; and against the fp32 linear layer within the
 // error FP8 rounding allows. The agreement hook sees each tensor by name.
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -434,4 +435,74 @@ TEST_CASE("linear_fp8: one input cast for several linears gives each linear's ow
     REQUIRE(shared_agreements == 2);
     REQUIRE(separate[1] != separate[2]);
   }
+}
+
+// An output gradient whose amax its producer already set (a fused amax: GELU's or SwiGLU's
+// backward, one per piece of a packed gate|up): linear_fp8_grad takes that amax instead of
+// reducing its own, and must give the bits of the cast that reduces its own — input and weight
+// gradients of two pieces under their own scales, with and without fp8.wgrad_bf16 — and still
+// agree it: the hook runs once per piece on the given amax, in place (here an agreement with a
+// peer whose amax, 0.01, is larger than this rank's ~1e-3, so that it changes the scales).
+// Rowwise (a scale per row) takes none.
+TEST_CASE("linear_fp8_grad with its amax already set gives the bits of its own, agreed",
+          "[fp8]") {
+  const int N = 32, IC = 48, OC = 32, LD = 2 * OC;
+  const auto inp = kt::random_vector<float>(std::size_t(N) * IC, 101, -2.0, 2.0);
+  const auto w0 = kt::random_vector<float>(std::size_t(OC) * IC, 102, -0.2, 0.2);
+  const auto w1 = kt::random_vector<float>(std::size_t(OC) * IC, 103, -0.5, 0.5);
+  auto dout = kt::random_vector<float>(std::size_t(N) * LD, 104, -1e-3, 1e-3);
+  for (std::size_t i = 0; i < dout.size(); ++i)
+    if (i % LD >= std::size_t(OC)) dout[i] *= 30.0f;  // piece 1 above the peer's 0.01
+  const auto d_inp = kt::to_device(inp), d_g = kt::to_device(dout);
+  const View1<float> d_w[2] = {kt::to_device(w0), kt::to_device(w1)};
+  for (const bool wgrad_bf16 : {false, true}) {
+    INFO((wgrad_bf16 ? "wgrad_bf16" : "FP8 weight gradients"));
+    auto run = [&](bool amax_set, int& agreements) {
+      Fp8LinearOptions o;
+      o.layout = Fp8WeightLayout::out_in;
+      o.wgrad_high_precision = wgrad_bf16;
+      agreements = 0;
+      o.agree = [&](const Fp8Cast& c, View1<float> amax, std::size_t count) {
+        if (std::string(c.tensor) != "dout") return;
+        REQUIRE(count == 1);
+        ++agreements;
+        auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, amax);
+        h(0) = std::max(h(0), 0.01f);
+        Kokkos::deep_copy(amax, h);
+      };
+      // The producer's amaxes, one per piece.
+      View1<float> set("set", 2);
+      for (int i = 0; i < 2; ++i)
+        fp8_amax_block<float>(ExecSpace(), slice(set, i, 1), d_g.data() + i * OC, N, OC, LD);
+      View1<float> dinp("dinp", std::size_t(N) * IC),
+          dw[2] = {View1<float>("dw0", w0.size()), View1<float>("dw1", w1.size())};
+      Fp8Tensor g[2];
+      for (int i = 0; i < 2; ++i) {
+        o.slot = i;
+        g[i] = linear_fp8_grad<float>(ExecSpace(), d_g.data() + i * OC, LD, N, OC, o,
+                                      amax_set ? View1<float>(slice(set, i, 1)) : View1<float>{});
+        if (amax_set) REQUIRE(g[i].amax.data() == set.data() + i);
+        linear_fp8_dinp_gemm<float>(ExecSpace(), dinp.data(), i == 0 ? 0.0f : 1.0f, g[i],
+                                    d_w[i].data(), N, IC, OC, o);
+        linear_fp8_dweight_gemm<float>(ExecSpace(), dw[i].data(), g[i], d_g.data() + i * OC, LD,
+                                       d_inp.data(), N, IC, OC, o);
+      }
+      std::vector<std::vector<float>> r{kt::to_host(dinp), kt::to_host(dw[0]),
+                                        kt::to_host(dw[1])};
+      if (amax_set) r.push_back(kt::to_host(set));  // the agreed amaxes, in place
+      return r;
+    };
+    int own = 0, given = 0;
+    const auto reduced = run(false, own);
+    const auto fused = run(true, given);
+    REQUIRE(own == 2);
+    REQUIRE(given == 2);
+    for (int k = 0; k < 3; ++k) REQUIRE(fused[k] == reduced[k]);
+    REQUIRE(fused[3][0] == 0.01f);  // piece 0's amax was raised to the peer's
+    REQUIRE(fused[3][1] > 0.01f);   // piece 1's is its own
+  }
+  Fp8LinearOptions rowwise;
+  rowwise.scaling = Fp8Scaling::rowwise;
+  View1<float> set("set", 1);
+  REQUIRE_THROWS(linear_fp8_grad<float>(ExecSpace(), d_g.data(), LD, N, OC, rowwise, set));
 }

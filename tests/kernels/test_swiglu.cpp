@@ -1,7 +1,7 @@
 // SwiGLU on the packed [gate | up] buffer: forward against the formula in double (extreme gate
 // values included), backward (double instantiation) against central finite differences, float
 // against double, the in-place backward, and bf16's order of operations (HF's) bit for bit.
-// Last, the FP8 amax fused into both.
+// Last, the FP8 amaxes fused into both (one of the output; the backward's, one per half).
 #include <cmath>
 
 #include "amax_check.hpp"
@@ -139,11 +139,13 @@ TEST_CASE("swiglu_backward bf16, packed or not, matches the formula", "[kernels]
 
 // ---------------------------------------------------------------------------------------------
 // The FP8 amax fused into SwiGLU (issue 35): swiglu_forward(..., amax) sets amax(0) to fp8_amax
-// of out [N, I], swiglu_backward(..., amax) to fp8_amax of the whole dgate_up [N, 2I] (gate and
-// up gradients, one tensor); an inf in the output, a NaN, all zeros and N = 0 give inf, NaN, 0
-// and 0, over a stale amax; the in-place backward gives the same amax. In bf16 on a GPU the
-// packed form (I % 8 == 0, aligned views) and the element-wise one, as above; in double the
-// Kokkos kernel on any build.
+// of out [N, I]; swiglu_backward(..., amax) sets amax(0) and amax(1) to fp8_amax_block of the
+// gate and the up gradients, the two [N, I] column blocks of dgate_up that the FP8 backward
+// casts under scales of their own. An inf in the output, a NaN, all zeros and N = 0 give inf,
+// NaN, 0 and 0, over a stale amax — in the backward in one half or in both, as the inputs
+// make them; the in-place backward gives the same amaxes. In bf16 on a GPU the packed form
+// (I % 8 == 0, aligned views) and the element-wise one, as above; in double the Kokkos kernel
+// on any build.
 namespace {
 
 template <class T>
@@ -154,22 +156,32 @@ View1<T> shifted(const std::vector<T>& v, std::size_t shift, View1<T>& all) {
   return View1<T>(all.data() + shift, v.size());
 }
 
-// The amax bits of swiglu_forward (backward = false) or swiglu_backward on gate_up (and dout),
-// every view `shift` elements into its allocation.
+// The amax bits of swiglu_forward on gate_up, every view `shift` elements into its allocation.
 template <class T>
-std::uint32_t swiglu_amax(int N, int I, const std::vector<T>& gu, const std::vector<T>& d,
-                          std::size_t shift, bool backward) {
-  const std::size_t n_out = (backward ? 2 : 1) * std::size_t(N) * I;
+std::uint32_t forward_amax(int N, int I, const std::vector<T>& gu, std::size_t shift) {
+  const std::size_t n_out = std::size_t(N) * I;
+  View1<T> gu_all, plain_all, fused_all;
+  const View1<T> guv = shifted(gu, shift, gu_all);
+  const View1<T> plain = shifted(std::vector<T>(n_out), shift, plain_all);
+  const View1<T> fused = shifted(std::vector<T>(n_out), shift, fused_all);
+  return kt::require_fused_amax<T>(plain, fused, n_out, [&](View1<T> out, View1<float> amax) {
+    swiglu_forward<T>(ExecSpace(), out, guv, N, I, amax);
+  });
+}
+
+// The two amaxes' bits of swiglu_backward on gate_up and dout, {gate's, up's}, likewise.
+template <class T>
+std::vector<std::uint32_t> backward_amaxes(int N, int I, const std::vector<T>& gu,
+                                           const std::vector<T>& d, std::size_t shift) {
+  const std::size_t n_out = 2 * std::size_t(N) * I;
   View1<T> gu_all, d_all, plain_all, fused_all;
   const View1<T> guv = shifted(gu, shift, gu_all), dv = shifted(d, shift, d_all);
   const View1<T> plain = shifted(std::vector<T>(n_out), shift, plain_all);
   const View1<T> fused = shifted(std::vector<T>(n_out), shift, fused_all);
-  return kt::require_fused_amax<T>(plain, fused, n_out, [&](View1<T> out, View1<float> amax) {
-    if (backward)
-      swiglu_backward<T>(ExecSpace(), out, guv, dv, N, I, amax);
-    else
-      swiglu_forward<T>(ExecSpace(), out, guv, N, I, amax);
-  });
+  return kt::require_fused_block_amaxes<T>(
+      plain, fused, N, I, 2, [&](View1<T> out, View1<float> amax) {
+        swiglu_backward<T>(ExecSpace(), out, guv, dv, N, I, amax);
+      });
 }
 
 template <class T>
@@ -177,36 +189,56 @@ void swiglu_amax_cases(const std::vector<std::pair<int, int>>& shapes,
                        const std::vector<std::size_t>& shifts) {
   const T inf = static_cast<T>(std::numeric_limits<float>::infinity());
   const T nan = static_cast<T>(std::numeric_limits<float>::quiet_NaN());
+  const T one = static_cast<T>(1.0f), two = static_cast<T>(2.0f);
+  using Bits = std::vector<std::uint32_t>;
+  const auto finite = [](std::uint32_t b) { return b > 0 && b < kt::kInfBits; };
   for (const auto& [N, I] : shapes)
-    for (const std::size_t shift : shifts)
-      for (const bool backward : {false, true}) {
-        INFO("N " << N << " I " << I << " shift " << shift
-                  << (backward ? " backward" : " forward"));
-        const std::size_t NI = std::size_t(N) * I;
-        // (packed_inputs writes its extremes into the first row: none for N = 0.)
-        const auto gu = N == 0 ? std::vector<T>()
-                               : kt::convert<T>(kt::cast_vector<float>(packed_inputs(N, I, 31)));
-        const auto d = kt::convert<T>(kt::random_vector<float>(NI, 32));
-        const std::uint32_t finite = swiglu_amax(N, I, gu, d, shift, backward);
-        if (N == 0) {
-          REQUIRE(finite == 0);
-          continue;
-        }
-        REQUIRE((finite > 0 && finite < kt::kInfBits));
-        // The last row's last column: gate 2, up inf (forward: silu(2) * inf) or up 1 and
-        // dout inf (backward: both gradients inf).
-        auto gi = gu, di = d;
-        const std::size_t g_last = (2 * std::size_t(N) - 1) * I - 1, u_last = g_last + I;
-        gi[g_last] = static_cast<T>(2.0f);
-        gi[u_last] = backward ? static_cast<T>(1.0f) : inf;
-        di[NI - 1] = inf;
-        REQUIRE(swiglu_amax(N, I, gi, di, shift, backward) == kt::kInfBits);
-        auto gn = gu;
-        gn[I / 2] = nan;  // a gate of row 0
-        REQUIRE(swiglu_amax(N, I, gn, d, shift, backward) > kt::kInfBits);
-        const std::vector<T> zeros_gu(2 * NI, static_cast<T>(0.0f)), zeros_d(NI, zeros_gu[0]);
-        REQUIRE(swiglu_amax(N, I, zeros_gu, zeros_d, shift, backward) == 0);
+    for (const std::size_t shift : shifts) {
+      INFO("N " << N << " I " << I << " shift " << shift);
+      const std::size_t NI = std::size_t(N) * I;
+      // (packed_inputs writes its extremes into the first row: none for N = 0.)
+      const auto gu = N == 0 ? std::vector<T>()
+                             : kt::convert<T>(kt::cast_vector<float>(packed_inputs(N, I, 31)));
+      const auto d = kt::convert<T>(kt::random_vector<float>(NI, 32));
+      const std::uint32_t f = forward_amax(N, I, gu, shift);
+      const Bits b = backward_amaxes(N, I, gu, d, shift);
+      if (N == 0) {
+        REQUIRE(f == 0);
+        REQUIRE(b == Bits{0, 0});
+        continue;
       }
+      REQUIRE(finite(f));
+      REQUIRE((finite(b[0]) && finite(b[1])));
+      REQUIRE(b[0] != b[1]);  // so that entries swapped, or one amax of both, would show
+      // The last row's last column: gate 2 and up inf. Forward: silu(2) * inf. Backward:
+      // dgate = dout * inf * silu'(2) alone; and with up 1 and dout inf, both halves inf.
+      const std::size_t g_last = (2 * std::size_t(N) - 1) * I - 1, u_last = g_last + I;
+      auto gi = gu;
+      gi[g_last] = two;
+      gi[u_last] = inf;
+      REQUIRE(forward_amax(N, I, gi, shift) == kt::kInfBits);
+      const Bits up_inf = backward_amaxes(N, I, gi, d, shift);
+      REQUIRE(up_inf[0] == kt::kInfBits);
+      REQUIRE(finite(up_inf[1]));
+      gi[u_last] = one;
+      auto di = d;
+      di[NI - 1] = inf;
+      REQUIRE(backward_amaxes(N, I, gi, di, shift) == Bits{kt::kInfBits, kt::kInfBits});
+      // A NaN gate of row 0: NaN everywhere it reaches. A NaN up: the gate gradient's alone.
+      auto gn = gu;
+      gn[I / 2] = nan;
+      REQUIRE(forward_amax(N, I, gn, shift) > kt::kInfBits);
+      const Bits gate_nan = backward_amaxes(N, I, gn, d, shift);
+      REQUIRE((gate_nan[0] > kt::kInfBits && gate_nan[1] > kt::kInfBits));
+      auto un = gu;
+      un[I + I / 2] = nan;
+      const Bits up_nan = backward_amaxes(N, I, un, d, shift);
+      REQUIRE(up_nan[0] > kt::kInfBits);
+      REQUIRE(finite(up_nan[1]));
+      const std::vector<T> zeros_gu(2 * NI, static_cast<T>(0.0f)), zeros_d(NI, zeros_gu[0]);
+      REQUIRE(forward_amax(N, I, zeros_gu, shift) == 0);
+      REQUIRE(backward_amaxes(N, I, zeros_gu, zeros_d, shift) == Bits{0, 0});
+    }
 }
 
 }  // namespace
@@ -220,14 +252,20 @@ TEST_CASE("swiglu's fused FP8 amax is fp8_amax of the output (float)",
   const auto gu = kt::cast_vector<float>(packed_inputs(N, I, 33));
   const auto d = kt::to_device(kt::random_vector<float>(std::size_t(N) * I, 34));
   ExecSpace exec;
-  View1<float> a_out("a_out", 1), a_in("a_in", 1);
+  View1<float> a_out("a_out", 2), a_in("a_in", 2);
   View1<float> dgu("dgu", gu.size());
   swiglu_backward<float>(exec, dgu, kt::to_device(gu), d, N, I, a_out);
   auto inplace = kt::to_device(gu);
   swiglu_backward<float>(exec, inplace, inplace, d, N, I, a_in);
   REQUIRE(kt::bitwise_equal(kt::to_host(inplace), kt::to_host(dgu)));
-  REQUIRE(kt::amax_bits_of(a_in) == kt::amax_bits_of(a_out));
-  REQUIRE(kt::amax_bits_of(a_out) == kt::fp8_amax_bits(dgu, gu.size()));
+  REQUIRE(kt::bitwise_equal(kt::to_host(a_in), kt::to_host(a_out)));
+  for (int half : {0, 1})
+    REQUIRE(kt::bits_of(kt::to_host(a_out)[half]) ==
+            kt::fp8_amax_block_bits(dgu, half * I, N, I, 2 * I));
+
+  // One entry cannot hold both halves' amaxes.
+  View1<float> one("one", 1);
+  REQUIRE_THROWS(swiglu_backward<float>(exec, dgu, kt::to_device(gu), d, N, I, one));
 }
 
 TEST_CASE("swiglu's fused FP8 amax through the Kokkos kernels (double)",

@@ -33,3 +33,7 @@ endif()
 # Issue 35: train.precision=fp8 against fp32 (1 rank) and its layouts against one rank (2, 4).
 meshtrain_add_test(NAME test_fp8_layouts SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_fp8_layouts.cpp
   RANKS 1 2 4 TIMEOUT 600)
+# Issue 35: the MLP backward's fused amaxes of the FP8 output-gradient casts, against unfused.
+meshtrain_add_test(NAME test_fp8_fused_grad_amax
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_fp8_fused_grad_amax.cpp RANKS 1 2 4)
+target_include_directories(test_fp8_fused_grad_amax PRIVATE ${PROJECT_SOURCE_DIR}/tests/kernels)

@@ -173,9 +173,13 @@ void linear_fp8_forward_gemm(const ExecSpace& exec, T* out, int ld_out, const T*
 // dout [N, OC] (row stride ld) cast once for the dinp GEMM (K = OC); tensorwise, its scale is
 // also the dweight GEMM's, and (unless wgrad_high_precision) the same pass writes the transpose
 // the dweight GEMM reads (Fp8Tensor::data_other), read from the workspace slot's own buffer.
+// amax_set (tensorwise only; empty: none): dout's amax, already set by the kernel that wrote
+// dout (a fused amax: GELU's or SwiGLU's backward), so that dout is read once, by the cast.
+// The returned cast's amax is this View, agreed in place (opt.agree) before the scales; what
+// the caller writes into it later, in stream order, does not change the cast.
 template <class T>
 Fp8Tensor linear_fp8_grad(const ExecSpace& exec, const T* dout, int ld, int N, int OC,
-                          const Fp8LinearOptions& opt);
+                          const Fp8LinearOptions& opt, View1<float> amax_set = {});
 
 // dinp[N, IC] = beta * dinp + g . W (g from linear_fp8_grad).
 template <class T>

@@ -7,9 +7,10 @@
 // For 16-bit types silu(gate) is rounded to T before the product, HF's order
 // (`act_fn(gate_proj(x)) * up_proj(x)`); the arithmetic is fp32.
 //
-// amax (optional, FP8 current scaling, kernels/fp8_cast.hpp): when given (extent >= 1), the
-// call also sets amax(0) to max |v| over the elements v of its output as stored in T, the bits
-// fp8_amax(exec, amax, output, size) would give, without reading the output again.
+// amax (optional, FP8 current scaling, kernels/fp8_cast.hpp): when given (non-empty), the
+// forward also sets amax(0) to max |v| over the elements v of its output as stored in T, the
+// bits fp8_amax(exec, amax, output, size) would give, without reading the output again; the
+// backward sets one such amax per half of its output (below).
 // Stream-ordered; the host does not wait. Without it the kernels are the unfused ones.
 #include "meshtrain/core/view.hpp"
 
@@ -25,8 +26,10 @@ void swiglu_forward(const ExecSpace& exec, View1<T> out, View1<const T> gate_up,
 //   dup   = dout * silu(gate)
 // dgate_up may be gate_up itself (in place: each thread reads its gate and up elements before
 // it writes their gradients), which saves the [N, 2*I] buffer; it must not alias dout.
-// amax: of the whole [N, 2*I] dgate_up, gate and up gradients together (one tensor, the one
-// GEMM operand of the backward's gate|up linear).
+// amax (2 entries): amax(0) of the gate gradients, amax(1) of the up gradients — the bits of
+// fp8_amax_block over each [N, I] column block of dgate_up (row stride 2*I): the FP8 backward
+// casts them as the output gradients of two linears, gate_proj and up_proj, each under its
+// own scale.
 template <class T>
 void swiglu_backward(const ExecSpace& exec, View1<T> dgate_up, View1<const T> gate_up,
                      View1<const T> dout, int N, int I, View1<float> amax = {});

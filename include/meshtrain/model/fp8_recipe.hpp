@@ -37,9 +37,19 @@ struct Fp8Recipe {
   kernels::Fp8Scaling scaling = kernels::Fp8Scaling::tensorwise;  // fp8.recipe
   int first_last_bf16 = 0;                                      // fp8.first_last_bf16
   bool wgrad_bf16 = false;                                      // fp8.wgrad_bf16
+  // Tensorwise: the MLP activation's backward kernel (GELU's, SwiGLU's) also sets the amaxes of
+  // the output-gradient casts it feeds (c_fc's; gate_proj's and up_proj's), so those casts
+  // read their tensors once. Off, each cast reduces its own amax: the same bits, one more read
+  // of [N, I] per piece (the comparison test_fp8_fused_grad_amax makes; no option sets it).
+  bool fused_grad_amax = true;
   // Whether block l (global index) of n_layer runs its linears in FP8.
   bool fp8_block(int l, int n_layer) const {
     return enabled && l >= first_last_bf16 && l < n_layer - first_last_bf16;
+  }
+  // Whether the MLP activation's backward of block l sets its output-gradient casts' amaxes.
+  bool fuses_grad_amax(int l, int n_layer) const {
+    return fp8_block(l, n_layer) && scaling == kernels::Fp8Scaling::tensorwise &&
+           fused_grad_amax;
   }
   // Whether block l keeps its linears' inputs as their transposed FP8 casts instead of in the
   // model's type (BlockShape::fp8_keep; the weight gradients' operand, cast in the forward's

@@ -103,12 +103,17 @@ struct ModelLayout {
 // One linear of a column-parallel group whose outputs share a row-major buffer (Llama's packed
 // q|k|v and gate|up): its weight (rows of the local slice), its weight gradient (null in the
 // forward), its columns [col, col + width) of the buffer and its bias (or null).
+//
+// dout_amax (the FP8 backward, tensorwise; or empty): the amax of this piece's columns of the
+// output gradient, already set by the kernel that wrote them (a fused amax), which the piece's
+// cast takes instead of reading the columns for it.
 template <class T>
 struct LinearPiece {
   const T* w;
   T* dw;
   int col, width;
   const T* b = nullptr;
+  View1<float> dout_amax = {};
 };
 
 // Callbacks around each unit (registry().units()). DP gradient buckets and ZeRO implement them.
@@ -304,11 +309,22 @@ class GptT {
                         const kernels::Fp8Tensor* kept);
   // column_parallel_backward's FP8 form over pieces of one packed output gradient (row stride
   // ld): dx = reduce over tp of the summed input gradients, overlapped with the weight
-  // gradients; bias gradients are the caller's.
+  // gradients; bias gradients are the caller's. A piece's dout_amax, where set, is its cast's
+  // amax (agreed over tp and cp as the cast's own would be).
   void fp8_column_backward(View1<T> dx, const LinearPiece<T>* pieces, int n, const T* dout,
                            int ld, const T* inp, kernels::Fp8WeightLayout layout,
                            const kernels::Fp8Tensor* kept);
   kernels::Fp8Workspace fp8_workspace_;  // the casts' buffers, on exec_'s stream
+  // Where Fp8Recipe::fuses_grad_amax(l): `count` amaxes (GELU's 1; SwiGLU's 2, gate and up)
+  // for block l's MLP activation backward to set, the dout_amax of c_fc's (gate_proj's,
+  // up_proj's) piece; empty elsewhere. One buffer serves every block: a block's casts have
+  // read their amaxes (agreed them, made their scales) before the next block's backward
+  // writes them, in stream order.
+  View1<float> fused_grad_amax(int l, int count) const {
+    if (!layout_.fp8.fuses_grad_amax(l, cfg_.n_layer)) return {};
+    return slice(fp8_grad_amax_, 0, static_cast<std::size_t>(count));
+  }
+  View1<float> fp8_grad_amax_;  // [2] where a dense block fuses_grad_amax, else empty
   // Cross-entropy of the head's n rows from row r0 against `targets` (the caller's, not copied;
   // logits_ in place -> dlogits when train):
   // the fused single-rank kernel, or the vocabulary-parallel one whose row max and sums are
