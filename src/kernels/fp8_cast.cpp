@@ -12,6 +12,7 @@
 
 #include "amax_fused.hpp"
 #include "common.hpp"
+#include "fp8_cast_cuda.hpp"
 
 namespace meshtrain::kernels {
 
@@ -130,6 +131,9 @@ void fp8_amax_block(const ExecSpace& exec, View1<float> amax, const T* x, int ro
   check_shape("fp8_amax_block", rows, cols);
   MESHTRAIN_CHECK(ld >= cols, "fp8_amax_block: ld=", ld, " < cols=", cols);
   detail::check_extent(amax, 1, "fp8_amax_block", "amax");
+#if defined(KOKKOS_ENABLE_CUDA)
+  if (detail::fp8_amax_block_cuda<T>(exec, amax, x, rows, cols, ld)) return;
+#endif
   UView bits(reinterpret_cast<std::uint32_t*>(amax.data()));
   if (rows == 0 || cols == 0) {
     Kokkos::deep_copy(exec, bits, std::uint32_t(0));
@@ -178,6 +182,10 @@ void fp8_cast_block(const ExecSpace& exec, View1<std::uint8_t> q, View1<std::uin
   if (want_q) detail::check_extent(q, n, "fp8_cast_block", "q");
   if (want_qt) detail::check_extent(qt, n, "fp8_cast_block", "qt");
   detail::check_extent(scale, 1, "fp8_cast_block", "scale");
+#if defined(KOKKOS_ENABLE_CUDA)
+  if (n > 0 && detail::fp8_cast_block_cuda<T>(exec, q, qt, x, rows, cols, ld, scale, format))
+    return;
+#endif
   const Index C = cols, R = rows, L = ld;
   if (!want_qt) {
     if (!want_q || n == 0) return;

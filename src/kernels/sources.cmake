@@ -27,9 +27,9 @@ target_sources(meshtrain_lib PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/swiglu.cpp
   ${CMAKE_CURRENT_LIST_DIR}/workspace.cpp
 )
-# CUDA flash-attention, LayerNorm, RMSNorm and cross-entropy kernels and the cuBLASLt GEMM path: plain
-# .cpp compiled by nvcc_wrapper (the project enables no CUDA language); each file is empty
-# unless KOKKOS_ENABLE_CUDA.
+# CUDA flash-attention, LayerNorm, RMSNorm, cross-entropy and FP8 cast kernels and the cuBLASLt
+# GEMM path: plain .cpp compiled by nvcc_wrapper (the project enables no CUDA language); each
+# file is empty unless KOKKOS_ENABLE_CUDA.
 if(MESHTRAIN_ENABLE_CUDA)
   target_sources(meshtrain_lib PRIVATE
     ${CMAKE_CURRENT_LIST_DIR}/gemm/gemm_lt.cpp
@@ -39,6 +39,7 @@ if(MESHTRAIN_ENABLE_CUDA)
     ${CMAKE_CURRENT_LIST_DIR}/attention/attention_cuda_bf16.cpp
     ${CMAKE_CURRENT_LIST_DIR}/attention/attention_cuda_f32.cpp
     ${CMAKE_CURRENT_LIST_DIR}/cross_entropy_cuda.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/fp8_cast_cuda.cpp
     ${CMAKE_CURRENT_LIST_DIR}/layernorm_cuda.cpp
     ${CMAKE_CURRENT_LIST_DIR}/rmsnorm_cuda.cpp
   )

@@ -297,3 +297,71 @@ TEST_CASE("fp8_amax_block and fp8_cast_block: a column block in place, both orie
   fp8_amax_block<float>(ExecSpace(), amax, dx.data(), 0, 4, 8);
   REQUIRE(kt::to_host(amax)[0] == 0.0f);
 }
+
+// The shapes the CUDA kernels of a GPU build take (fp8_cast_cuda.cpp: 16-byte vectors, 64 x 64
+// tiles for the transpose) and the ones just outside them, in float and bf16, with inf, NaN,
+// saturating and subnormal values: the codes equal the host encoder's on every path. On a CPU
+// build the same cases run the portable kernels.
+template <class T>
+void check_block_paths() {
+  struct Shape {
+    int rows, cols, col, ld;
+  };
+  // Whole tensors, 64-aligned column blocks (the gate / up pieces' form), a block whose start
+  // is not 16-byte aligned, and rows / columns that are not multiples of 64 or of a vector.
+  for (const Shape& sh : {Shape{128, 192, 0, 192}, Shape{64, 64, 64, 256}, Shape{192, 128, 0, 384},
+                          Shape{64, 128, 3, 256}, Shape{96, 64, 0, 64}, Shape{64, 72, 0, 72},
+                          Shape{128, 60, 0, 60}}) {
+    const std::size_t n = std::size_t(sh.rows) * sh.cols;
+    auto wide = kt::convert<T>(spread(std::size_t(sh.rows) * sh.ld, 77, 4.0));
+    wide[std::size_t(sh.rows / 2) * sh.ld + sh.col + 1] = static_cast<T>(3e4f);
+    wide[std::size_t(sh.rows - 1) * sh.ld + sh.col + sh.cols - 1] = static_cast<T>(-kInf);
+    std::vector<float> block(n);
+    for (int r = 0; r < sh.rows; ++r)
+      for (int c = 0; c < sh.cols; ++c)
+        block[std::size_t(r) * sh.cols + c] =
+            static_cast<float>(wide[std::size_t(r) * sh.ld + sh.col + c]);
+    const auto dwide = kt::to_device(wide);
+    const T* x = dwide.data() + sh.col;
+    INFO(sh.rows << " x " << sh.cols << " at column " << sh.col << " of " << sh.ld);
+    View1<float> amax = kt::to_device(std::vector<float>{-5.0f});
+    fp8_amax_block<T>(ExecSpace(), amax, x, sh.rows, sh.cols, sh.ld);
+    REQUIRE(same(kt::to_host(amax)[0], host_amax(block)));  // inf
+    for (Fp8Format f : {Fp8Format::e4m3, Fp8Format::e5m2}) {
+      // A finite scale that pushes the large values past the format's maximum (saturation)
+      // and the small ones into its subnormals.
+      const float s = fp8_max(f) / 1000.0f;
+      const auto scale = kt::to_device(std::vector<float>{s});
+      View1<std::uint8_t> q("q", n), qt("qt", n), q_only("q_only", n), qt_only("qt_only", n);
+      fp8_cast_block<T>(ExecSpace(), q, qt, x, sh.rows, sh.cols, sh.ld, scale, f);
+      fp8_cast_block<T>(ExecSpace(), q_only, View1<std::uint8_t>(), x, sh.rows, sh.cols, sh.ld,
+                        scale, f);
+      fp8_cast_block<T>(ExecSpace(), View1<std::uint8_t>(), qt_only, x, sh.rows, sh.cols, sh.ld,
+                        scale, f);
+      const auto hq = kt::to_host(q), hqt = kt::to_host(qt);
+      for (int r = 0; r < sh.rows; ++r)
+        for (int c = 0; c < sh.cols; ++c) {
+          const std::uint8_t want = fp8_encode(block[std::size_t(r) * sh.cols + c] * s, f);
+          REQUIRE(int(hq[std::size_t(r) * sh.cols + c]) == int(want));
+          REQUIRE(int(hqt[std::size_t(c) * sh.rows + r]) == int(want));
+        }
+      REQUIRE(kt::to_host(q_only) == hq);
+      REQUIRE(kt::to_host(qt_only) == hqt);
+    }
+    // A NaN anywhere in the block is its amax.
+    wide[std::size_t(sh.rows / 3) * sh.ld + sh.col + sh.cols / 2] = static_cast<T>(kNaN);
+    const auto dnan = kt::to_device(wide);
+    fp8_amax_block<T>(ExecSpace(), amax, dnan.data() + sh.col, sh.rows, sh.cols, sh.ld);
+    REQUIRE(std::isnan(kt::to_host(amax)[0]));
+  }
+}
+
+TEST_CASE("fp8_amax_block and fp8_cast_block: the vector and tile shapes, float", "[fp8]") {
+  check_block_paths<float>();
+}
+
+#if MESHTRAIN_HAVE_BF16
+TEST_CASE("fp8_amax_block and fp8_cast_block: the vector and tile shapes, bf16", "[fp8]") {
+  check_block_paths<bf16>();
+}
+#endif

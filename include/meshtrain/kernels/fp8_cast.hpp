@@ -9,9 +9,9 @@
 // outlier spoils only its row). The steps are separate calls so that a tensor split over a
 // tensor- or sequence-parallel group can agree its amax between them (model/fp8_amax.hpp), and
 // so that a kernel producing the tensor can write the amax itself and go straight to
-// fp8_scales: rmsnorm_forward, layernorm_forward, swiglu_forward/backward and
-// gelu_forward/backward take an optional amax, set to the bits fp8_amax would give on their
-// output, with no second read of it (src/kernels/amax_fused.hpp).
+// fp8_scales: rmsnorm_forward, layernorm_forward, swiglu_forward and gelu_forward/backward take
+// an optional amax, set to the bits fp8_amax would give on their output, and swiglu_backward two
+// (its gate half's and its up half's), with no second read of it (src/kernels/amax_fused.hpp).
 //
 // amax is NaN-propagating: it is NaN if the tensor holds a NaN, inf if it holds an inf and no
 // NaN, the largest magnitude otherwise. The saturating cast turns an inf into ±max, so a caller

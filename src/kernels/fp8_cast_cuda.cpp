@@ -1,0 +1,218 @@
+// FP8 current-scaling passes on CUDA (fp8_cast_cuda.hpp): fp8_amax_block and fp8_cast_block for
+// float and bf16 blocks, with 16-byte loads (8 bf16 or 4 floats a thread) and 8- or 4-byte
+// stores. Compiled in every build, empty without CUDA.
+//
+// Why: the Kokkos kernels of fp8_cast.cpp move two bytes in and one out per thread. On the H100
+// the step's casts took 24 ms at the Llama-8B shape, about 5x their memory traffic (2026-12-05
+// trace), and every FP8 linear runs them on its input, weight and output gradient.
+//
+// amax: a grid-stride loop over the block's vectors, each thread's max of the |x| bits (the
+//   order fp8_cast.cpp reduces in: NaN over inf over finite), a warp max, one atomic max per
+//   warp into the zeroed amax. The max is order-free: the bits equal the portable kernel's.
+// cast (q only): one vector a thread, encoded element by element with fp8_encode (the same
+//   codes as the portable kernel: the same function on the same fp32 product), stored as 8 or 4
+//   bytes.
+// cast with the transpose (qt, and q with it): 64 x 64 tiles. A block of 256 threads reads its
+//   tile's rows as vectors, encodes them once, writes q's rows directly and the codes into
+//   shared memory; then each thread gathers 8 codes down a column of the tile and writes them as
+//   8 consecutive bytes of qt's row (8 threads cover one 64-byte piece of it: whole sectors).
+#include "fp8_cast_cuda.hpp"
+
+#if defined(KOKKOS_ENABLE_CUDA)
+#include <algorithm>
+#include <climits>
+#include <type_traits>
+
+#include "amax_fused.hpp"
+#include "common.hpp"
+#include "meshtrain/core/cuda_check.hpp"
+#include "meshtrain/core/fp8.hpp"
+#include "rowwise_cuda_device.hpp"
+
+namespace meshtrain::kernels::detail {
+
+namespace {
+
+using namespace rowwise;
+
+constexpr int kThreads = 256;
+constexpr int kTile = 64;               // the transposed cast's tile: kTile x kTile elements
+constexpr int kTileLd = kTile + 8;      // bytes per shared row: 8-byte aligned stores
+constexpr int kAmaxBlocksMax = 8 * 132;  // a few waves of an H100/H200, then grid-stride
+
+// Vector v of the block (vpr vectors per row, row stride ld elements) as an element offset.
+__device__ __forceinline__ long long vector_offset(int v, int vpr, int vec, long long ld) {
+  const int r = v / vpr;
+  return r * ld + static_cast<long long>(v - r * vpr) * vec;
+}
+
+template <class E>
+__global__ void __launch_bounds__(kThreads)
+    amax_kernel(const E* __restrict__ x, int nvec, int vpr, long long ld, unsigned* amax) {
+  std::uint32_t m = 0;
+  for (int v = blockIdx.x * kThreads + threadIdx.x; v < nvec; v += gridDim.x * kThreads)
+    m = max_u32(m, abs_bits_max<E>(load16(x + vector_offset(v, vpr, kVec<E>, ld))));
+  warp_fold_amax(m, amax);
+}
+
+// The kVec<E> codes of one vector, in order, packed little-endian (element 0 in the low byte).
+template <class E, Fp8Format F>
+__device__ __forceinline__ unsigned long long encode_vector(const uint4& v, float s) {
+  unsigned long long out = 0;
+#pragma unroll
+  for (int k = 0; k < kVec<E>; ++k)
+    out |= static_cast<unsigned long long>(fp8_encode(elem<E>(v, k) * s, F)) << (8 * k);
+  return out;
+}
+
+template <class E>
+__device__ __forceinline__ void store_codes(std::uint8_t* p, unsigned long long c) {
+  if constexpr (kVec<E> == 8) *reinterpret_cast<unsigned long long*>(p) = c;
+  else *reinterpret_cast<unsigned*>(p) = static_cast<unsigned>(c);
+}
+
+template <class E, Fp8Format F>
+__global__ void __launch_bounds__(kThreads)
+    cast_kernel(const E* __restrict__ x, int nvec, int vpr, long long ld,
+                const float* __restrict__ scale, std::uint8_t* __restrict__ q) {
+  const int v = blockIdx.x * kThreads + threadIdx.x;
+  if (v >= nvec) return;
+  const uint4 in = load16(x + vector_offset(v, vpr, kVec<E>, ld));
+  store_codes<E>(q + static_cast<long long>(v) * kVec<E>, encode_vector<E, F>(in, *scale));
+}
+
+// Block (bx, by): rows [by * kTile, +kTile), columns [bx * kTile, +kTile) of the [rows, cols]
+// source. q [rows, cols] (may be null), qt [cols, rows].
+template <class E, Fp8Format F>
+__global__ void __launch_bounds__(kThreads)
+    cast_transpose_kernel(const E* __restrict__ x, int rows, int cols, long long ld,
+                          const float* __restrict__ scale, std::uint8_t* __restrict__ q,
+                          std::uint8_t* __restrict__ qt) {
+  __shared__ __align__(16) std::uint8_t tile[kTile * kTileLd];
+  constexpr int kRowVecs = kTile / kVec<E>;
+  const long long r0 = static_cast<long long>(blockIdx.y) * kTile;
+  const long long c0 = static_cast<long long>(blockIdx.x) * kTile;
+  const float s = *scale;
+#pragma unroll
+  for (int u = threadIdx.x; u < kTile * kRowVecs; u += kThreads) {
+    const int i = u / kRowVecs, j = (u % kRowVecs) * kVec<E>;
+    const unsigned long long codes =
+        encode_vector<E, F>(load16(x + (r0 + i) * ld + c0 + j), s);
+    store_codes<E>(tile + i * kTileLd + j, codes);
+    if (q != nullptr) store_codes<E>(q + (r0 + i) * cols + c0 + j, codes);
+  }
+  __syncthreads();
+  // Unit u: column c of the tile, its rows [8 g, 8 g + 8): 8 consecutive threads share a
+  // column, so they write one contiguous 64-byte piece of qt's row c0 + c.
+#pragma unroll
+  for (int u = threadIdx.x; u < kTile * (kTile / 8); u += kThreads) {
+    const int g = u % (kTile / 8), c = u / (kTile / 8);
+    unsigned long long out = 0;
+#pragma unroll
+    for (int k = 0; k < 8; ++k)
+      out |= static_cast<unsigned long long>(tile[(8 * g + k) * kTileLd + c]) << (8 * k);
+    *reinterpret_cast<unsigned long long*>(qt + (c0 + c) * rows + r0 + 8 * g) = out;
+  }
+}
+
+bool aligned(const void* p, std::size_t bytes) {
+  return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
+}
+
+// The block as vectors: rows x (cols / vec), every row's start 16-byte aligned.
+template <class E>
+bool vectorisable(const E* x, int rows, int cols, int ld) {
+  constexpr int vec = kVec<E>;
+  return rows > 0 && cols > 0 && cols % vec == 0 && ld % vec == 0 && aligned(x, 16) &&
+         static_cast<long long>(rows) * (cols / vec) <= INT_MAX;
+}
+
+template <class Kernel>
+void launch_by_format(Fp8Format f, Kernel&& k) {
+  if (f == Fp8Format::e4m3)
+    k(std::integral_constant<Fp8Format, Fp8Format::e4m3>{});
+  else
+    k(std::integral_constant<Fp8Format, Fp8Format::e5m2>{});
+}
+
+}  // namespace
+
+template <class T>
+bool fp8_amax_block_cuda(const ExecSpace& exec, View1<float> amax, const T* x, int rows,
+                         int cols, int ld) {
+  if constexpr (!kCudaCastType<T>) {
+    return false;
+  } else {
+    using E = storage_t<T>;
+    const E* xr = raw(x);
+    if (!vectorisable(xr, rows, cols, ld)) return false;
+    // A contiguous block is one long row: no division per vector beyond the first.
+    const int vpr = ld == cols ? INT_MAX : cols / kVec<E>;
+    const int nvec = static_cast<int>(static_cast<long long>(rows) * (cols / kVec<E>));
+    const int blocks = std::min((nvec + kThreads - 1) / kThreads, kAmaxBlocksMax);
+    Kokkos::Profiling::pushRegion("meshtrain::fp8_amax_block_cuda");
+    reset_amax(exec, amax);
+    amax_kernel<E><<<blocks, kThreads, 0, exec.cuda_stream()>>>(
+        xr, nvec, vpr, ld, reinterpret_cast<unsigned*>(amax_bits(amax)));
+    MESHTRAIN_CUDA_CHECK(cudaGetLastError());
+    Kokkos::Profiling::popRegion();
+    return true;
+  }
+}
+
+template <class T>
+bool fp8_cast_block_cuda(const ExecSpace& exec, View1<std::uint8_t> q, View1<std::uint8_t> qt,
+                         const T* x, int rows, int cols, int ld, View1<const float> scale,
+                         Fp8Format format) {
+  if constexpr (!kCudaCastType<T>) {
+    return false;
+  } else {
+    using E = storage_t<T>;
+    constexpr int vec = kVec<E>;
+    const E* xr = raw(x);
+    std::uint8_t* qp = present(q) ? q.data() : nullptr;
+    std::uint8_t* qtp = present(qt) ? qt.data() : nullptr;
+    if (!vectorisable(xr, rows, cols, ld) || (qp == nullptr && qtp == nullptr)) return false;
+    if (qp != nullptr && !aligned(qp, vec)) return false;
+    const cudaStream_t st = exec.cuda_stream();
+    if (qtp == nullptr) {
+      const int vpr = ld == cols ? INT_MAX : cols / vec;
+      const int nvec = static_cast<int>(static_cast<long long>(rows) * (cols / vec));
+      Kokkos::Profiling::pushRegion("meshtrain::fp8_cast_block_cuda");
+      launch_by_format(format, [&](auto f) {
+        cast_kernel<E, decltype(f)::value><<<(nvec + kThreads - 1) / kThreads, kThreads, 0, st>>>(
+            xr, nvec, vpr, ld, scale.data(), qp);
+      });
+      MESHTRAIN_CUDA_CHECK(cudaGetLastError());
+      Kokkos::Profiling::popRegion();
+      return true;
+    }
+    if (rows % kTile != 0 || cols % kTile != 0 || !aligned(qtp, 8) || rows / kTile > 65535)
+      return false;
+    Kokkos::Profiling::pushRegion("meshtrain::fp8_cast_transpose_cuda");
+    const dim3 grid(cols / kTile, rows / kTile);
+    launch_by_format(format, [&](auto f) {
+      cast_transpose_kernel<E, decltype(f)::value><<<grid, kThreads, 0, st>>>(
+          xr, rows, cols, ld, scale.data(), qp, qtp);
+    });
+    MESHTRAIN_CUDA_CHECK(cudaGetLastError());
+    Kokkos::Profiling::popRegion();
+    return true;
+  }
+}
+
+#define MESHTRAIN_INSTANTIATE_FP8_CAST_CUDA(T)                                                  \
+  template bool fp8_amax_block_cuda<T>(const ExecSpace&, View1<float>, const T*, int, int, int); \
+  template bool fp8_cast_block_cuda<T>(const ExecSpace&, View1<std::uint8_t>,                    \
+                                       View1<std::uint8_t>, const T*, int, int, int,             \
+                                       View1<const float>, Fp8Format);
+MESHTRAIN_INSTANTIATE_FP8_CAST_CUDA(float)
+#if MESHTRAIN_HAVE_BF16
+MESHTRAIN_INSTANTIATE_FP8_CAST_CUDA(bf16)
+MESHTRAIN_INSTANTIATE_FP8_CAST_CUDA(fp16)  // no CUDA path: returns false
+#endif
+#undef MESHTRAIN_INSTANTIATE_FP8_CAST_CUDA
+
+}  // namespace meshtrain::kernels::detail
+
+#endif  // KOKKOS_ENABLE_CUDA
