@@ -161,6 +161,13 @@ class KernelLog {
       if (k.compare(0, prefix.size(), prefix) == 0) ++n;
     return n;
   }
+  // Regions pushed whose name starts with prefix (a CUDA kernel's "meshtrain::<op>_cuda").
+  std::size_t count_region_prefix(const std::string& prefix) const {
+    std::size_t n = 0;
+    for (const auto& r : events().regions)
+      if (r.compare(0, prefix.size(), prefix) == 0) ++n;
+    return n;
+  }
   bool pushed(const std::string& region) const {
     for (const auto& r : events().regions)
       if (r == region) return true;

@@ -73,7 +73,10 @@ Run train_run(const Layout& l, const model::Fp8Recipe& fp8, const std::string& d
       r.norm.push_back(met.grad_norm);
     }
     ExecSpace().fence();
-    r.amax_passes = log.count_prefix("meshtrain::fp8_amax_block");
+    // The portable pass launches a Kokkos kernel of that label; the CUDA one (fp8_cast_cuda.cpp)
+    // a raw kernel inside the region "meshtrain::fp8_amax_block_cuda".
+    r.amax_passes = log.count_prefix("meshtrain::fp8_amax_block") +
+                    log.count_region_prefix("meshtrain::fp8_amax_block_cuda");
   }
   auto p = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, e.model().params());
   r.params.assign(p.data(), p.data() + p.extent(0));
