@@ -23,9 +23,11 @@
 // --casts LIST times the FP8 current-scaling passes on bf16 blocks (kernels/fp8_cast.hpp), each
 // item ROWSxCOLS[:LD] (LD > COLS: a column block of a wider tensor, as the gate / up and q / k / v
 // pieces of a gradient): fp8_amax_block, fp8_cast_block to q, to its transpose qt, and to both,
-// beside a copy kernel that moves the same bytes without encoding (reads the block's bf16 once,
-// writes one byte per element and output) measured in the same run: "of copy" = copy ms /
-// kernel ms, 1.0 at the memory-traffic bound.
+// each as GB/s of the bytes it must move and as a share of the card's peak memory bandwidth
+// (memory clock x bus width from the device's attributes: a bound no kernel reaches), beside a
+// plain Kokkos copy kernel of the same bytes (one bf16 in, one byte per output, no encoding)
+// measured in the same run: "x copy" = copy ms / kernel ms. That copy is a reference, not a
+// bound: one element a thread with 1-byte stores, it ran at ~600 GB/s on the H100.
 // --fp8 1 adds, for each NT item (row-major op(A) = A [M, K], op(B) = B^T with B [N, K]: both
 // K-contiguous, the only form Hopper's FP8 tensor cores take), the same product through
 // kernels::gemm_fp8 with E4M3 x E4M3 operands, tensorwise and rowwise, bf16 output, in the same
@@ -319,9 +321,14 @@ void bench_shapes(const Args& a) {
 void bench_casts(const Args& a) {
   using T = Kokkos::Experimental::bhalf_t;
   ExecSpace exec;
-  std::printf("FP8 casts of bf16 blocks, median of %d after %d warm-up; \"of copy\" = a copy "
-              "kernel of the same bytes / the kernel (1.0: at the memory bound)\n",
-              a.iters, a.warmup);
+  int dev = 0, clock_khz = 0, bus_bits = 0;
+  MESHTRAIN_CUDA_CHECK(cudaGetDevice(&dev));
+  MESHTRAIN_CUDA_CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, dev));
+  MESHTRAIN_CUDA_CHECK(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, dev));
+  const double peak_gbs = 2.0 * clock_khz * 1e3 * bus_bits / 8 / 1e9;  // double data rate
+  std::printf("FP8 casts of bf16 blocks, median of %d after %d warm-up; peak memory bandwidth "
+              "%.0f GB/s; \"x copy\" = a plain Kokkos copy of the same bytes / the kernel\n",
+              a.iters, a.warmup, peak_gbs);
   std::stringstream list(a.casts);
   std::string item;
   while (std::getline(list, item, ',')) {
@@ -368,8 +375,9 @@ void bench_casts(const Args& a) {
       fp8_cast_block<T>(exec, q, qt, xp, rows, cols, ld, scale, Fp8Format::e4m3);
     });
     const auto line = [&](const char* what, double ms, double bytes, double ref) {
-      std::printf("cast %6dx%-6d ld %6d %-14s %8.4f ms %7.1f GB/s  of copy %.2f\n", rows, cols,
-                  ld, what, ms, bytes / (ms * 1e6), ref / ms);
+      std::printf("cast %6dx%-6d ld %6d %-14s %8.4f ms %7.1f GB/s %5.1f%% of peak  x copy %.2f\n",
+                  rows, cols, ld, what, ms, bytes / (ms * 1e6),
+                  100.0 * bytes / (ms * 1e6) / peak_gbs, ref / ms);
     };
     line("copy 1 out", c1, bytes1, c1);
     line("copy 2 out", c2, bytes2, c2);
