@@ -51,6 +51,19 @@ TEST_CASE("calibration files round-trip and interpolate GEMM throughput", "[plan
   REQUIRE(mid > 410);
   REQUIRE(mid < 595);
   REQUIRE_THROWS_AS(plan::parse_calibration("{\"device\": \"tpu\"}", "x"), ConfigError);
+  // The FP8 GEMM rate: h200.json predates it, so the measured default ratio times its bf16
+  // rate; a file's own ratio wins; the CPU build's FP8 GEMMs are fp32 GEMMs.
+  REQUIRE(c.fp8_speedup(false) == Approx(1.68));
+  REQUIRE(c.fp8_speedup(true) == Approx(1.54));
+  REQUIRE(c.fp8_gemm_tflops(8192, 8192, 8192, false) == Approx(1.68 * 790));
+  REQUIRE(back.fp8_speedup_tensorwise == Approx(1.68));
+  const auto given = plan::parse_calibration(
+      "{\"device\": \"gpu\", \"fp8_gemm_speedup\": {\"tensorwise\": 1.9}}", "x");
+  REQUIRE(given.fp8_speedup(false) == Approx(1.9));
+  REQUIRE(given.fp8_speedup(true) == Approx(1.54));
+  REQUIRE(plan::parse_calibration("{}", "x").fp8_speedup(false) == 1);
+  REQUIRE_THROWS_AS(plan::parse_calibration("{\"fp8_gemm_speedup\": {\"rowwise\": -1}}", "x"),
+                    ConfigError);
   REQUIRE_THROWS_AS(plan::load_calibration("no_such_calibration.json"), ConfigError);
 }
 
@@ -401,3 +414,4 @@ TEST_CASE("FP8 blocks' kept inputs bring the 8B shape's memory below bf16's", "[
   REQUIRE(mem(f).activations == b.activations);
   REQUIRE(mem(f).total() > b.total());
 }
+
