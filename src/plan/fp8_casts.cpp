@@ -14,6 +14,8 @@
 //                                                 gradient's and the weight gradient's
 //                       + X (2E + 1)              the inputs' transposes the weight gradients read
 //     with wgrad_bf16: G (2E + 1), no input transposes (that GEMM reads the inputs as they are).
+//     The output gradient of the MLP's first linear (c_fc's; gate's and up's) has its amax set
+//     by the activation's backward (Fp8Recipe::fuses_grad_amax): E fewer.
 //     Blocks that keep their inputs (Fp8Recipe::keeps_inputs: ln1, ln2, the activation unless
 //     train.recompute_mlp_act shares it) write both orientations in the forward's pass, the
 //     amax taken by the kernel that produced the input (the norms' only without SP): E + 2
@@ -55,7 +57,8 @@ Fp8CastBytes fp8_cast_bytes(const Fp8BlockShape& s, const Fp8Casting& c) {
     const double kept_bytes =
         kept_norms * (c.norm_amax_fused ? E + 2 : cast + 1) + kept_act * (E + 2);
     b.forward = W * cast + (X - kept) * cast + kept_bytes;
-    b.backward = W * cast + G * (c.wgrad_bf16 ? cast : cast + 1) +
+    const double fused_grad = c.grad_amax_fused && s.mlp ? N * s.FW : 0.0;
+    b.backward = W * cast + G * (c.wgrad_bf16 ? cast : cast + 1) - fused_grad * E +
                  (c.wgrad_bf16 ? 0.0 : (X - kept) * cast);
     return b;
   }

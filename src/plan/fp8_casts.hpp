@@ -23,6 +23,8 @@ struct Fp8Casting {
   bool wgrad_bf16 = false;     // fp8.wgrad_bf16: no casts for the weight gradients
   bool keeps_inputs = false;   // model::Fp8Recipe::keeps_inputs
   bool mlp_act_shared = false; // train.recompute_mlp_act: the MLP's activation is not kept
+  bool grad_amax_fused = false; // Fp8Recipe::fuses_grad_amax: the MLP activation's backward
+                                // sets the amax of the output gradient it writes
   bool norm_amax_fused = true; // the norms compute the kept inputs' amax (not under SP)
 };
 
