@@ -56,6 +56,10 @@ Json candidate_object(const Candidate& c, const SearchResult& r) {
                   {"dp", c.cost.dp_comm_s},         {"zero3", c.cost.zero3_gather_s},
                   {"optimizer", c.cost.optimizer_s}, {"overhead", c.cost.overhead_s},
                   {"cp", c.cost.cp_comm_s},         {"cp_total", c.cost.cp_comm_total_s}};
+  if (l.fp8) {  // parts of "compute": the GEMMs at the FP8 rate, the casts
+    o["parts_s"]["fp8_gemm"] = c.cost.fp8_gemm_s;
+    o["parts_s"]["fp8_cast"] = c.cost.fp8_cast_s;
+  }
   return o;
 }
 
@@ -117,7 +121,11 @@ std::string format_table(const SearchResult& r, const model::GptConfig& cfg, int
     << format_bytes(b.memory.runtime)
     << (b.memory.host() > 0 ? ", host " + format_bytes(b.memory.host()) : std::string())
     << "\n  step: compute " << fmt("%.1f", b.cost.compute_s * 1e3) << " ms (GEMM "
-    << fmt("%.1f", b.cost.gemm_s * 1e3) << ", attention " << fmt("%.1f", b.cost.attention_s * 1e3)
+    << fmt("%.1f", b.cost.gemm_s * 1e3)
+    << (b.layout.fp8 ? " of which FP8 " + fmt("%.1f", b.cost.fp8_gemm_s * 1e3) + ", FP8 casts " +
+                           fmt("%.1f", b.cost.fp8_cast_s * 1e3)
+                     : std::string())
+    << ", attention " << fmt("%.1f", b.cost.attention_s * 1e3)
     << ", memory-bound " << fmt("%.1f", b.cost.membound_s * 1e3) << "), tp "
     << fmt("%.1f", b.cost.tp_comm_s * 1e3) << ", bubble " << fmt("%.1f", b.cost.pp_bubble_s * 1e3)
     << ", p2p " << fmt("%.1f", b.cost.pp_comm_s * 1e3) << ", dp exposed "

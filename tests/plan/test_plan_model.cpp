@@ -554,7 +554,7 @@ TEST_CASE("FP8 step time: an fp8 layout without FP8 blocks times exactly as bf16
     }
 }
 
-TEST_CASE("FP8 step time at issue 35's 8B shape", "[plan][fp8]") {
+TEST_CASE("FP8 step time at issue 35's 8B shape, and the plan's report of it", "[plan][fp8]") {
   // Llama 3.1 8B cut to 4 blocks, seq 4096, mb 1, one GPU (the shape of perf/gpu/fp8_step.sh).
   // The casts' traffic per block (N = C = 4096, q/k/v 6144, SwiGLU 14336, E = 2): W = 4096 x
   // 53248 weights, output gradients 4096 x 43008; forward W 5 + attention output 4096^2 5 +
@@ -578,4 +578,22 @@ TEST_CASE("FP8 step time at issue 35's 8B shape", "[plan][fp8]") {
   REQUIRE(q.fp8_gemm_s < q.gemm_s);
   REQUIRE(q.gemm_s < b.gemm_s);
   REQUIRE(q.step_s < b.step_s);
+  // The report: the detail line and the JSON parts name the FP8 GEMMs and the casts.
+  plan::SearchOptions o;
+  o.cluster = node(1);
+  plan::SearchResult r;
+  plan::Candidate c{f, plan::peak_memory(cfg, 4096, f, {false, cal.runtime_bytes}), q, true};
+  r.ranked = {c};
+  const std::string table = plan::format_table(r, cfg, 4096, o, cal, 1);
+  const char* want = "of which FP8 ";
+  REQUIRE(table.find(want) != std::string::npos);
+  REQUIRE(table.find(", FP8 casts ") != std::string::npos);
+  const std::string json = plan::candidate_json(c, r);
+  REQUIRE(json.find("\"fp8_gemm\"") != std::string::npos);
+  REQUIRE(json.find("\"fp8_cast\"") != std::string::npos);
+  c.layout = l;
+  c.cost = b;
+  r.ranked = {c};
+  REQUIRE(plan::format_table(r, cfg, 4096, o, cal, 1).find(want) == std::string::npos);
+  REQUIRE(plan::candidate_json(c, r).find("\"fp8_gemm\"") == std::string::npos);
 }
