@@ -41,7 +41,11 @@ Json candidate_object(const Candidate& c, const SearchResult& r) {
   o["sequence_parallel"] = l.sequence_parallel;
   o["recompute"] = l.recompute;
   o["recompute_mlp_act"] = l.recompute_mlp_act;
-  o["precision"] = precision_name(l.precision);
+  o["precision"] = precision_name(l.precision);  // the activations'; fp8: the linears'
+  if (l.fp8)
+    o["fp8"] = {{"recipe", l.fp8_rowwise ? "rowwise" : "tensorwise"},
+                {"first_last_bf16", l.fp8_first_last_bf16},
+                {"wgrad_bf16", l.fp8_wgrad_bf16}};
   o["memory_bytes"] = std::llround(c.memory.device());
   o["host_bytes"] = std::llround(c.memory.host());
   o["peak_stage"] = c.memory.stage;
@@ -70,6 +74,8 @@ std::string format_table(const SearchResult& r, const model::GptConfig& cfg, int
   std::ostringstream o;
   const long gb = opt.global_batch > 0 ? opt.global_batch : default_global_batch(opt.cluster.world);
   o << "model: " << cfg.describe() << ", seq " << seq_len << ", " << precision_name(opt.precision)
+    << (opt.fp8 ? cat(" + fp8 linears (", opt.fp8_rowwise ? "rowwise" : "tensorwise", ")")
+                : std::string())
     << "\ncluster: " << opt.cluster.world << " devices, " << opt.cluster.gpus_per_node
     << " per node, "
     << (opt.cluster.memory_bytes > 0 ? format_bytes(opt.cluster.memory_bytes) : std::string("unlimited"))
@@ -182,7 +188,11 @@ std::string layout_ini(const Layout& l, int seq_len, const std::string& model_se
     << l.micro_batch << "\ngrad_accum = " << l.n_micro << "\nseq_len = " << seq_len
     << "\nrecompute = " << (l.recompute ? "true" : "false")
     << (l.recompute_mlp_act ? "\nrecompute_mlp_act = true" : "") << "\nprecision = "
-    << precision_name(l.precision) << "\n";
+    << (l.fp8 ? "fp8" : precision_name(l.precision)) << "\n";
+  if (l.fp8)  // train runs fp8 on bf16 activations (fp32 on a CPU build), as planned
+    o << "[fp8]\nrecipe = " << (l.fp8_rowwise ? "rowwise" : "tensorwise")
+      << "\nfirst_last_bf16 = " << l.fp8_first_last_bf16
+      << "\nwgrad_bf16 = " << (l.fp8_wgrad_bf16 ? "true" : "false") << "\n";
   return o.str();
 }
 
