@@ -34,7 +34,8 @@ po::options_description plan_options() {
        "sequences per optimizer step; 0 = max(512, world)")
       ("plan.seq_len", po::value<int>()->default_value(0), "tokens per sequence; 0 = block_size")
       ("plan.precision", po::value<std::string>()->default_value(""),
-       "fp32, bf16 or fp16; default: the calibration's")
+       "fp32, bf16, fp16, or fp8 (the blocks' linears in FP8 under the fp8.* recipe, the rest in "
+       "bf16; fp32 with a CPU calibration, as train's CPU build); default: the calibration's")
       ("plan.micro_batches", po::value<std::string>()->default_value("1,2,4,8,16,32"),
        "micro-batch sizes to consider")
       ("plan.zero", po::value<std::string>()->default_value("0,1,2,3"), "ZeRO stages to consider")
@@ -59,7 +60,7 @@ po::options_description plan_options() {
        "steps per validated layout (the first is not timed)")
       ("plan.data", po::value<std::string>()->default_value(""),
        "token shards for --plan.validate; default: random tokens");
-  d.add(p).add(log_options()).add(deepspeed_options());
+  d.add(p).add(fp8_options()).add(log_options()).add(deepspeed_options());
   return d;
 }
 
@@ -180,7 +181,15 @@ int cmd_plan(Runtime& rt, const std::vector<std::string>& args) {
   opt.global_batch = vm["plan.global_batch"].as<long>();
   MESHTRAIN_CONFIG_CHECK(opt.global_batch >= 0, "plan.global_batch must not be negative");
   const std::string prec = vm["plan.precision"].as<std::string>();
-  opt.precision = plan::parse_precision(prec.empty() ? cal.precision : prec);
+  const model::Fp8Recipe recipe = fp8_recipe(vm, cfg, "plan.precision");
+  opt.fp8 = recipe.enabled;
+  if (opt.fp8) {
+    opt.fp8_rowwise = recipe.scaling == kernels::Fp8Scaling::rowwise;
+    opt.fp8_wgrad_bf16 = recipe.wgrad_bf16;
+    opt.fp8_first_last_bf16 = recipe.first_last_bf16;
+  }
+  opt.precision = plan::parse_precision(
+      opt.fp8 ? (cal.precision == "fp32" ? "fp32" : "bf16") : prec.empty() ? cal.precision : prec);
   opt.micro_batches = parse_int_list(vm["plan.micro_batches"].as<std::string>(), "plan.micro_batches");
   opt.zero_stages = parse_int_list(vm["plan.zero"].as<std::string>(), "plan.zero", 0);
   for (int z : opt.zero_stages)

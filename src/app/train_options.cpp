@@ -54,6 +54,24 @@ po::options_description model_options() {
   return d;
 }
 
+po::options_description fp8_options() {
+  po::options_description f("FP8 [fp8] (train.precision=fp8; plan.precision=fp8)");
+  f.add_options()
+      ("fp8.recipe", po::value<std::string>()->default_value("tensorwise"),
+       "how each FP8 cast is scaled from the amax of the tensor cast: tensorwise (one scale per "
+       "tensor, TorchTitan's and TransformerEngine's default) or rowwise (one scale per row of "
+       "every GEMM operand along the GEMM's K dimension, torchao's rowwise recipe: an outlier "
+       "spoils only its row)")
+      ("fp8.first_last_bf16", po::value<int>()->default_value(0),
+       "keep the linears of the first N and the last N transformer blocks in bf16 (Megatron's "
+       "--first-last-layers-bf16, for runs whose loss spikes); 0: every block in FP8, the "
+       "default of TorchTitan and TransformerEngine (the embedding and LM head are never FP8)")
+      ("fp8.wgrad_bf16", po::value<bool>()->default_value(false)->implicit_value(true),
+       "run the weight-gradient GEMMs in bf16 (FP8 only for the forward and input-gradient "
+       "GEMMs)");
+  return f;
+}
+
 po::options_description train_options() {
   po::options_description d;
   d.add(config::generic_options()).add(model_options());
@@ -206,21 +224,7 @@ po::options_description train_options() {
       ("attn.deterministic", po::value<bool>()->default_value(false)->implicit_value(true),
        "cuDNN's deterministic attention backward (bitwise repeatable, slower); meshtrain's "
        "kernels are deterministic either way");
-  po::options_description f("FP8 [fp8] (train.precision=fp8)");
-  f.add_options()
-      ("fp8.recipe", po::value<std::string>()->default_value("tensorwise"),
-       "how each FP8 cast is scaled from the amax of the tensor cast: tensorwise (one scale per "
-       "tensor, TorchTitan's and TransformerEngine's default) or rowwise (one scale per row of "
-       "every GEMM operand along the GEMM's K dimension, torchao's rowwise recipe: an outlier "
-       "spoils only its row)")
-      ("fp8.first_last_bf16", po::value<int>()->default_value(0),
-       "keep the linears of the first N and the last N transformer blocks in bf16 (Megatron's "
-       "--first-last-layers-bf16, for runs whose loss spikes); 0: every block in FP8, the "
-       "default of TorchTitan and TransformerEngine (the embedding and LM head are never FP8)")
-      ("fp8.wgrad_bf16", po::value<bool>()->default_value(false)->implicit_value(true),
-       "run the weight-gradient GEMMs in bf16 (FP8 only for the forward and input-gradient "
-       "GEMMs)");
-  d.add(data).add(t).add(f).add(c).add(a).add(mesh_options()).add(parallel_options())
+  d.add(data).add(t).add(fp8_options()).add(c).add(a).add(mesh_options()).add(parallel_options())
       .add(comm_options()).add(watchdog_options()).add(profile_options()).add(log_options())
       .add(deepspeed_options());
   return d;
@@ -281,13 +285,14 @@ std::string model_precision(const std::string& precision) {
   return MESHTRAIN_HAVE_BF16 && !kDeviceIsHost ? "bf16" : "fp32";
 }
 
-model::Fp8Recipe fp8_recipe(const po::variables_map& vm, const model::GptConfig& mc) {
-  const std::string precision = vm["train.precision"].as<std::string>();
+model::Fp8Recipe fp8_recipe(const po::variables_map& vm, const model::GptConfig& mc,
+                            const char* precision_option) {
+  const std::string precision = vm[precision_option].as<std::string>();
   model::Fp8Recipe r;
   r.enabled = precision == "fp8";
   for (const char* name : {"fp8.recipe", "fp8.first_last_bf16", "fp8.wgrad_bf16"})
-    MESHTRAIN_CONFIG_CHECK(r.enabled || vm[name].defaulted(), name,
-                           " needs train.precision=fp8 (it is ", precision, ")");
+    MESHTRAIN_CONFIG_CHECK(r.enabled || vm[name].defaulted(), name, " needs ", precision_option,
+                           "=fp8 (it is ", precision.empty() ? std::string("unset") : precision, ")");
   r.scaling = model::parse_fp8_recipe(vm["fp8.recipe"].as<std::string>(), "fp8.recipe");
   r.first_last_bf16 = vm["fp8.first_last_bf16"].as<int>();
   r.wgrad_bf16 = vm["fp8.wgrad_bf16"].as<bool>();

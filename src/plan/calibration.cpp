@@ -31,6 +31,31 @@ double Calibration::gemm_tflops(double m, double n, double k) const {
   return tsum / wsum;
 }
 
+namespace {
+// FP8 over bf16 GEMM time at the same shape, measured by meshtrain on one H100 (2026-12-05,
+// `FP8=1 perf/gpu/gemm_shapes.sh BUNDLE OUT llama8b-fp8`, perf/archive/gpu-fp8/
+// h100_fp8_step_2026-12-05_kept_inputs.txt): the forward, input- and weight-gradient GEMMs of a
+// Llama-3.1-8B block at 8192 rows, each gemm_fp8 beside its bf16 gemm in one run. Per shape
+// tensorwise ran 1.58-1.84x (1,246-1,437 TF/s against 772-822), rowwise 1.44-1.61x; the
+// figures below are the step's ratios, bf16 time over FP8 time summed over the block's GEMMs
+// (the o projection's shape twice: it is also its input gradient's). The H100 and H200 share
+// their tensor cores, so the ratio carries to an H200's bf16 points (8192^3 at 790 TF/s gives
+// 1,327 TF/s tensorwise, inside the measured range).
+constexpr double kGpuFp8SpeedupTensorwise = 1.68, kGpuFp8SpeedupRowwise = 1.54;
+}  // namespace
+
+double default_fp8_speedup(const std::string& device, bool rowwise) {
+  // Host builds run FP8 GEMMs as fp32 GEMMs of the decoded codes (kernels/gemm/gemm_fp8.cpp's
+  // emulation): the fp32 rate; its decode and scale passes are left out.
+  if (device != "gpu") return 1.0;
+  return rowwise ? kGpuFp8SpeedupRowwise : kGpuFp8SpeedupTensorwise;
+}
+
+double Calibration::fp8_speedup(bool rowwise) const {
+  const double given = rowwise ? fp8_speedup_rowwise : fp8_speedup_tensorwise;
+  return given > 0 ? given : default_fp8_speedup(device, rowwise);
+}
+
 double Calibration::slowdown(double busy) const {
   const auto& p = rank_slowdown;
   if (p.empty() || busy <= p.front().first) return 1.0;
@@ -121,6 +146,12 @@ Calibration parse_calibration(const std::string& text, const std::string& what) 
     c.attention_fwd_tflops = num(*a, "fwd_tflops", c.attention_fwd_tflops, what);
     c.attention_bwd_tflops = num(*a, "bwd_tflops", c.attention_bwd_tflops, what);
   }
+  if (const Json* f = json::find(j, "fp8_gemm_speedup")) {  // older files: the default
+    c.fp8_speedup_tensorwise = num(*f, "tensorwise", 0, what + ": fp8_gemm_speedup");
+    c.fp8_speedup_rowwise = num(*f, "rowwise", 0, what + ": fp8_gemm_speedup");
+    MESHTRAIN_CONFIG_CHECK(c.fp8_speedup_tensorwise >= 0 && c.fp8_speedup_rowwise >= 0, what,
+                           ": fp8_gemm_speedup must not be negative (0: the default)");
+  }
   c.memory_gbs = num(j, "memory_gbs", c.memory_gbs, what);
   if (const Json* k = json::find(j, "kernels_gbs")) {
     c.elementwise_gbs = num(*k, "elementwise", c.elementwise_gbs, what);
@@ -180,6 +211,7 @@ std::string to_json(const Calibration& c) {
   for (const GemmPoint& g : c.gemm)
     gemm.push_back({{"m", g.m}, {"n", g.n}, {"k", g.k}, {"tflops", g.tflops}});
   o["attention"] = {{"fwd_tflops", c.attention_fwd_tflops}, {"bwd_tflops", c.attention_bwd_tflops}};
+  o["fp8_gemm_speedup"] = {{"tensorwise", c.fp8_speedup(false)}, {"rowwise", c.fp8_speedup(true)}};
   o["memory_gbs"] = c.memory_gbs;
   o["kernels_gbs"] = {{"elementwise", c.elementwise_gbs}, {"gelu", c.gelu_gbs},
                       {"layernorm", c.layernorm_gbs},     {"cross_entropy", c.cross_entropy_gbs},

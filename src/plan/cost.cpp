@@ -4,7 +4,10 @@
 // heads KW = n_kv_head HS / tp (one head when replicated), SwiGLU's FW = 2 I/tp), causal
 // attention over n_head/tp heads, two norms, GELU or SwiGLU, two residual adds; the head's
 // logits [N, V/tp] and fused cross-entropy; N = micro_batch x seq_len rows (N/tp under SP for
-// the norm/residual region).
+// the norm/residual region). FP8 blocks (train.precision=fp8, model/fp8_recipe.hpp) run their
+// linears' GEMMs at the calibration's FP8 rate, each piece (q, k, v; gate, up) its own GEMM as
+// gpt_fp8.cpp runs them, and add their casts' memory traffic (fp8_casts.cpp) at the elementwise
+// bandwidth.
 #include "meshtrain/plan/cost.hpp"
 
 #include <algorithm>
@@ -13,10 +16,12 @@
 #include <vector>
 
 #include "meshtrain/mesh/rank_math.hpp"
+#include "meshtrain/model/fp8_recipe.hpp"
 #include "meshtrain/model/registry.hpp"
 #include "meshtrain/parallel/dp_policy.hpp"
 #include "meshtrain/parallel/partition.hpp"
 #include "meshtrain/parallel/zero_partition.hpp"
+#include "fp8_casts.hpp"
 #include "stage_cache.hpp"
 
 namespace meshtrain::plan {
@@ -42,27 +47,44 @@ struct Shapes {
   bool sp;
   double QW = 0, KW = 0, FW = 0, I = 0;  // local widths (above)
   bool bias = true;                       // linears with biases
+  bool llama = false;                     // Llama family: nn.Linear weights, q/k/v and gate/up
+                                          // as separate pieces
 };
 
 struct Part {
   double gemm = 0, attn = 0, mem = 0, tp = 0, kernels = 0;  // seconds; kernel launches (count)
-  double compute() const { return gemm + attn + mem; }
+  double fp8 = 0;   // of gemm, the GEMMs at the FP8 rate
+  double cast = 0;  // the FP8 casts
+  double compute() const { return gemm + attn + mem + cast; }
   Part& operator+=(const Part& o) {
     gemm += o.gemm, attn += o.attn, mem += o.mem, tp += o.tp, kernels += o.kernels;
+    fp8 += o.fp8, cast += o.cast;
     return *this;
   }
-  Part times(double k) const { return {gemm * k, attn * k, mem * k, tp * k, kernels * k}; }
+  Part times(double k) const {
+    return {gemm * k, attn * k, mem * k, tp * k, kernels * k, fp8 * k, cast * k};
+  }
 };
 
 double gemm(const Calibration& c, double m, double n, double k) {
   return 2.0 * m * n * k / (c.gemm_tflops(m, n, k) * 1e12);
 }
+double gemm_fp8(const Calibration& c, double m, double n, double k, bool rowwise) {
+  return 2.0 * m * n * k / (c.fp8_gemm_tflops(m, n, k, rowwise) * 1e12);
+}
 double membound(double elems, double bytes_per_elem, double gbs) {
   return elems * bytes_per_elem / (gbs * 1e9);
 }
 
-// One transformer block, one micro-batch.
-std::pair<Part, Part> block(const Shapes& s, const Calibration& c, const LinkClass& tpl) {
+// How a block runs its linears in FP8 (Fp8Recipe).
+struct Fp8Block {
+  bool mlp = true;  // the MLP's linears too (a MoE block's experts stay in the model's type)
+  detail::Fp8Casting casting;
+};
+
+// One transformer block, one micro-batch; fp8: its FP8 linears (null: none).
+std::pair<Part, Part> block(const Shapes& s, const Calibration& c, const LinkClass& tpl,
+                            const Fp8Block* fp8 = nullptr) {
   using KB = KernelBytes;
   const double N = s.N, Nl = s.Nl, C = s.C, P = s.P, E = s.E;
   const double lin[4][2] = {{C, s.QW + 2 * s.KW}, {s.QW, C}, {C, s.FW}, {s.I, C}};
@@ -71,9 +93,35 @@ std::pair<Part, Part> block(const Shapes& s, const Calibration& c, const LinkCla
   for (int i = 0; i < 4; ++i) {
     const double ic = lin[i][0], oc = lin[i][1];
     oc_sum += oc;
-    f.gemm += gemm(c, N, oc, ic);
-    dw[i] = gemm(c, ic, oc, N);
-    b.gemm += gemm(c, N, ic, oc) + dw[i];
+    if (fp8 == nullptr || (i >= 2 && !fp8->mlp)) {
+      f.gemm += gemm(c, N, oc, ic);
+      dw[i] = gemm(c, ic, oc, N);
+      b.gemm += gemm(c, N, ic, oc) + dw[i];
+      continue;
+    }
+    // FP8: one GEMM per piece (gpt_fp8.cpp never merges them: each has its own weight scale);
+    // the weight gradient at the bf16 rate under fp8.wgrad_bf16.
+    const bool rw = fp8->casting.rowwise, wgrad16 = fp8->casting.wgrad_bf16;
+    const bool split = s.llama && (i == 0 || i == 2);
+    const std::vector<double> pieces = !split ? std::vector<double>{oc}
+                                       : i == 0 ? std::vector<double>{s.QW, s.KW, s.KW}
+                                                : std::vector<double>{oc / 2, oc / 2};
+    dw[i] = 0;
+    for (const double w : pieces) {
+      const double fwd = gemm_fp8(c, N, w, ic, rw), dinp = gemm_fp8(c, N, ic, w, rw);
+      const double dwt = wgrad16 ? gemm(c, ic, w, N) : gemm_fp8(c, ic, w, N, rw);
+      f.gemm += fwd;
+      f.fp8 += fwd;
+      b.gemm += dinp + dwt;
+      b.fp8 += dinp + (wgrad16 ? 0.0 : dwt);
+      dw[i] += dwt;
+    }
+  }
+  if (fp8 != nullptr) {
+    const detail::Fp8BlockShape shape{N, C, s.QW, s.KW, s.FW, s.I, E, fp8->mlp, s.llama};
+    const detail::Fp8CastBytes bytes = detail::fp8_cast_bytes(shape, fp8->casting);
+    f.cast = membound(bytes.forward, 1, c.elementwise_gbs);
+    b.cast = membound(bytes.backward, 1, c.elementwise_gbs);
   }
   // Causal: half of 4 B H T^2 HS; under cp a rank's T rows see half of the Tg keys on average
   // (the balanced chunks), a cp-th of the whole.
@@ -210,20 +258,56 @@ StepCost step_cost(const model::GptConfig& cfg, int seq_len, const Layout& l,
     s.QW = cfg.n_head * HS / l.tp;
     s.KW = (KV < l.tp ? 1.0 : KV / l.tp) * HS;  // replicated kv: the one head of a rank's group
     s.I = double(cfg.mlp_width()) / l.tp;
-    if (cfg.moe.enabled()) {
-      // MoE blocks: every tp rank runs top_k experts per token (and the shared expert) whole;
-      // an average block's MLP width over the dense and MoE blocks (the router, the
-      // permutation and uneven expert loads are left out).
-      const double Lm = cfg.n_moe_layers(), L = cfg.n_layer;
-      const double moe_w = double(cfg.moe.top_k) * cfg.expert_width() + cfg.moe.shared_ffn;
-      s.I = ((L - Lm) * s.I + Lm * moe_w) / L;
-    }
-    s.FW = cfg.mlp == model::Mlp::swiglu ? 2 * s.I : s.I;
     s.bias = cfg.bias;
+    s.llama = !cfg.is_gpt2();
   }
   s.E = static_cast<double>(compute_bytes(l.precision));
+  // MoE blocks: every tp rank runs top_k experts per token (and the shared expert) whole.
+  const double moe_w = double(cfg.moe.top_k) * cfg.expert_width() + cfg.moe.shared_ffn;
+  const auto with_mlp = [&](double I) {
+    Shapes x = s;
+    x.I = I;
+    x.FW = cfg.mlp == model::Mlp::swiglu ? 2 * I : I;
+    return x;
+  };
+  const Shapes dense = with_mlp(s.I);
+  if (cfg.moe.enabled()) {
+    // An average block's MLP width over the dense and MoE blocks (the router, the permutation
+    // and uneven expert loads are left out).
+    const double Lm = cfg.n_moe_layers(), L = cfg.n_layer;
+    s = with_mlp(((L - Lm) * s.I + Lm * moe_w) / L);
+  } else {
+    s = dense;
+  }
   const int m = l.n_micro, v = l.virtual_chunks, dp = l.dp * l.cp;  // dp: the replicas
-  const auto [bf, bb] = block(s, cal, tpl);
+  const std::pair<Part, Part> base = block(s, cal, tpl);
+  const Part &bf = base.first, &bb = base.second;
+  // FP8 blocks (Fp8Recipe::fp8_block) at their own MLP width: a dense block runs its four
+  // linears in FP8, a MoE block its attention's (the experts stay in the model's type); the
+  // blocks in the model's type keep the average block.
+  model::Fp8Recipe recipe;
+  recipe.enabled = l.fp8;
+  recipe.scaling = l.fp8_rowwise ? kernels::Fp8Scaling::rowwise : kernels::Fp8Scaling::tensorwise;
+  recipe.wgrad_bf16 = l.fp8_wgrad_bf16;
+  recipe.first_last_bf16 = l.fp8_first_last_bf16;
+  std::pair<Part, Part> fp8_dense, fp8_moe;
+  if (l.fp8) {
+    Fp8Block fb;
+    fb.casting.rowwise = l.fp8_rowwise;
+    fb.casting.wgrad_bf16 = l.fp8_wgrad_bf16;
+    // The same for every FP8 block: block first_last_bf16 is the first of them.
+    fb.casting.keeps_inputs = recipe.keeps_inputs(l.fp8_first_last_bf16, cfg.n_layer, l.recompute);
+    fb.casting.grad_amax_fused = recipe.fuses_grad_amax(l.fp8_first_last_bf16, cfg.n_layer);
+    fb.casting.mlp_act_shared = l.recompute_mlp_act;
+    fb.casting.norm_amax_fused = !s.sp;
+    fp8_dense = block(dense, cal, tpl, &fb);
+    fb.mlp = false;
+    if (cfg.moe.enabled()) fp8_moe = block(with_mlp(moe_w), cal, tpl, &fb);
+  }
+  const auto block_at = [&](int layer) -> const std::pair<Part, Part>& {
+    if (!recipe.fp8_block(layer, cfg.n_layer)) return base;
+    return cfg.moe.is_moe_layer(layer) ? fp8_moe : fp8_dense;
+  };
   const Part hd = head(s, cal, tpl), em = embedding(s, cal, tpl);
   // Context parallelism, per block and micro-batch: the ring passes cp - 1 blocks of keys and
   // values (the kv heads only) forward, and backward again with their fp32 gradients plus the
@@ -252,10 +336,22 @@ StepCost step_cost(const model::GptConfig& cfg, int seq_len, const Layout& l,
   for (int st = 0; st < l.pp; ++st) {
     const auto chunks = parallel::stage_chunks(pieces, l.pp, st);
     const bool embed = st == 0, has_head = st == l.pp - 1;
-    double nblocks = 0;
-    for (const auto& c : chunks) nblocks += c.last - c.first;
+    double nblocks = 0, fp8_dense_blocks = 0, fp8_moe_blocks = 0;
+    for (const auto& c : chunks) {
+      nblocks += c.last - c.first;
+      for (int b = c.first; b < c.last; ++b)
+        if (recipe.fp8_block(b, cfg.n_layer))
+          (cfg.moe.is_moe_layer(b) ? fp8_moe_blocks : fp8_dense_blocks) += 1;
+    }
     // One micro-batch through this stage's chunks: compute, exposed tp, kernel launches.
-    Part fwd = bf.times(nblocks), bwd = bb.times(nblocks);
+    const double bf16_blocks = nblocks - fp8_dense_blocks - fp8_moe_blocks;
+    Part fwd = bf.times(bf16_blocks), bwd = bb.times(bf16_blocks);
+    for (const auto& [kind, count] : {std::pair{&fp8_dense, fp8_dense_blocks},
+                                      std::pair{&fp8_moe, fp8_moe_blocks}})
+      if (count > 0) {
+        fwd += kind->first.times(count);
+        bwd += kind->second.times(count);
+      }
     if (l.recompute) bwd += fwd;
     if (embed) {
       fwd += em;
@@ -281,10 +377,13 @@ StepCost step_cost(const model::GptConfig& cfg, int seq_len, const Layout& l,
     std::vector<double> done(units.size(), 0.0);
     {
       double t = 0;
-      const double per_block = bb.compute() + bb.tp + (l.recompute ? bf.compute() + bf.tp : 0);
       for (int u = static_cast<int>(units.size()) - 1; u >= 0; --u) {
-        if (units[u].layer >= 0) t += per_block;
-        else if (u == reg.embedding_unit() && embed) t += em.mem;
+        if (units[u].layer >= 0) {
+          const auto& [f, b] = block_at(units[u].layer);
+          t += b.compute() + b.tp + (l.recompute ? f.compute() + f.tp : 0);
+        } else if (u == reg.embedding_unit() && embed) {
+          t += em.mem;
+        }
         done[u] = t;
       }
     }
@@ -331,8 +430,9 @@ StepCost step_cost(const model::GptConfig& cfg, int seq_len, const Layout& l,
           total += 3 * t;
           if (u == 0) first = t;
           if (units[u].layer >= 0) {
-            exp_f += std::max(0.0, t - (bf.compute() + bf.tp));
-            exp_b += std::max(0.0, 2 * t - (bb.compute() + bb.tp));
+            const auto& [f, b] = block_at(units[u].layer);
+            exp_f += std::max(0.0, t - (f.compute() + f.tp));
+            exp_b += std::max(0.0, 2 * t - (b.compute() + b.tp));
           }
         }
         const double per_mb = 3 * first + exp_f + exp_b;  // the first gathers, the last scatter
@@ -381,6 +481,8 @@ StepCost step_cost(const model::GptConfig& cfg, int seq_len, const Layout& l,
       worst_mb = mb;
       out.compute_s = m * (fwd.compute() + bwd.compute());
       out.gemm_s = m * (fwd.gemm + bwd.gemm);
+      out.fp8_gemm_s = m * (fwd.fp8 + bwd.fp8);
+      out.fp8_cast_s = m * (fwd.cast + bwd.cast);
       out.attention_s = m * (fwd.attn + bwd.attn);
       out.membound_s = m * (fwd.mem + bwd.mem);
       out.tp_comm_s = m * (fwd.tp + bwd.tp);
@@ -403,6 +505,8 @@ StepCost step_cost(const model::GptConfig& cfg, int seq_len, const Layout& l,
   const double sc = cal.scale_compute, sm = cal.scale_comm;
   out.compute_s *= sc;
   out.gemm_s *= sc;
+  out.fp8_gemm_s *= sc;
+  out.fp8_cast_s *= sc;
   out.attention_s *= sc;
   out.membound_s *= sc;
   out.optimizer_s *= sc;

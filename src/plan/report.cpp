@@ -41,7 +41,11 @@ Json candidate_object(const Candidate& c, const SearchResult& r) {
   o["sequence_parallel"] = l.sequence_parallel;
   o["recompute"] = l.recompute;
   o["recompute_mlp_act"] = l.recompute_mlp_act;
-  o["precision"] = precision_name(l.precision);
+  o["precision"] = precision_name(l.precision);  // the activations'; fp8: the linears'
+  if (l.fp8)
+    o["fp8"] = {{"recipe", l.fp8_rowwise ? "rowwise" : "tensorwise"},
+                {"first_last_bf16", l.fp8_first_last_bf16},
+                {"wgrad_bf16", l.fp8_wgrad_bf16}};
   o["memory_bytes"] = std::llround(c.memory.device());
   o["host_bytes"] = std::llround(c.memory.host());
   o["peak_stage"] = c.memory.stage;
@@ -56,6 +60,10 @@ Json candidate_object(const Candidate& c, const SearchResult& r) {
                   {"dp", c.cost.dp_comm_s},         {"zero3", c.cost.zero3_gather_s},
                   {"optimizer", c.cost.optimizer_s}, {"overhead", c.cost.overhead_s},
                   {"cp", c.cost.cp_comm_s},         {"cp_total", c.cost.cp_comm_total_s}};
+  if (l.fp8) {  // parts of "compute": the GEMMs at the FP8 rate, the casts
+    o["parts_s"]["fp8_gemm"] = c.cost.fp8_gemm_s;
+    o["parts_s"]["fp8_cast"] = c.cost.fp8_cast_s;
+  }
   return o;
 }
 
@@ -66,6 +74,8 @@ std::string format_table(const SearchResult& r, const model::GptConfig& cfg, int
   std::ostringstream o;
   const long gb = opt.global_batch > 0 ? opt.global_batch : default_global_batch(opt.cluster.world);
   o << "model: " << cfg.describe() << ", seq " << seq_len << ", " << precision_name(opt.precision)
+    << (opt.fp8 ? cat(" + fp8 linears (", opt.fp8_rowwise ? "rowwise" : "tensorwise", ")")
+                : std::string())
     << "\ncluster: " << opt.cluster.world << " devices, " << opt.cluster.gpus_per_node
     << " per node, "
     << (opt.cluster.memory_bytes > 0 ? format_bytes(opt.cluster.memory_bytes) : std::string("unlimited"))
@@ -117,7 +127,11 @@ std::string format_table(const SearchResult& r, const model::GptConfig& cfg, int
     << format_bytes(b.memory.runtime)
     << (b.memory.host() > 0 ? ", host " + format_bytes(b.memory.host()) : std::string())
     << "\n  step: compute " << fmt("%.1f", b.cost.compute_s * 1e3) << " ms (GEMM "
-    << fmt("%.1f", b.cost.gemm_s * 1e3) << ", attention " << fmt("%.1f", b.cost.attention_s * 1e3)
+    << fmt("%.1f", b.cost.gemm_s * 1e3)
+    << (b.layout.fp8 ? " of which FP8 " + fmt("%.1f", b.cost.fp8_gemm_s * 1e3) + ", FP8 casts " +
+                           fmt("%.1f", b.cost.fp8_cast_s * 1e3)
+                     : std::string())
+    << ", attention " << fmt("%.1f", b.cost.attention_s * 1e3)
     << ", memory-bound " << fmt("%.1f", b.cost.membound_s * 1e3) << "), tp "
     << fmt("%.1f", b.cost.tp_comm_s * 1e3) << ", bubble " << fmt("%.1f", b.cost.pp_bubble_s * 1e3)
     << ", p2p " << fmt("%.1f", b.cost.pp_comm_s * 1e3) << ", dp exposed "
@@ -174,7 +188,11 @@ std::string layout_ini(const Layout& l, int seq_len, const std::string& model_se
     << l.micro_batch << "\ngrad_accum = " << l.n_micro << "\nseq_len = " << seq_len
     << "\nrecompute = " << (l.recompute ? "true" : "false")
     << (l.recompute_mlp_act ? "\nrecompute_mlp_act = true" : "") << "\nprecision = "
-    << precision_name(l.precision) << "\n";
+    << (l.fp8 ? "fp8" : precision_name(l.precision)) << "\n";
+  if (l.fp8)  // train runs fp8 on bf16 activations (fp32 on a CPU build), as planned
+    o << "[fp8]\nrecipe = " << (l.fp8_rowwise ? "rowwise" : "tensorwise")
+      << "\nfirst_last_bf16 = " << l.fp8_first_last_bf16
+      << "\nwgrad_bf16 = " << (l.fp8_wgrad_bf16 ? "true" : "false") << "\n";
   return o.str();
 }
 

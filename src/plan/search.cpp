@@ -218,6 +218,10 @@ SearchResult search(const model::GptConfig& cfg, int seq_len, const SearchOption
               l.virtual_chunks = v;
               l.sequence_parallel = sp == 1;
               l.precision = opt.precision;
+              l.fp8 = opt.fp8;
+              l.fp8_rowwise = opt.fp8_rowwise;
+              l.fp8_wgrad_bf16 = opt.fp8_wgrad_bf16;
+              l.fp8_first_last_bf16 = opt.fp8_first_last_bf16;
               l.bucket_bytes = opt.bucket_bytes;
               // Recompute and offload only buy memory: tried when the plain layout does not fit.
               const std::size_t before = r.ranked.size();

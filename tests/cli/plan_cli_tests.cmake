@@ -23,6 +23,23 @@ meshtrain_cli_test(plan_ini_trains 2 0 "layout: dp [0-9].*step +2/2" train --con
   --data.train ${CMAKE_BINARY_DIR}/cli_prep/kjv_train_*.bin
   --data.val ${CMAKE_BINARY_DIR}/cli_prep/kjv_val_*.bin --train.out_dir ${_plan_dir}/train)
 set_tests_properties(cli_plan_ini_trains PROPERTIES FIXTURES_REQUIRED "plan_ini;kjv_shards")
+# plan.precision=fp8: the 8B shape's layout with its FP8 GEMMs and casts in the detail line; the
+# fp8.* options need it; a CPU plan's INI trains in fp8 (the emulated FP8 GEMMs of the CPU build).
+meshtrain_cli_test(plan_fp8 0 0 "bf16 \\+ fp8 linears \\(tensorwise\\).*of which FP8 [0-9.]+.*FP8 casts [0-9.]+"
+  plan --model.preset llama3.1-8b --model.n_layer 4 --plan.world 1 --plan.seq_len 4096
+  --plan.global_batch 1 --plan.micro_batches 1 --plan.zero 0 --plan.precision fp8 --plan.top 1)
+meshtrain_cli_test(plan_fp8_needs_precision 0 2 "fp8.recipe needs plan.precision=fp8 \\(it is bf16\\)"
+  plan --plan.precision bf16 --fp8.recipe rowwise)
+meshtrain_cli_test(plan_fp8_emit 0 0 "fp32 \\+ fp8 linears.*wrote .*plan_fp8.ini" plan ${_plan_model}
+  --plan.world 2 --plan.gpus_per_node 2 --plan.global_batch 4 --plan.calibration inputs/plan/cpu.json
+  --plan.precision fp8 --fp8.wgrad_bf16 true --plan.emit_config ${_plan_dir}/plan_fp8.ini)
+set_tests_properties(cli_plan_fp8_emit PROPERTIES FIXTURES_SETUP plan_fp8_ini)
+meshtrain_cli_test(plan_fp8_ini_trains 2 0 "FP8 [0-9]+% of FLOPs.*step +2/2" train
+  --config ${_plan_dir}/plan_fp8.ini --train.steps 2 --train.warmup 1 --train.eval_batches 1
+  --train.sample_tokens 0 --train.save false --train.log_every 1
+  --data.train ${CMAKE_BINARY_DIR}/cli_prep/kjv_train_*.bin
+  --data.val ${CMAKE_BINARY_DIR}/cli_prep/kjv_val_*.bin --train.out_dir ${_plan_dir}/train_fp8)
+set_tests_properties(cli_plan_fp8_ini_trains PROPERTIES FIXTURES_REQUIRED "plan_fp8_ini;kjv_shards")
 meshtrain_cli_test(plan_validate_2 2 0 "median absolute percentage error.*calibration scales now"
   plan ${_plan_model} --plan.gpus_per_node 2 --plan.global_batch 4 --plan.calibration inputs/plan/cpu.json
   --plan.calibration_out ${_plan_dir}/refit.json --plan.validate 2 --plan.validate_steps 2)

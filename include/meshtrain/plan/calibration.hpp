@@ -45,6 +45,10 @@ struct Calibration {
   std::vector<std::pair<double, double>> rank_slowdown{{1, 1}};
   std::vector<GemmPoint> gemm; // achieved TFLOP/s at measured shapes (gemm_tflops)
   double attention_fwd_tflops = 1, attention_bwd_tflops = 1;  // causal FLOPs
+  // FP8 GEMMs (train.precision=fp8: the blocks' linears) as their speedup over the bf16 GEMM of
+  // the same shape, for tensorwise and rowwise scaling ("fp8_gemm_speedup" in the file). 0 (a
+  // file without it): the device's default, default_fp8_speedup.
+  double fp8_speedup_tensorwise = 0, fp8_speedup_rowwise = 0;
   double memory_gbs = 10;      // a large copy (read + write)
   // Effective bandwidth of memory-bound kernels (cost.cpp's byte counts).
   double elementwise_gbs = 10, gelu_gbs = 10, layernorm_gbs = 10, cross_entropy_gbs = 10;
@@ -66,10 +70,21 @@ struct Calibration {
   // Achieved TFLOP/s of a GEMM of this shape, from the measured points nearest to it in size
   // and arithmetic intensity (inverse-distance weighting in log space).
   double gemm_tflops(double m, double n, double k) const;
+  // The speedup of FP8 GEMMs over gemm_tflops at the same shape: the file's, else the default.
+  double fp8_speedup(bool rowwise) const;
+  // Achieved TFLOP/s of an FP8 GEMM of this shape: fp8_speedup x gemm_tflops.
+  double fp8_gemm_tflops(double m, double n, double k, bool rowwise) const {
+    return fp8_speedup(rowwise) * gemm_tflops(m, n, k);
+  }
   // rank_slowdown at `busy` ranks: linear between points (and beyond the last, along the last
   // segment), 1 below the first.
   double slowdown(double busy) const;
 };
+
+// The FP8 GEMM speedup a calibration without one assumes (calibration.cpp says where the figures
+// come from): GPUs, the ratio measured on an H100; the CPU build emulates FP8 GEMMs with fp32
+// ones, 1.
+double default_fp8_speedup(const std::string& device, bool rowwise);
 
 // ConfigError naming the file and the field on a bad document.
 Calibration load_calibration(const std::string& path);

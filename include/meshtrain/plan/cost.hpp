@@ -1,6 +1,7 @@
 #pragma once
 // Step time of a layout from a calibration (calibration.hpp). Per micro-batch and pipeline
-// stage: the GEMMs of the stage's blocks, embedding and head (achieved TFLOP/s at their FLOPs),
+// stage: the GEMMs of the stage's blocks, embedding and head (achieved TFLOP/s at their FLOPs;
+// the FP8 blocks' linears at the FP8 rate, plus their casts as memory traffic),
 // attention (causal FLOPs at the measured rate), the memory-bound kernels (bytes at their
 // effective bandwidth), kernel launch overhead, and the tensor-parallel collectives (the
 // column-parallel input-gradient reduction hides behind the weight-gradient GEMM, as in the
@@ -44,8 +45,11 @@ struct KernelBytes {
 struct StepCost {
   double step_s = 0;
   double compute_s = 0;      // forward + backward (+ recompute) of the slowest stage, all
-                             // micro-batches: GEMMs + attention + memory-bound kernels
+                             // micro-batches: GEMMs + attention + memory-bound kernels + FP8
+                             // casts
   double gemm_s = 0, attention_s = 0, membound_s = 0;
+  double fp8_gemm_s = 0;     // of gemm_s, the GEMMs at the FP8 rate (train.precision=fp8)
+  double fp8_cast_s = 0;     // the FP8 casts (their memory traffic at the elementwise bandwidth)
   double tp_comm_s = 0;      // exposed tensor-parallel communication
   double pp_bubble_s = 0;    // pipeline fill and drain of the slowest stage
   double pp_comm_s = 0;      // exposed point-to-point messages

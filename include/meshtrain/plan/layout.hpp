@@ -31,8 +31,10 @@ struct Layout {
   bool recompute_mlp_act = false;    // train.recompute_mlp_act (not searched: set by the user)
   Precision precision = Precision::fp32;
   // train.precision=fp8 (the recipe's fields, model/fp8_recipe.hpp): the blocks' linears in FP8
-  // on `precision`'s activations. Memory only: the FP8 casts' workspace is counted; the step-time
-  // model has no FP8 rate yet and times such a layout as its `precision`.
+  // on `precision`'s activations. Memory: the FP8 casts' workspace and the inputs kept as FP8
+  // transposes. Step time: the FP8 blocks' linear GEMMs at the calibration's FP8 rate
+  // (Calibration::fp8_speedup over its bf16 rate) and their casts' memory traffic (cost.cpp,
+  // fp8_casts.cpp); the rest as `precision`. `meshtrain plan`'s search does not offer it yet.
   bool fp8 = false;
   bool fp8_rowwise = false;         // fp8.recipe = rowwise (else tensorwise)
   bool fp8_wgrad_bf16 = false;      // fp8.wgrad_bf16

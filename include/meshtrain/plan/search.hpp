@@ -24,6 +24,12 @@ struct SearchOptions {
   std::vector<int> virtual_chunks{2, 4};  // tried with the interleaved schedule
   bool tp_within_node = true;         // the seeds' (and Megatron's) rule: tp <= GPUs per node
   Precision precision = Precision::bf16;
+  // plan.precision=fp8: every layout runs its blocks' linears in FP8 on `precision`'s
+  // activations, under this recipe (Layout's fp8 fields, train's fp8.* options).
+  bool fp8 = false;
+  bool fp8_rowwise = false;
+  bool fp8_wgrad_bf16 = false;
+  int fp8_first_last_bf16 = 0;
   std::size_t bucket_bytes = 25u << 20;
   // Layouts needing more micro-batches per step are counted, not evaluated: replaying the
   // schedule and the buffer pools costs time in proportion to the micro-batch count, and a
