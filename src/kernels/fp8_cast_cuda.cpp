@@ -48,7 +48,7 @@ __device__ __forceinline__ long long vector_offset(int v, int vpr, int vec, long
 
 template <class E>
 __global__ void __launch_bounds__(kThreads)
-    amax_kernel(const E* __restrict__ x, int nvec, int vpr, long long ld, unsigned* amax) {
+    fp8_amax_kernel(const E* __restrict__ x, int nvec, int vpr, long long ld, unsigned* amax) {
   std::uint32_t m = 0;
   for (int v = blockIdx.x * kThreads + threadIdx.x; v < nvec; v += gridDim.x * kThreads)
     m = max_u32(m, abs_bits_max<E>(load16(x + vector_offset(v, vpr, kVec<E>, ld))));
@@ -73,7 +73,7 @@ __device__ __forceinline__ void store_codes(std::uint8_t* p, unsigned long long 
 
 template <class E, Fp8Format F>
 __global__ void __launch_bounds__(kThreads)
-    cast_kernel(const E* __restrict__ x, int nvec, int vpr, long long ld,
+    fp8_cast_kernel(const E* __restrict__ x, int nvec, int vpr, long long ld,
                 const float* __restrict__ scale, std::uint8_t* __restrict__ q) {
   const int v = blockIdx.x * kThreads + threadIdx.x;
   if (v >= nvec) return;
@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(kThreads)
 // source. q [rows, cols] (may be null), qt [cols, rows].
 template <class E, Fp8Format F>
 __global__ void __launch_bounds__(kThreads)
-    cast_transpose_kernel(const E* __restrict__ x, int rows, int cols, long long ld,
+    fp8_cast_transpose_kernel(const E* __restrict__ x, int rows, int cols, long long ld,
                           const float* __restrict__ scale, std::uint8_t* __restrict__ q,
                           std::uint8_t* __restrict__ qt) {
   __shared__ __align__(16) std::uint8_t tile[kTile * kTileLd];
@@ -152,7 +152,7 @@ bool fp8_amax_block_cuda(const ExecSpace& exec, View1<float> amax, const T* x, i
     const int blocks = std::min((nvec + kThreads - 1) / kThreads, kAmaxBlocksMax);
     Kokkos::Profiling::pushRegion("meshtrain::fp8_amax_block_cuda");
     reset_amax(exec, amax);
-    amax_kernel<E><<<blocks, kThreads, 0, exec.cuda_stream()>>>(
+    fp8_amax_kernel<E><<<blocks, kThreads, 0, exec.cuda_stream()>>>(
         xr, nvec, vpr, ld, reinterpret_cast<unsigned*>(amax_bits(amax)));
     MESHTRAIN_CUDA_CHECK(cudaGetLastError());
     Kokkos::Profiling::popRegion();
@@ -180,7 +180,7 @@ bool fp8_cast_block_cuda(const ExecSpace& exec, View1<std::uint8_t> q, View1<std
       const int nvec = static_cast<int>(static_cast<long long>(rows) * (cols / vec));
       Kokkos::Profiling::pushRegion("meshtrain::fp8_cast_block_cuda");
       launch_by_format(format, [&](auto f) {
-        cast_kernel<E, decltype(f)::value><<<(nvec + kThreads - 1) / kThreads, kThreads, 0, st>>>(
+        fp8_cast_kernel<E, decltype(f)::value><<<(nvec + kThreads - 1) / kThreads, kThreads, 0, st>>>(
             xr, nvec, vpr, ld, scale.data(), qp);
       });
       MESHTRAIN_CUDA_CHECK(cudaGetLastError());
@@ -192,7 +192,7 @@ bool fp8_cast_block_cuda(const ExecSpace& exec, View1<std::uint8_t> q, View1<std
     Kokkos::Profiling::pushRegion("meshtrain::fp8_cast_transpose_cuda");
     const dim3 grid(cols / kTile, rows / kTile);
     launch_by_format(format, [&](auto f) {
-      cast_transpose_kernel<E, decltype(f)::value><<<grid, kThreads, 0, st>>>(
+      fp8_cast_transpose_kernel<E, decltype(f)::value><<<grid, kThreads, 0, st>>>(
           xr, rows, cols, ld, scale.data(), qp, qtp);
     });
     MESHTRAIN_CUDA_CHECK(cudaGetLastError());
