@@ -34,7 +34,7 @@ struct Layout {
   // on `precision`'s activations. Memory: the FP8 casts' workspace and the inputs kept as FP8
   // transposes. Step time: the FP8 blocks' linear GEMMs at the calibration's FP8 rate
   // (Calibration::fp8_speedup over its bf16 rate) and their casts' memory traffic (cost.cpp,
-  // fp8_casts.cpp); the rest as `precision`. `meshtrain plan`'s search does not offer it yet.
+  // fp8_casts.cpp); the rest as `precision`. `meshtrain plan --plan.precision fp8` searches so.
   bool fp8 = false;
   bool fp8_rowwise = false;         // fp8.recipe = rowwise (else tensorwise)
   bool fp8_wgrad_bf16 = false;      // fp8.wgrad_bf16
