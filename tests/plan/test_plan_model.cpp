@@ -29,6 +29,13 @@ plan::Cluster node(int world) {
   return c;
 }
 
+// Issue 35's FP8 shape: Llama 3.1 8B cut to 4 blocks (seq 4096, mb 1, one GPU).
+model::GptConfig llama8b_4_blocks() {
+  model::GptConfig cfg = model::preset("llama3.1-8b");
+  cfg.n_layer = 4;
+  return cfg;
+}
+
 }  // namespace
 
 TEST_CASE("calibration files round-trip and interpolate GEMM throughput", "[plan]") {
@@ -344,8 +351,7 @@ TEST_CASE("FP8 layouts count the casts' workspace, stage by stage", "[plan][memo
   // Llama 3.1 8B's shape cut to 4 blocks, seq 4096, mb 1, bf16 + FP8 linears: at tp 1 the
   // workspace is four [N, I] buffers (the input and weight casts, the output gradient's two
   // orientations), N = 4096 tokens, I = 14336: about 235 MB, in each stage's scratch.
-  model::GptConfig cfg = model::preset("llama3.1-8b");
-  cfg.n_layer = 4;
+  model::GptConfig cfg = llama8b_4_blocks();
   plan::Layout l;
   l.precision = plan::Precision::bf16;
   const auto scratch = [&](const plan::Layout& x) {
@@ -393,8 +399,7 @@ TEST_CASE("FP8 blocks' kept inputs bring the 8B shape's memory below bf16's", "[
   // GPU): FP8 no higher than bf16. The casts' workspace adds about 235 MB (the case above); each
   // block keeps ln1, ln2 ([N, C]) and the SwiGLU output ([N, I]) as E4M3 transposes (codes and
   // three 256-byte scalars) instead of bf16: about 92 MB a block less.
-  model::GptConfig cfg = model::preset("llama3.1-8b");
-  cfg.n_layer = 4;
+  model::GptConfig cfg = llama8b_4_blocks();
   plan::Layout l;
   l.precision = plan::Precision::bf16;
   plan::Layout f = l;
@@ -565,8 +570,7 @@ TEST_CASE("FP8 step time at issue 35's 8B shape, and the plan's report of it", "
   // attention output 5 - gate|up's 4096 x 28672 2 = 1996488704 bytes: 14.2 GB a step, at
   // h200.json's 1750 GB/s.
   const auto cal = h200();
-  model::GptConfig cfg = model::preset("llama3.1-8b");
-  cfg.n_layer = 4;
+  model::GptConfig cfg = llama8b_4_blocks();
   plan::Layout l;
   l.precision = plan::Precision::bf16;
   plan::Layout f = l;
