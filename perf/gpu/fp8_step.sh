@@ -17,8 +17,9 @@
 #   trace8b   llama8b's bf16 and fp8 runs again, 10 steps each under the CUPTI injection library
 #             (the bundle's bin/libmeshtrain_cupti_trace.so): where the fp8 step's time goes,
 #             per kernel category (fp8_cast: our casts, amaxes and packs) beside bf16's
-#   converge  llama-150m, CONVERGE_STEPS (2000) steps on the corpus, bf16 and fp8, same seed:
-#             the final losses (mean of the last 50 steps), their ratio, and both curves in
+#   converge  llama-150m, CONVERGE_STEPS (2000) steps on the corpus in each of
+#             CONVERGE_PRECISIONS (bf16,fp8; each run CONVERGE_SECS, 300, at most), same seed:
+#             the final losses (mean of the last 50 steps), each against the first, and the curves in
 #             OUT/converge.svg (perf/tools/plot_loss.py). CONVERGE_CORPUS=pysrc trains on the first
 #             CORPUS_MB (64) MB of the device's Python sources (site-packages, sorted by path) instead
 #             of the KJV: 2000 x 8192 byte tokens are 13 passes over the 1.3 MB KJV, which both
@@ -168,20 +169,32 @@ EOF
     use_corpus "$py"
     corpus="the device's Python sources (${CORPUS_MB:-64} MB)"
   fi
-  train converge_bf16 300 "${c[@]}" --train.precision bf16
-  train converge_fp8 300 "${c[@]}" --train.precision fp8
-  python3 - "$out/converge_bf16.jsonl" "$out/converge_fp8.jsonl" << 'EOF' | tee -a "$sum"
+  IFS=, read -r -a cprec <<< "${CONVERGE_PRECISIONS:-bf16,fp8}"
+  curves=()
+  for p in "${cprec[@]}"; do
+    train "converge_$p" "${CONVERGE_SECS:-300}" "${c[@]}" --train.precision "$p"
+    curves+=("$p=$out/converge_$p.jsonl")
+  done
+  # The mean loss of the last 50 steps of each, and each against the first (the baseline).
+  python3 - "${curves[@]}" << 'EOF' | tee -a "$sum"
 import json, sys
 def last(p):
     rows = [json.loads(l) for l in open(p) if l.strip().startswith("{")]
     tail = [r["loss"] for r in rows if "loss" in r][-50:]
     return sum(tail) / len(tail), len(rows)
-(b, nb), (f, nf) = last(sys.argv[1]), last(sys.argv[2])
-print(f"converge: mean loss of the last 50 steps bf16 {b:.4f} ({nb} steps), fp8 {f:.4f} ({nf}"
-      f" steps): fp8 / bf16 = {f / b:.4f}")
+base = None
+for name, path in (a.split("=", 1) for a in sys.argv[1:]):
+    try:
+        m, n = last(path)
+    except (OSError, ZeroDivisionError):
+        print(f"converge: {name}: no losses ({path})")
+        continue
+    base = base or (name, m)
+    print(f"converge: {name} mean loss of the last 50 steps {m:.4f} ({n} steps), "
+          f"{name} / {base[0]} = {m / base[1]:.4f}")
 EOF
-  python3 "$here/../tools/plot_loss.py" "$out/converge.svg" "bf16=$out/converge_bf16.jsonl" \
-    "fp8=$out/converge_fp8.jsonl" --title "llama-150m, $cs steps on $corpus, bf16 and fp8 (same seed)" \
+  python3 "$here/../tools/plot_loss.py" "$out/converge.svg" "${curves[@]}" \
+    --title "llama-150m, $cs steps on $corpus, ${CONVERGE_PRECISIONS:-bf16,fp8} (same seed)" \
     >> "$sum" 2>&1
 fi
 exit $status
