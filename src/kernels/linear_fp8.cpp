@@ -71,6 +71,10 @@ View1<const T> pack(const ExecSpace& exec, const T* x, int ld, int rows, int col
   return out;
 }
 
+// What a tensorwise cast does with Fp8LinearOptions::weight_scale: nothing (not a weight's
+// cast, or no slot), its scale made there (the forward's), or taken from there (the backward's).
+enum class KeptScale { none, write, read };
+
 // Tensorwise: x read in place (no packed copy) by fp8_amax_block and fp8_cast_block; with
 // `both`, the other orientation too (data_other), from the same pass. amax_set (1 entry, or
 // empty): x's amax, already set by the kernel that wrote x, which the cast takes as its own
@@ -79,7 +83,8 @@ template <class T>
 Fp8Tensor tensorwise_operand(const ExecSpace& exec, const char* tensor, const T* x, int ld,
                              int rows, int cols, int k_dim, Fp8Format format,
                              const Fp8LinearOptions& opt, const Fp8Tensor* reuse, bool both,
-                             const View1<float>& amax_set = {}) {
+                             const View1<float>& amax_set = {},
+                             KeptScale kept = KeptScale::none) {
   const std::size_t n = std::size_t(rows) * cols;
   const bool transpose = k_dim == 0;
   Fp8Tensor q = opt.workspace != nullptr
@@ -87,7 +92,16 @@ Fp8Tensor tensorwise_operand(const ExecSpace& exec, const char* tensor, const T*
                                             Fp8Scaling::tensorwise, transpose)
                     : make_fp8_tensor(std::string("linear_fp8_") + tensor, rows, cols, format,
                                       Fp8Scaling::tensorwise, transpose);
-  if (reuse != nullptr) {
+  if (kept != KeptScale::none) {
+    detail::check_extent(opt.weight_scale, kFp8WeightScaleFloats, "linear_fp8", "weight_scale");
+    // The slot's floats stand in for the workspace's (the GEMM reads scale_inv from there).
+    q.amax = slice(opt.weight_scale, 0, 1);
+    q.scale = slice(opt.weight_scale, 4, 1);
+    q.scale_inv = slice(opt.weight_scale, 8, 1);
+  }
+  if (kept == KeptScale::read) {
+    // The forward's amax of the same weight, agreed and scaled there.
+  } else if (reuse != nullptr) {
     Kokkos::deep_copy(exec, q.amax, reuse->amax);
     Kokkos::deep_copy(exec, q.scale, reuse->scale);
     Kokkos::deep_copy(exec, q.scale_inv, reuse->scale_inv);
@@ -117,10 +131,12 @@ Fp8Tensor tensorwise_operand(const ExecSpace& exec, const char* tensor, const T*
 template <class T>
 Fp8Tensor operand(const ExecSpace& exec, const char* tensor, const T* x, int ld, int rows,
                   int cols, int k_dim, Fp8Format format, const Fp8LinearOptions& opt,
-                  const Fp8Tensor* reuse = nullptr, bool both = false) {
+                  const Fp8Tensor* reuse = nullptr, bool both = false,
+                  KeptScale kept = KeptScale::none) {
   if (opt.scaling == Fp8Scaling::tensorwise)
     return tensorwise_operand<T>(exec, tensor, x, ld, rows, cols, k_dim, format, opt, reuse,
-                                 both);
+                                 both, {}, detail::present(opt.weight_scale) ? kept
+                                                                             : KeptScale::none);
   // Rowwise: a packed copy where x is a column block, the transpose materialised where K is
   // dimension 0, then fp8_quantize's row amaxes.
   const std::size_t n = std::size_t(rows) * cols;
@@ -331,8 +347,11 @@ void linear_fp8_forward_gemm(const ExecSpace& exec, T* out, int ld_out, const T*
   }
   const bool out_in = opt.layout == Fp8WeightLayout::out_in;
   // W as [OC, IC]: nn.Linear's weight as stored, Conv1D's transposed.
-  const Fp8Tensor b = out_in ? operand<T>(exec, "weight", weight, IC, OC, IC, 1, opt.forward, opt)
-                             : operand<T>(exec, "weight", weight, OC, IC, OC, 0, opt.forward, opt);
+  const KeptScale ks = KeptScale::write;
+  const Fp8Tensor b = out_in ? operand<T>(exec, "weight", weight, IC, OC, IC, 1, opt.forward, opt,
+                                          nullptr, false, ks)
+                             : operand<T>(exec, "weight", weight, OC, IC, OC, 0, opt.forward, opt,
+                                          nullptr, false, ks);
   gemm_fp8<T>(exec, Trans::N, Trans::T, N, OC, IC, 1.0f, a, b, bias != nullptr ? 1.0f : 0.0f,
               out, ld_out);
 }
@@ -357,8 +376,12 @@ void linear_fp8_dinp_gemm(const ExecSpace& exec, T* dinp, float beta, const Fp8T
   check_shape("linear_fp8_dinp_gemm", N, IC, OC);
   const bool out_in = opt.layout == Fp8WeightLayout::out_in;
   // W^T as [IC, OC] (K = OC): Conv1D's weight as stored, nn.Linear's transposed.
-  const Fp8Tensor w = out_in ? operand<T>(exec, "weight", weight, IC, OC, IC, 0, opt.forward, opt)
-                             : operand<T>(exec, "weight", weight, OC, IC, OC, 1, opt.forward, opt);
+  // The forward's scale where it was kept (Fp8LinearOptions::weight_scale): the cast alone.
+  const KeptScale ks = KeptScale::read;
+  const Fp8Tensor w = out_in ? operand<T>(exec, "weight", weight, IC, OC, IC, 0, opt.forward, opt,
+                                          nullptr, false, ks)
+                             : operand<T>(exec, "weight", weight, OC, IC, OC, 1, opt.forward, opt,
+                                          nullptr, false, ks);
   gemm_fp8<T>(exec, Trans::N, Trans::T, N, IC, OC, 1.0f, g, w, beta, dinp, IC);
 }
 

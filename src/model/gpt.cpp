@@ -149,10 +149,11 @@ GptT<T>::GptT(const GptConfig& cfg, int micro_batch, int seq_len, const ModelLay
                    QW_, KW_, swiglu ? 2 * Il_ : Il_, Il_, cfg_.norm == Norm::layernorm};
   // Which blocks this rank holds are MoE blocks and which dense (per block below; both for the
   // one set recomputation shares).
-  bool any_moe = false, any_dense = false, fused_grad_amax = false;
+  bool any_moe = false, any_dense = false, fused_grad_amax = false, weight_scales = false;
   for (const auto& ch : layout_.chunks)
     for (int l = ch.first; l < ch.last; ++l) {
       (cfg_.moe.is_moe_layer(l) ? any_moe : any_dense) = true;
+      weight_scales = weight_scales || layout_.fp8.keeps_weight_scale(l, cfg_.n_layer);
       if (!cfg_.moe.is_moe_layer(l)) {
         fused_grad_amax = fused_grad_amax || layout_.fp8.fuses_grad_amax(l, cfg_.n_layer);
         continue;
@@ -250,6 +251,10 @@ GptT<T>::GptT(const GptConfig& cfg, int micro_batch, int seq_len, const ModelLay
   // epilogue of the FP8 GEMM.
   if ((swiglu || layout_.fp8.enabled) && any_dense) dh_ = alloc<T>("grad.dh", N * Il_);
   if (fused_grad_amax) fp8_grad_amax_ = alloc<float>("grad.fp8_amax", 2);
+  if (weight_scales)
+    fp8_weight_scales_ = alloc<float>("fp8.weight_scales", std::size_t(cfg_.n_layer) *
+                                                               kFp8WeightSlots *
+                                                               kernels::kFp8WeightScaleFloats);
   if (cfg_.qkv_bias) qkv_b_ = alloc<T>("act.qkv_bias", static_cast<std::size_t>(QW_ + 2 * KW_));
   if (reg_.kv_replicated() && P > 1)
     kv_dw_ = alloc<T>("tp.kv_dw", 2 * static_cast<std::size_t>(cfg_.kv_heads()) * HS_ *

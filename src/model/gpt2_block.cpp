@@ -45,7 +45,8 @@ void GptT<T>::block_forward(int l, View1<const T> x, BlockActivations<T>& a, Vie
   const View1<float> ln1_amax = fused_amax(a.ln1_kept());
   norm_enter(ln1_out, a.ln1_mean, a.ln1_rstd, x, w.ln_1_w, w.ln_1_b, ln1_amax);
   if (f8) {
-    const LinearPiece<T> c_attn{w.c_attn_w.data(), nullptr, 0, 3 * C / P, ptr(w.c_attn_b)};
+    const LinearPiece<T> c_attn{w.c_attn_w.data(), nullptr, 0, 3 * C / P, ptr(w.c_attn_b), {},
+                                fp8_weight_scale(l, kWq)};
     fp8_column_forward(&c_attn, 1, a.qkv.data(), 3 * C / P, ln1_out.data(), kConv1D,
                        a.ln1_kept(), ln1_amax.extent(0) > 0);
   } else {
@@ -56,8 +57,8 @@ void GptT<T>::block_forward(int l, View1<const T> x, BlockActivations<T>& a, Vie
   else
     k::attention_forward<T>(exec_, a.atty, a.lse, a.qkv, B_, T_, NHl_, HS);
   if (f8)
-    fp8_row_forward(a.res2, a.atty, w.attn_proj_w.data(), ptr(w.attn_proj_b), C / P, x, kConv1D,
-                    nullptr);
+    fp8_row_forward(a.res2, a.atty, w.attn_proj_w.data(), fp8_weight_scale(l, kWo),
+                    ptr(w.attn_proj_b), C / P, x, kConv1D, nullptr);
   else
     row_parallel_forward(a.res2, a.atty, w.attn_proj_w, w.attn_proj_b, C / P, x);
   // MLP: out = res2 + c_proj(gelu(c_fc(ln2(res2))))
@@ -69,15 +70,16 @@ void GptT<T>::block_forward(int l, View1<const T> x, BlockActivations<T>& a, Vie
     return;
   }
   if (f8) {
-    const LinearPiece<T> c_fc{w.c_fc_w.data(), nullptr, 0, I, ptr(w.c_fc_b)};
+    const LinearPiece<T> c_fc{w.c_fc_w.data(), nullptr, 0, I, ptr(w.c_fc_b), {},
+                              fp8_weight_scale(l, kWup)};
     fp8_column_forward(&c_fc, 1, a.fch.data(), I, ln2_out.data(), kConv1D, a.ln2_kept(),
                        ln2_amax.extent(0) > 0);
     const k::Fp8Tensor* act_kept = a.fch_gelu_kept();
     const View1<T> act = act_kept != nullptr ? dh_ : a.fch_gelu;
     k::gelu_forward<T>(exec_, act, a.fch, std::size_t(N) * I,
                        act_kept != nullptr ? act_kept->amax : View1<float>{});
-    fp8_row_forward(out, act, w.mlp_proj_w.data(), ptr(w.mlp_proj_b), I, a.res2, kConv1D,
-                    act_kept, act_kept != nullptr);
+    fp8_row_forward(out, act, w.mlp_proj_w.data(), fp8_weight_scale(l, kWdown),
+                    ptr(w.mlp_proj_b), I, a.res2, kConv1D, act_kept, act_kept != nullptr);
     return;
   }
   k::linear_gelu_forward<T>(exec_, a.fch_gelu, a.fch, a.ln2, w.c_fc_w, w.c_fc_b, N, C, I);
@@ -110,11 +112,13 @@ void GptT<T>::block_backward(int l, View1<const T> x, BlockActivations<T>& a, Vi
       // d(GELU output) from the FP8 GEMM, then GELU's derivative (with the amax of c_fc's
       // output-gradient cast, where fused) and c_fc's bias gradient.
       fp8_row_backward(dh_.data(), g.mlp_proj_w.data(), ptr(g.mlp_proj_b), dfull,
-                       a.fch_gelu.data(), w.mlp_proj_w.data(), I, kConv1D, a.fch_gelu_kept());
+                       a.fch_gelu.data(), w.mlp_proj_w.data(), fp8_weight_scale(l, kWdown), I,
+                       kConv1D, a.fch_gelu_kept());
       const View1<float> dfch_amax = fused_grad_amax(l, 1);
       k::gelu_backward<T>(exec_, dfch_, a.fch, dh_, std::size_t(N) * I, dfch_amax);
       if (ptr(g.c_fc_b)) k::column_sums_add<T>(exec_, N, I, dfch_.data(), I, g.c_fc_b.data());
-      const LinearPiece<T> fc{w.c_fc_w.data(), g.c_fc_w.data(), 0, I, nullptr, dfch_amax};
+      const LinearPiece<T> fc{w.c_fc_w.data(), g.c_fc_w.data(), 0, I, nullptr, dfch_amax,
+                              fp8_weight_scale(l, kWup)};
       fp8_column_backward(dx, &fc, 1, dfch_.data(), I, a.ln2.data(), kConv1D, a.ln2_kept());
     } else {
       // d(pre-GELU) in one GEMM: the GELU derivative is the input-gradient GEMM's epilogue, and
@@ -129,7 +133,8 @@ void GptT<T>::block_backward(int l, View1<const T> x, BlockActivations<T>& a, Vi
   dfull = tp_.exit_backward(dres);
   if (f8)
     fp8_row_backward(datty_.data(), g.attn_proj_w.data(), ptr(g.attn_proj_b), dfull,
-                     a.atty.data(), w.attn_proj_w.data(), C / P, kConv1D, nullptr);
+                     a.atty.data(), w.attn_proj_w.data(), fp8_weight_scale(l, kWo), C / P,
+                     kConv1D, nullptr);
   else
     k::linear_backward<T>(exec_, datty_, g.attn_proj_w, g.attn_proj_b, dfull, a.atty,
                           w.attn_proj_w, N, C / P, C);
@@ -140,7 +145,8 @@ void GptT<T>::block_backward(int l, View1<const T> x, BlockActivations<T>& a, Vi
   if (f8) {
     if (ptr(g.c_attn_b))
       k::column_sums_add<T>(exec_, N, 3 * C / P, dqkv_.data(), 3 * C / P, g.c_attn_b.data());
-    const LinearPiece<T> qkv{w.c_attn_w.data(), g.c_attn_w.data(), 0, 3 * C / P};
+    const LinearPiece<T> qkv{w.c_attn_w.data(), g.c_attn_w.data(), 0, 3 * C / P, nullptr, {},
+                             fp8_weight_scale(l, kWq)};
     fp8_column_backward(dx, &qkv, 1, dqkv_.data(), 3 * C / P, a.ln1.data(), kConv1D,
                         a.ln1_kept());
   } else {

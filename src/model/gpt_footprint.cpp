@@ -151,6 +151,14 @@ ModelFootprint model_footprint(const GptConfig& cfg, int micro_batch, int seq_le
       fused_grad_amax = fused_grad_amax || (!cfg.moe.is_moe_layer(l) &&
                                             layout.fp8.fuses_grad_amax(l, cfg.n_layer));
   if (fused_grad_amax) f.scratch += 2 * 4;
+  // The FP8 weights' kept scales (GptT::fp8_weight_scale): a slot per block and weight.
+  bool weight_scales = false;
+  for (const auto& ch : chunks)
+    for (int l = ch.first; l < ch.last; ++l)
+      weight_scales = weight_scales || layout.fp8.keeps_weight_scale(l, cfg.n_layer);
+  if (weight_scales)
+    f.scratch += static_cast<double>(std::size_t(cfg.n_layer) * kFp8WeightSlots *
+                                     kernels::kFp8WeightScaleFloats * 4);
   if (KV < P)  // replicated kv heads' weight (and Qwen2 bias) gradients before their tp sum
     f.scratch += static_cast<double>(2 * KV * HS * (C + (cfg.qkv_bias ? 1 : 0)) * E);
   if (cfg.positions == Positions::rotary) f.scratch += static_cast<double>(T * HS * 4);  // rope

@@ -72,27 +72,30 @@ void GptT<T>::fp8_column_forward(const LinearPiece<T>* pieces, int n, T* out, in
     no_fp8_type();
   } else {
     const int C = cfg_.n_embd;
-    const k::Fp8LinearOptions o = fp8_options(TpSplit::column, layout);
+    k::Fp8LinearOptions o = fp8_options(TpSplit::column, layout);
     const k::Fp8Tensor a =
         kept != nullptr ? k::linear_fp8_input_keep<T>(exec_, inp, N_, C, o, *kept, kept_amax_set)
                         : k::linear_fp8_input<T>(exec_, inp, N_, C, o);
     for (int i = 0; i < n; ++i) {
       const LinearPiece<T>& p = pieces[i];
+      o.weight_scale = p.w_scale;
       k::linear_fp8_forward_gemm<T>(exec_, out + p.col, ld, p.b, a, p.w, N_, C, p.width, o);
     }
   }
 }
 
 template <class T>
-void GptT<T>::fp8_row_forward(View1<T> out, View1<const T> inp, const T* w, const T* b,
-                              int in_cols, View1<const T> residual, k::Fp8WeightLayout layout,
+void GptT<T>::fp8_row_forward(View1<T> out, View1<const T> inp, const T* w,
+                              View1<float> w_scale, const T* b, int in_cols,
+                              View1<const T> residual, k::Fp8WeightLayout layout,
                               const k::Fp8Tensor* kept, bool kept_amax_set) {
   if constexpr (!kFp8Type<T>) {
     no_fp8_type();
   } else {
     const int C = cfg_.n_embd;
     const std::size_t n = static_cast<std::size_t>(Nl_) * C;
-    const k::Fp8LinearOptions o = fp8_options(TpSplit::row, layout);
+    k::Fp8LinearOptions o = fp8_options(TpSplit::row, layout);
+    o.weight_scale = w_scale;
     const k::Fp8Tensor a = kept != nullptr
                                ? k::linear_fp8_input_keep<T>(exec_, inp.data(), N_, in_cols, o,
                                                              *kept, kept_amax_set)
@@ -113,13 +116,14 @@ void GptT<T>::fp8_row_forward(View1<T> out, View1<const T> inp, const T* w, cons
 
 template <class T>
 void GptT<T>::fp8_row_backward(T* dinp, T* dw, T* db, View1<const T> dfull, const T* inp,
-                               const T* w, int in_cols, k::Fp8WeightLayout layout,
-                               const k::Fp8Tensor* kept) {
+                               const T* w, View1<float> w_scale, int in_cols,
+                               k::Fp8WeightLayout layout, const k::Fp8Tensor* kept) {
   if constexpr (!kFp8Type<T>) {
     no_fp8_type();
   } else {
     const int C = cfg_.n_embd;
-    const k::Fp8LinearOptions o = fp8_options(TpSplit::row, layout);
+    k::Fp8LinearOptions o = fp8_options(TpSplit::row, layout);
+    o.weight_scale = w_scale;
     const k::Fp8Tensor g = k::linear_fp8_grad<T>(exec_, dfull.data(), C, N_, C, o);
     k::linear_fp8_dinp_gemm<T>(exec_, dinp, 0.0f, g, w, N_, in_cols, C, o);
     if (kept != nullptr)
@@ -163,6 +167,7 @@ void GptT<T>::fp8_column_backward(View1<T> dx, const LinearPiece<T>* pieces, int
         const LinearPiece<T>& p = pieces[i];
         const k::Fp8Tensor gp =
             k::linear_fp8_grad<T>(exec_, dout + p.col, ld, N_, p.width, o, p.dout_amax);
+        o.weight_scale = p.w_scale;
         k::linear_fp8_dinp_gemm<T>(exec_, dln_.data(), i == 0 ? 0.0f : 1.0f, gp, p.w, N_, C,
                                    p.width, o);
         dweight(p, gp, xt);
@@ -179,6 +184,7 @@ void GptT<T>::fp8_column_backward(View1<T> dx, const LinearPiece<T>* pieces, int
       const LinearPiece<T>& p = pieces[i];
       o.slot = i;
       g.push_back(k::linear_fp8_grad<T>(exec_, dout + p.col, ld, N_, p.width, o, p.dout_amax));
+      o.weight_scale = p.w_scale;
       k::linear_fp8_dinp_gemm<T>(exec_, dln_.data(), i == 0 ? 0.0f : 1.0f, g.back(), p.w, N_, C,
                                  p.width, o);
     }
@@ -196,11 +202,12 @@ void GptT<T>::fp8_column_backward(View1<T> dx, const LinearPiece<T>* pieces, int
   template k::Fp8LinearOptions GptT<T>::fp8_options(TpSplit, k::Fp8WeightLayout);                \
   template void GptT<T>::fp8_column_forward(const LinearPiece<T>*, int, T*, int, const T*,      \
                                             k::Fp8WeightLayout, const k::Fp8Tensor*, bool);      \
-  template void GptT<T>::fp8_row_forward(View1<T>, View1<const T>, const T*, const T*, int,      \
-                                         View1<const T>, k::Fp8WeightLayout,                     \
+  template void GptT<T>::fp8_row_forward(View1<T>, View1<const T>, const T*, View1<float>,       \
+                                         const T*, int, View1<const T>, k::Fp8WeightLayout,      \
                                          const k::Fp8Tensor*, bool);                             \
-  template void GptT<T>::fp8_row_backward(T*, T*, T*, View1<const T>, const T*, const T*, int,   \
-                                          k::Fp8WeightLayout, const k::Fp8Tensor*);              \
+  template void GptT<T>::fp8_row_backward(T*, T*, T*, View1<const T>, const T*, const T*,        \
+                                          View1<float>, int, k::Fp8WeightLayout,                 \
+                                          const k::Fp8Tensor*);                                  \
   template void GptT<T>::fp8_column_backward(View1<T>, const LinearPiece<T>*, int, const T*,     \
                                              int, const T*, k::Fp8WeightLayout,                  \
                                              const k::Fp8Tensor*);

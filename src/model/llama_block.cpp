@@ -105,9 +105,11 @@ void GptT<T>::llama_block_forward(int l, View1<const T> x, BlockActivations<T>& 
   // q, k, v in one GEMM where their weights are adjacent. Biases the registry's alignment keeps
   // apart are first copied side by side (QW + 2 KW elements), so that the GEMM is the same with
   // and without them (zero biases give the bias-free block's bits).
-  Piece<T> parts[3] = {{w.q_w.data(), nullptr, 0, QW, bias(w.q_b, 0)},
-                       {w.k_w.data() + kv_row, nullptr, QW, KW, bias(w.k_b, kv_col)},
-                       {w.v_w.data() + kv_row, nullptr, QW + KW, KW, bias(w.v_b, kv_col)}};
+  Piece<T> parts[3] = {
+      {w.q_w.data(), nullptr, 0, QW, bias(w.q_b, 0), {}, fp8_weight_scale(l, kWq)},
+      {w.k_w.data() + kv_row, nullptr, QW, KW, bias(w.k_b, kv_col), {}, fp8_weight_scale(l, kWk)},
+      {w.v_w.data() + kv_row, nullptr, QW + KW, KW, bias(w.v_b, kv_col), {},
+       fp8_weight_scale(l, kWv)}};
   const bool f8 = fp8_block(l);
   if (f8)  // one FP8 GEMM each, with its own weight scale (gpt_fp8.cpp: never merged)
     fp8_column_forward(parts, 3, qkv.data(), ld, ln1, kLinear, a.ln1_kept(),
@@ -140,7 +142,8 @@ void GptT<T>::llama_block_forward(int l, View1<const T> x, BlockActivations<T>& 
   else
     k::attention_forward<T>(exec_, a.atty, a.lse, a.qkv, B_, T_, NHl_, HS, NKVl_);
   if (f8)
-    fp8_row_forward(a.res2, a.atty, w.attn_proj_w.data(), nullptr, QW, x, kLinear, nullptr);
+    fp8_row_forward(a.res2, a.atty, w.attn_proj_w.data(), fp8_weight_scale(l, kWo), nullptr, QW,
+                    x, kLinear, nullptr);
   else
     row_parallel_forward_nt(a.res2, a.atty, w.attn_proj_w, QW, x);
   // MLP: out = res2 + down(swiglu(gate_up(norm2(res2))))
@@ -152,7 +155,9 @@ void GptT<T>::llama_block_forward(int l, View1<const T> x, BlockActivations<T>& 
     return;
   }
   // [gate | up] of this rank's MLP columns, one packed row each (one GEMM where adjacent)
-  const Piece<T> mlp[2] = {{w.gate_w.data(), nullptr, 0, I}, {w.up_w.data(), nullptr, I, I}};
+  const Piece<T> mlp[2] = {
+      {w.gate_w.data(), nullptr, 0, I, nullptr, {}, fp8_weight_scale(l, kWgate)},
+      {w.up_w.data(), nullptr, I, I, nullptr, {}, fp8_weight_scale(l, kWup)}};
   Piece<T> gate_up[2];
   if (f8) {
     fp8_column_forward(mlp, 2, a.fch.data(), 2 * I, ln2_out.data(), kLinear, a.ln2_kept(),
@@ -161,8 +166,8 @@ void GptT<T>::llama_block_forward(int l, View1<const T> x, BlockActivations<T>& 
     const View1<T> act = act_kept != nullptr ? dh_ : a.fch_gelu;
     k::swiglu_forward<T>(exec_, act, a.fch, N, I,
                          act_kept != nullptr ? act_kept->amax : View1<float>{});
-    fp8_row_forward(out, act, w.mlp_proj_w.data(), nullptr, I, a.res2, kLinear, act_kept,
-                    act_kept != nullptr);
+    fp8_row_forward(out, act, w.mlp_proj_w.data(), fp8_weight_scale(l, kWdown), nullptr, I,
+                    a.res2, kLinear, act_kept, act_kept != nullptr);
     return;
   }
   const int n = merge_adjacent(mlp, 2, gate_up, C);
@@ -209,7 +214,8 @@ void GptT<T>::llama_block_backward(int l, View1<const T> x, BlockActivations<T>&
     if (!a.own_mlp_act) k::swiglu_forward<T>(exec_, a.fch_gelu, a.fch, N, I);
     if (f8) {
       fp8_row_backward(dh_.data(), g.mlp_proj_w.data(), nullptr, dfull, a.fch_gelu.data(),
-                       w.mlp_proj_w.data(), I, kLinear, a.fch_gelu_kept());
+                       w.mlp_proj_w.data(), fp8_weight_scale(l, kWdown), I, kLinear,
+                       a.fch_gelu_kept());
     } else {
       k::gemm<T>(exec_, Trans::N, Trans::N, N, I, C, 1.0f, dfull.data(), C, w.mlp_proj_w.data(),
                  I, 0.0f, dh_.data(), I);
@@ -220,8 +226,9 @@ void GptT<T>::llama_block_backward(int l, View1<const T> x, BlockActivations<T>&
     // (where fused): two pieces, two scales.
     const View1<float> dfch_amax = fused_grad_amax(l, 2);
     k::swiglu_backward<T>(exec_, dfch_, a.fch, dh_, N, I, dfch_amax);
-    Piece<T> mlp[2] = {{w.gate_w.data(), g.gate_w.data(), 0, I},
-                       {w.up_w.data(), g.up_w.data(), I, I}};
+    Piece<T> mlp[2] = {
+        {w.gate_w.data(), g.gate_w.data(), 0, I, nullptr, {}, fp8_weight_scale(l, kWgate)},
+        {w.up_w.data(), g.up_w.data(), I, I, nullptr, {}, fp8_weight_scale(l, kWup)}};
     if (dfch_amax.extent(0) > 0)
       for (int i = 0; i < 2; ++i) mlp[i].dout_amax = slice(dfch_amax, std::size_t(i), 1);
     column_parallel(mlp, 2, dfch_.data(), 2 * I, a.ln2.data(), a.ln2_kept());
@@ -232,7 +239,7 @@ void GptT<T>::llama_block_backward(int l, View1<const T> x, BlockActivations<T>&
   dfull = tp_.exit_backward(dres);
   if (f8) {
     fp8_row_backward(datty_.data(), g.attn_proj_w.data(), nullptr, dfull, a.atty.data(),
-                     w.attn_proj_w.data(), QW, kLinear, nullptr);
+                     w.attn_proj_w.data(), fp8_weight_scale(l, kWo), QW, kLinear, nullptr);
   } else {
     k::gemm<T>(exec_, Trans::N, Trans::N, N, QW, C, 1.0f, dfull.data(), C, w.attn_proj_w.data(),
                QW, 0.0f, datty_.data(), QW);
@@ -266,9 +273,10 @@ void GptT<T>::llama_block_backward(int l, View1<const T> x, BlockActivations<T>&
     k::column_sums_add<T>(exec_, N, KW, dqkv.data() + QW, ld, dkb);
     k::column_sums_add<T>(exec_, N, KW, dqkv.data() + QW + KW, ld, dvb);
   }
-  const Piece<T> attn[3] = {{w.q_w.data(), g.q_w.data(), 0, QW},
-                            {w.k_w.data() + kv_row, dk, QW, KW},
-                            {w.v_w.data() + kv_row, dv, QW + KW, KW}};
+  const Piece<T> attn[3] = {
+      {w.q_w.data(), g.q_w.data(), 0, QW, nullptr, {}, fp8_weight_scale(l, kWq)},
+      {w.k_w.data() + kv_row, dk, QW, KW, nullptr, {}, fp8_weight_scale(l, kWk)},
+      {w.v_w.data() + kv_row, dv, QW + KW, KW, nullptr, {}, fp8_weight_scale(l, kWv)}};
   column_parallel(attn, 3, dqkv.data(), QW + 2 * KW, a.ln1.data(), a.ln1_kept());
   if (kv_sum) {
     tp_.sum_replicated(kv_dw_);

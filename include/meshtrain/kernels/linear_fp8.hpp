@@ -103,7 +103,18 @@ struct Fp8LinearOptions {
   // a caller may hold one per slot at once (the pieces of a packed q|k|v).
   Fp8Workspace* workspace = nullptr;
   int slot = 0;
+  // Tensorwise: where the weight's scale is kept from its forward cast for its backward's (empty:
+  // none; kFp8WeightScaleFloats floats, 16-byte aligned). linear_fp8_forward_gemm writes the
+  // weight's amax, scale and scale_inv there; linear_fp8_dinp_gemm
+  // casts W^T under them instead of reading W once more for the same amax and agreeing it
+  // again. The caller's contract: the weight has not changed since a forward wrote the slot
+  // (within one optimizer step every backward follows a forward of the same weights).
+  View1<float> weight_scale;
 };
+
+// Floats of one kept weight scale: amax, scale and scale_inv at 0, 4 and 8, each on its own 16
+// bytes (cuBLASLt refuses scale pointers that are not 16-byte aligned).
+inline constexpr std::size_t kFp8WeightScaleFloats = 16;
 
 // out[N, OC] = the layer's forward (+ bias when present).
 template <class T>

@@ -42,6 +42,11 @@ struct Fp8Recipe {
   // read their tensors once. Off, each cast reduces its own amax: the same bits, one more read
   // of [N, I] per piece (the comparison test_fp8_fused_grad_amax makes; no option sets it).
   bool fused_grad_amax = true;
+  // Tensorwise: each FP8 weight's forward cast keeps its scale for the backward's cast of W^T
+  // (Fp8LinearOptions::weight_scale), so the backward neither reads W for its amax nor agrees
+  // it again. Off, the backward reduces the same amax anew: the same bits, one more read of
+  // every FP8 weight per micro-batch (test_fp8_fused_grad_amax compares; no option sets it).
+  bool keep_weight_scale = true;
   // Whether block l (global index) of n_layer runs its linears in FP8.
   bool fp8_block(int l, int n_layer) const {
     return enabled && l >= first_last_bf16 && l < n_layer - first_last_bf16;
@@ -50,6 +55,11 @@ struct Fp8Recipe {
   bool fuses_grad_amax(int l, int n_layer) const {
     return fp8_block(l, n_layer) && scaling == kernels::Fp8Scaling::tensorwise &&
            fused_grad_amax;
+  }
+  // Whether block l's FP8 weights keep their forward's scale for the backward.
+  bool keeps_weight_scale(int l, int n_layer) const {
+    return fp8_block(l, n_layer) && scaling == kernels::Fp8Scaling::tensorwise &&
+           keep_weight_scale;
   }
   // Whether block l keeps its linears' inputs as their transposed FP8 casts instead of in the
   // model's type (BlockShape::fp8_keep; the weight gradients' operand, cast in the forward's
@@ -60,6 +70,11 @@ struct Fp8Recipe {
            !recompute;
   }
 };
+
+// A block's FP8 weights, each with a kept scale where Fp8Recipe::keeps_weight_scale (GptT::
+// fp8_weight_scale): Llama's q, k, v, o, gate, up, down; GPT-2's c_attn, attention c_proj, c_fc
+// and MLP c_proj in the slots of q, o, up and down.
+enum Fp8WeightSlot : int { kWq, kWk, kWv, kWo, kWgate, kWup, kWdown, kFp8WeightSlots };
 
 // The share of a token's model FLOPs (GptConfig::flops_per_token, what MFU counts) that FP8 GEMMs
 // compute: 6 FLOPs per weight of an FP8 block's linears (forward 2, input gradient 2, weight

@@ -114,6 +114,7 @@ struct LinearPiece {
   int col, width;
   const T* b = nullptr;
   View1<float> dout_amax = {};
+  View1<float> w_scale = {};  // FP8: where w's scale is kept (GptT::fp8_weight_scale)
 };
 
 // Callbacks around each unit (registry().units()). DP gradient buckets and ZeRO implement them.
@@ -299,13 +300,15 @@ class GptT {
                           kernels::Fp8WeightLayout layout, const kernels::Fp8Tensor* kept,
                           bool kept_amax_set = false);
   // Row-parallel linear plus the residual (row_parallel_forward's FP8 form; bias or null).
-  void fp8_row_forward(View1<T> out, View1<const T> inp, const T* w, const T* b, int in_cols,
-                       View1<const T> residual, kernels::Fp8WeightLayout layout,
-                       const kernels::Fp8Tensor* kept, bool kept_amax_set = false);
+  // w_scale: where w's scale is kept (fp8_weight_scale), as LinearPiece::w_scale.
+  void fp8_row_forward(View1<T> out, View1<const T> inp, const T* w, View1<float> w_scale,
+                       const T* b, int in_cols, View1<const T> residual,
+                       kernels::Fp8WeightLayout layout, const kernels::Fp8Tensor* kept,
+                       bool kept_amax_set = false);
   // Row-parallel backward from every row of the output gradient: dinp [N, in_cols], dw += ,
   // db += column sums of dfull (db may be null).
   void fp8_row_backward(T* dinp, T* dw, T* db, View1<const T> dfull, const T* inp, const T* w,
-                        int in_cols, kernels::Fp8WeightLayout layout,
+                        View1<float> w_scale, int in_cols, kernels::Fp8WeightLayout layout,
                         const kernels::Fp8Tensor* kept);
   // column_parallel_backward's FP8 form over pieces of one packed output gradient (row stride
   // ld): dx = reduce over tp of the summed input gradients, overlapped with the weight
@@ -325,6 +328,17 @@ class GptT {
     return slice(fp8_grad_amax_, 0, static_cast<std::size_t>(count));
   }
   View1<float> fp8_grad_amax_;  // [2] where a dense block fuses_grad_amax, else empty
+  // Where Fp8Recipe::keeps_weight_scale(l): the slot of block l's weight `w` that its forward
+  // cast writes and its backward cast reads (Fp8LinearOptions::weight_scale); empty elsewhere.
+  // A slot per block and weight, not per micro-batch: the weights, and so their scales, are
+  // the same for every micro-batch of a step.
+  View1<float> fp8_weight_scale(int l, Fp8WeightSlot w) const {
+    if (!layout_.fp8.keeps_weight_scale(l, cfg_.n_layer)) return {};
+    return slice(fp8_weight_scales_,
+                 (std::size_t(l) * kFp8WeightSlots + w) * kernels::kFp8WeightScaleFloats,
+                 kernels::kFp8WeightScaleFloats);
+  }
+  View1<float> fp8_weight_scales_;  // n_layer x kFp8WeightSlots slots where any block keeps
   // Cross-entropy of the head's n rows from row r0 against `targets` (the caller's, not copied;
   // logits_ in place -> dlogits when train):
   // the fused single-rank kernel, or the vocabulary-parallel one whose row max and sums are
