@@ -328,22 +328,32 @@ void linear_fp8_forward_gemm(const ExecSpace& exec, T* out, int ld_out, const T*
 template <class T>
 void linear_fp8_forward_gemm(const ExecSpace& exec, T* out, int ld_out, const T* bias,
                              const Fp8Tensor& a, const T* weight, int N, int IC, int OC,
-                             const Fp8LinearOptions& opt) {
+                             const Fp8LinearOptions& opt, const T* residual) {
   check_shape("linear_fp8_forward_gemm", N, IC, OC);
   MESHTRAIN_CHECK(a.rows == N && a.cols == IC && !a.transposed,
                   "linear_fp8_forward_gemm: the input cast is [", a.rows, ", ", a.cols,
                   a.transposed ? "] transposed" : "]", ", not [N=", N, ", IC=", IC, "]");
+  // The GEMM's C: none, the residual as it is, or (with a bias) the bias, plus the residual where
+  // there is one, written into out first — in the layer's type as linear_forward adds it.
+  const T* c_in = residual;
   if (bias != nullptr) {
-    // The bias enters as the GEMM's C (beta = 1), in the layer's type as linear_forward adds it.
     // A team per row: a 64-bit division and remainder per element made this fill 13.6 of
     // GPT-2 1.5B's 125.8 ms FP8 step on the H100 (2026-12-06 trace), ~6x its memory traffic.
     const Index L = ld_out;
     Kokkos::parallel_for(
         "meshtrain::linear_fp8_bias", detail::Team(exec, N, Kokkos::AUTO),
         KOKKOS_LAMBDA(const detail::Member& t) {
-          T* row = out + Index(t.league_rank()) * L;
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(t, OC), [&](int c) { row[c] = bias[c]; });
+          const Index r = Index(t.league_rank()) * L;
+          T* row = out + r;
+          if (residual == nullptr)
+            Kokkos::parallel_for(Kokkos::TeamThreadRange(t, OC), [&](int c) { row[c] = bias[c]; });
+          else
+            Kokkos::parallel_for(Kokkos::TeamThreadRange(t, OC), [&](int c) {
+              row[c] = static_cast<T>(static_cast<float>(residual[r + c]) +
+                                      static_cast<float>(bias[c]));
+            });
         });
+    c_in = out;
   }
   const bool out_in = opt.layout == Fp8WeightLayout::out_in;
   // W as [OC, IC]: nn.Linear's weight as stored, Conv1D's transposed.
@@ -352,8 +362,8 @@ void linear_fp8_forward_gemm(const ExecSpace& exec, T* out, int ld_out, const T*
                                           nullptr, false, ks)
                              : operand<T>(exec, "weight", weight, OC, IC, OC, 0, opt.forward, opt,
                                           nullptr, false, ks);
-  gemm_fp8<T>(exec, Trans::N, Trans::T, N, OC, IC, 1.0f, a, b, bias != nullptr ? 1.0f : 0.0f,
-              out, ld_out);
+  gemm_fp8<T>(exec, Trans::N, Trans::T, N, OC, IC, 1.0f, a, b, c_in != nullptr ? 1.0f : 0.0f,
+              c_in != nullptr ? c_in : out, ld_out, out, ld_out);
 }
 
 template <class T>
@@ -487,7 +497,7 @@ void linear_fp8_backward(const ExecSpace& exec, View1<T> dinp, View1<T> dweight,
                                               const Fp8LinearOptions&, const Fp8Tensor&, bool);  \
   template void linear_fp8_forward_gemm<T>(const ExecSpace&, T*, int, const T*,                 \
                                            const Fp8Tensor&, const T*, int, int, int,            \
-                                           const Fp8LinearOptions&);                             \
+                                           const Fp8LinearOptions&, const T*);                   \
   template void linear_fp8_dweight_gemm<T>(const ExecSpace&, T*, const Fp8Tensor&, const T*,    \
                                            int, const Fp8Tensor&, int, int, int,                 \
                                            const Fp8LinearOptions&);                             \

@@ -174,6 +174,9 @@ struct DCase {
   float alpha, beta;
   Path on_cuda;  // which path a CUDA build must take (host builds always emulate)
   Trans ta = Trans::N, tb = Trans::T;
+  // gemm_fp8's C/D form: D (poisoned where written) from a C only read, against the emulation
+  // in place; C must come back unchanged.
+  bool separate_d = false;
 };
 
 // The tolerance of a CUDA result, relative to S = |alpha| sum_k |a_k b_k| + |beta c| (operands
@@ -217,8 +220,21 @@ void check_dispatch(const DCase& g) {
   gemm_fp8_emulated<T>(ExecSpace(), g.ta, g.tb, g.M, g.N, g.K, g.alpha, A.q, B.q, g.beta,
                        c_emu.data(), ldc);
   const int calls = gemm_fp8_cublaslt_calls();
-  gemm_fp8<T>(ExecSpace(), g.ta, g.tb, g.M, g.N, g.K, g.alpha, A.q, B.q, g.beta, c_got.data(),
-              ldc);
+  if (g.separate_d) {
+    std::vector<float> d0f = c0f;
+    for (int i = 0; i < g.M; ++i)
+      for (int j = 0; j < g.N; ++j) d0f[std::size_t(i) * ldc + j] = std::nanf("");
+    c_got = kt::to_device(kt::convert<T>(d0f));
+    const View1<T> c_in = kt::to_device(c0);
+    gemm_fp8<T>(ExecSpace(), g.ta, g.tb, g.M, g.N, g.K, g.alpha, A.q, B.q, g.beta, c_in.data(),
+                ldc, c_got.data(), ldc);
+    const auto c_after = kt::convert<float>(kt::to_host(c_in));
+    REQUIRE(std::memcmp(c_after.data(), kt::convert<float>(c0).data(),
+                        c_after.size() * sizeof(float)) == 0);
+  } else {
+    gemm_fp8<T>(ExecSpace(), g.ta, g.tb, g.M, g.N, g.K, g.alpha, A.q, B.q, g.beta, c_got.data(),
+                ldc);
+  }
   const bool ran_lt = gemm_fp8_cublaslt_calls() == calls + 1;
   REQUIRE(gemm_fp8_cublaslt_calls() - calls <= 1);
   const auto emu = kt::convert<float>(kt::to_host(c_emu));
@@ -282,6 +298,11 @@ void check_dispatch_cases() {
   check_dispatch<T>({37, 48, 64, e5, e5, tw, tw, false, 1.0f, 0.0f, emu});
   check_dispatch<T>({37, 48, 40, e4, e4, tw, tw, false, 1.0f, 0.0f, emu});
   check_dispatch<T>({37, 48, 64, e4, e4, tw, tw, false, 1.0f, 0.0f, emu, Trans::N, Trans::N});
+  // D apart from C (the FP8 row-parallel linear's residual as C): served as in place.
+  const Trans n = Trans::N, t = Trans::T;
+  check_dispatch<T>({256, 384, 512, e4, e4, tw, tw, true, 1.0f, 1.0f, lt, n, t, true});
+  check_dispatch<T>({37, 48, 64, e4, e4, rw, rw, false, 1.0f, 1.0f, any, n, t, true});
+  check_dispatch<T>({37, 48, 64, e4, e4, tw, tw, false, 1.0f, 1.0f, emu, n, n, true});
 }
 
 }  // namespace

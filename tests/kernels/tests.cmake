@@ -22,3 +22,5 @@ meshtrain_add_test(NAME test_kernels_fp8_format SOURCES ${CMAKE_CURRENT_LIST_DIR
 meshtrain_add_test(NAME test_kernels_fp8_cast SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_fp8_cast.cpp)
 meshtrain_add_test(NAME test_kernels_gemm_fp8 SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gemm_fp8.cpp)
 meshtrain_add_test(NAME test_kernels_linear_fp8 SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_linear_fp8.cpp)
+meshtrain_add_test(NAME test_kernels_linear_fp8_fused
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_linear_fp8_fused.cpp)

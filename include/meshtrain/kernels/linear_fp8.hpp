@@ -103,12 +103,12 @@ struct Fp8LinearOptions {
   // a caller may hold one per slot at once (the pieces of a packed q|k|v).
   Fp8Workspace* workspace = nullptr;
   int slot = 0;
-  // Tensorwise: where the weight's scale is kept from its forward cast for its backward's (empty:
-  // none; kFp8WeightScaleFloats floats, 16-byte aligned). linear_fp8_forward_gemm writes the
-  // weight's amax, scale and scale_inv there; linear_fp8_dinp_gemm
-  // casts W^T under them instead of reading W once more for the same amax and agreeing it
-  // again. The caller's contract: the weight has not changed since a forward wrote the slot
-  // (within one optimizer step every backward follows a forward of the same weights).
+  // Tensorwise: where the weight's scale is kept from its forward cast for its backward's
+  // (empty: none; kFp8WeightScaleFloats floats, 16-byte aligned). linear_fp8_forward_gemm
+  // writes the weight's amax, scale and scale_inv there; linear_fp8_dinp_gemm casts W^T under
+  // them instead of reading W once more for the same amax and agreeing it again. The caller's
+  // contract: the weight has not changed since a forward wrote the slot (within one optimizer
+  // step every backward follows a forward of the same weights).
   View1<float> weight_scale;
 };
 
@@ -175,11 +175,13 @@ Fp8Tensor linear_fp8_input_keep(const ExecSpace& exec, const T* inp, int N, int 
                                 const Fp8LinearOptions& opt, const Fp8Tensor& kept,
                                 bool amax_set = false);
 
-// The forward with the input cast by linear_fp8_input.
+// The forward with the input cast by linear_fp8_input; with a residual (null: none; [N, OC],
+// row stride ld_out), out = residual + forward, the residual as the GEMM's C: one rounding,
+// no pass of its own (with a bias, residual + bias is written into out first).
 template <class T>
 void linear_fp8_forward_gemm(const ExecSpace& exec, T* out, int ld_out, const T* bias,
                              const Fp8Tensor& inp, const T* weight, int N, int IC, int OC,
-                             const Fp8LinearOptions& opt);
+                             const Fp8LinearOptions& opt, const T* residual = nullptr);
 
 // dout [N, OC] (row stride ld) cast once for the dinp GEMM (K = OC); tensorwise, its scale is
 // also the dweight GEMM's, and (unless wgrad_high_precision) the same pass writes the transpose

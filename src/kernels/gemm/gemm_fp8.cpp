@@ -37,7 +37,7 @@ Stored stored(const Fp8Tensor& t) {
 // scales only where they follow op(A)'s rows and op(B)'s columns, and the extents of codes and
 // scales (the cuBLASLt path reads them through raw pointers).
 void check_fp8_gemm(const char* fn, Trans ta, Trans tb, int M, int N, int K, const Fp8Tensor& A,
-                    const Fp8Tensor& B, int ldc) {
+                    const Fp8Tensor& B, int ldc, int ldd) {
   const Stored sa = stored(A), sb = stored(B);
   const int want_ar = ta == Trans::N ? M : K, want_ac = ta == Trans::N ? K : M;
   const int want_br = tb == Trans::N ? K : N, want_bc = tb == Trans::N ? N : K;
@@ -54,6 +54,7 @@ void check_fp8_gemm(const char* fn, Trans ta, Trans tb, int M, int N, int K, con
                   ": rowwise B scales columns of op(B); B must be stored [N, K] "
                   "(tb=T, not transposed)");
   MESHTRAIN_CHECK(ldc >= N, fn, ": ldc=", ldc, " < N=", N);
+  MESHTRAIN_CHECK(ldd >= N, fn, ": ldd=", ldd, " < N=", N);
   const auto extents = [fn](const Fp8Tensor& t, const char* what) {
     detail::check_extent(t.data, std::size_t(t.rows) * std::size_t(t.cols), fn, what);
     detail::check_extent(t.scale_inv, t.scale_count(), fn, what);
@@ -78,8 +79,8 @@ cudaDataType_t lt_fp8_type(Fp8Format f) {
 // tensorwise: cuBLASLt's outer-vector mode is for A and B together.
 template <class T>
 bool try_cublaslt(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K, float alpha,
-                  const Fp8Tensor& A, const Fp8Tensor& B, float beta, T* C, int ldc,
-                  const char** why) {
+                  const Fp8Tensor& A, const Fp8Tensor& B, float beta, const T* C, int ldc, T* D,
+                  int ldd, const char** why) {
   if constexpr (!std::is_same_v<ExecSpace, Kokkos::Cuda>) {
     return false;
   } else {
@@ -103,7 +104,7 @@ bool try_cublaslt(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K
                            A.scaling == Fp8Scaling::rowwise, M, N, K, alpha,
                            A.data.data(), K, A.scale_inv.data(),
                            B.data.data(), K, B.scale_inv.data(),
-                           beta, C, ldc, C, ldc};
+                           beta, C, ldc, D, ldd};
     return detail::lt_matmul_fp8(exec, call, why);
   }
 }
@@ -142,9 +143,9 @@ View1<float> decode_codes(const ExecSpace& exec, const Fp8Tensor& t, const char*
 
 template <class T>
 void gemm_fp8_emulated(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K,
-                       float alpha, const Fp8Tensor& A, const Fp8Tensor& B, float beta, T* C,
-                       int ldc) {
-  check_fp8_gemm("gemm_fp8_emulated", ta, tb, M, N, K, A, B, ldc);
+                       float alpha, const Fp8Tensor& A, const Fp8Tensor& B, float beta,
+                       const T* C, int ldc, T* D, int ldd) {
+  check_fp8_gemm("gemm_fp8_emulated", ta, tb, M, N, K, A, B, ldc, ldd);
   if (M == 0 || N == 0) return;
   const Stored sa = stored(A), sb = stored(B);
 
@@ -155,46 +156,63 @@ void gemm_fp8_emulated(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, 
 
   const auto sinv_a = A.scale_inv, sinv_b = B.scale_inv;
   const bool row_a = A.scaling == Fp8Scaling::rowwise, col_b = B.scaling == Fp8Scaling::rowwise;
-  const Index NN = N, LDC = ldc;
+  const Index NN = N, LDC = ldc, LDD = ldd;
   Kokkos::parallel_for(
       "meshtrain::gemm_fp8_scale", Range(exec, 0, Index(M) * NN), KOKKOS_LAMBDA(Index i) {
         const Index m = i / NN, n = i % NN;
         const float s = alpha * sinv_a(row_a ? m : 0) * sinv_b(col_b ? n : 0);
         float v = s * acc(i);
         if (beta != 0.0f) v += beta * static_cast<float>(C[m * LDC + n]);
-        C[m * LDC + n] = static_cast<T>(v);
+        D[m * LDD + n] = static_cast<T>(v);
       });
 }
 
 template <class T>
 void gemm_fp8(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K, float alpha,
-              const Fp8Tensor& A, const Fp8Tensor& B, float beta, T* C, int ldc) {
-  check_fp8_gemm("gemm_fp8", ta, tb, M, N, K, A, B, ldc);
+              const Fp8Tensor& A, const Fp8Tensor& B, float beta, const T* C, int ldc, T* D,
+              int ldd) {
+  check_fp8_gemm("gemm_fp8", ta, tb, M, N, K, A, B, ldc, ldd);
   if (M == 0 || N == 0) return;
 #if defined(KOKKOS_ENABLE_CUDA)
   const char* why = nullptr;
-  if (try_cublaslt<T>(exec, ta, tb, M, N, K, alpha, A, B, beta, C, ldc, &why)) {
+  if (try_cublaslt<T>(exec, ta, tb, M, N, K, alpha, A, B, beta, C, ldc, D, ldd, &why)) {
     cublaslt_calls.fetch_add(1, std::memory_order_relaxed);
     return;
   }
   if constexpr (std::is_same_v<ExecSpace, Kokkos::Cuda>) say_emulated(ta, tb, M, N, K, A, B, why);
 #endif
-  gemm_fp8_emulated<T>(exec, ta, tb, M, N, K, alpha, A, B, beta, C, ldc);
+  gemm_fp8_emulated<T>(exec, ta, tb, M, N, K, alpha, A, B, beta, C, ldc, D, ldd);
+}
+
+template <class T>
+void gemm_fp8(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K, float alpha,
+              const Fp8Tensor& A, const Fp8Tensor& B, float beta, T* C, int ldc) {
+  gemm_fp8<T>(exec, ta, tb, M, N, K, alpha, A, B, beta, C, ldc, C, ldc);
+}
+
+template <class T>
+void gemm_fp8_emulated(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K,
+                       float alpha, const Fp8Tensor& A, const Fp8Tensor& B, float beta, T* C,
+                       int ldc) {
+  gemm_fp8_emulated<T>(exec, ta, tb, M, N, K, alpha, A, B, beta, C, ldc, C, ldc);
 }
 
 int gemm_fp8_cublaslt_calls() { return cublaslt_calls.load(std::memory_order_relaxed); }
 
-template void gemm_fp8<float>(const ExecSpace&, Trans, Trans, int, int, int, float,
-                              const Fp8Tensor&, const Fp8Tensor&, float, float*, int);
+#define MESHTRAIN_INSTANTIATE_GEMM_FP8(T)                                                        \
+  template void gemm_fp8<T>(const ExecSpace&, Trans, Trans, int, int, int, float,                \
+                            const Fp8Tensor&, const Fp8Tensor&, float, T*, int);                 \
+  template void gemm_fp8<T>(const ExecSpace&, Trans, Trans, int, int, int, float,                \
+                            const Fp8Tensor&, const Fp8Tensor&, float, const T*, int, T*, int);  \
+  template void gemm_fp8_emulated<T>(const ExecSpace&, Trans, Trans, int, int, int, float,       \
+                                     const Fp8Tensor&, const Fp8Tensor&, float, T*, int);        \
+  template void gemm_fp8_emulated<T>(const ExecSpace&, Trans, Trans, int, int, int, float,       \
+                                     const Fp8Tensor&, const Fp8Tensor&, float, const T*, int,   \
+                                     T*, int);
+MESHTRAIN_INSTANTIATE_GEMM_FP8(float)
 #if MESHTRAIN_HAVE_BF16
-template void gemm_fp8<bf16>(const ExecSpace&, Trans, Trans, int, int, int, float,
-                             const Fp8Tensor&, const Fp8Tensor&, float, bf16*, int);
+MESHTRAIN_INSTANTIATE_GEMM_FP8(bf16)
 #endif
-template void gemm_fp8_emulated<float>(const ExecSpace&, Trans, Trans, int, int, int, float,
-                                       const Fp8Tensor&, const Fp8Tensor&, float, float*, int);
-#if MESHTRAIN_HAVE_BF16
-template void gemm_fp8_emulated<bf16>(const ExecSpace&, Trans, Trans, int, int, int, float,
-                                      const Fp8Tensor&, const Fp8Tensor&, float, bf16*, int);
-#endif
+#undef MESHTRAIN_INSTANTIATE_GEMM_FP8
 
 }  // namespace meshtrain::kernels

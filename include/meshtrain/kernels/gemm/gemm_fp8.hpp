@@ -35,6 +35,12 @@ namespace meshtrain::kernels {
 template <class T>
 void gemm_fp8(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K, float alpha,
               const Fp8Tensor& A, const Fp8Tensor& B, float beta, T* C, int ldc);
+// The same with D (row stride ldd) written and C only read: D = alpha op(A) op(B) + beta C
+// (C and D may be the same). A residual stream as C: one rounding to T, no pass of its own.
+template <class T>
+void gemm_fp8(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K, float alpha,
+              const Fp8Tensor& A, const Fp8Tensor& B, float beta, const T* C, int ldc, T* D,
+              int ldd);
 
 // How many gemm_fp8 calls of this process cuBLASLt's FP8 matmul ran (always 0 on host builds):
 // tests read it before and after a call to know which path served it.
@@ -44,5 +50,9 @@ template <class T>
 void gemm_fp8_emulated(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K,
                        float alpha, const Fp8Tensor& A, const Fp8Tensor& B, float beta, T* C,
                        int ldc);
+template <class T>
+void gemm_fp8_emulated(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K,
+                       float alpha, const Fp8Tensor& A, const Fp8Tensor& B, float beta,
+                       const T* C, int ldc, T* D, int ldd);
 
 }  // namespace meshtrain::kernels
