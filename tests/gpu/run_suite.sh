@@ -170,9 +170,11 @@ case_fp8_kernels_1() {
   local t rc=0
   # With the kernels whose fused FP8 amax the kept inputs and the MLP backward use (norms,
   # GELU, SwiGLU: their CUDA and packed bf16 paths), the kept inputs against recomputation and
-  # the fused backward amaxes against unfused.
+  # the fused backward amaxes and the kept weight scales against neither; the weight scale kept
+  # and the residual as the GEMM's C (test_kernels_linear_fp8_fused) with cuBLASLt.
   for t in test_kernels_fp8_format test_kernels_fp8_cast test_kernels_gemm_fp8 \
-           test_kernels_linear_fp8 test_fp8_linears test_fp8_layouts test_kernels_rmsnorm \
+           test_kernels_linear_fp8 test_kernels_linear_fp8_fused test_fp8_linears \
+           test_fp8_layouts test_kernels_rmsnorm \
            test_kernels_layernorm test_kernels_swiglu test_kernels_pointwise test_fp8_kept_inputs \
            test_fp8_fused_grad_amax; do
     "$(exe "$t")" --durations yes || rc=$?
@@ -187,7 +189,8 @@ case_fp8_linears_2() { catch2 test_fp8_linears 2; }
 case_fp8_linears_4() { catch2 test_fp8_linears 4; }
 case_fp8_layouts_2() { catch2 test_fp8_layouts 2; }
 case_fp8_layouts_4() { catch2 test_fp8_layouts 4; }
-# The MLP backward's fused amaxes against unfused, bit for bit, under tp (with sp) and cp.
+# The MLP backward's fused amaxes and the kept weight scales against neither, bit for bit,
+# under tp (with sp) and cp.
 case_fp8_fused_grad_amax_2() { catch2 test_fp8_fused_grad_amax 2; }
 # The collectives and the pipeline runner always; the CPU suite's layout matrices (hundreds of
 # NCCL communicators and steps: ~10 minutes each at 8 ranks on one GPU) with SUITE_MATRICES=1.
