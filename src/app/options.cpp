@@ -50,7 +50,10 @@ po::options_description parallel_options() {
       ("dp.bucket_mb", po::value<double>()->default_value(25.0),
        "gradient bucket size in MB for the overlapped dp reduction")
       ("dp.overlap", po::value<bool>()->default_value(true)->implicit_value(true),
-       "launch each bucket's reduction as soon as its gradients are ready");
+       "launch each bucket's reduction as soon as its gradients are ready")
+      ("dp.zero_grads_always", po::value<bool>()->default_value(false)->implicit_value(true),
+       "zero every gradient at each step's start, also those the weight-gradient GEMMs "
+       "overwrite on their first write (same results; for A/B checks)");
   return d;
 }
 

@@ -156,6 +156,7 @@ parallel::ParallelConfig parallel_config(const po::variables_map& vm, const mesh
   MESHTRAIN_CONFIG_CHECK(mb > 0, "dp.bucket_mb=", mb, " must be positive");
   c.dp.bucket_bytes = static_cast<std::size_t>(mb * 1048576.0);
   c.dp.overlap = vm["dp.overlap"].as<bool>();
+  c.dp.zero_grads_always = vm["dp.zero_grads_always"].as<bool>();
   return c;
 }
 

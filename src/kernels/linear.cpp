@@ -14,17 +14,19 @@ void check_shape(const char* fn, int N, int IC, int OC) {
   MESHTRAIN_CHECK(N >= 0 && IC > 0 && OC > 0, fn, ": bad shape N=", N, ", IC=", IC, ", OC=", OC);
 }
 
-// dweight[IC, OC] += inp[N, IC]^T @ dout[N, OC], and dbias[OC] += sum_rows(dout) fused in.
+// dweight[IC, OC] = beta dweight + inp[N, IC]^T @ dout[N, OC], and dbias[OC] += sum_rows(dout)
+// fused in (gemm_dbias adds into dbias whatever beta is).
 template <class T>
 void weight_and_bias_grad(const ExecSpace& exec, const char* fn, View1<T> dweight, View1<T> dbias,
-                          View1<const T> dout, View1<const T> inp, int N, int IC, int OC) {
+                          View1<const T> dout, View1<const T> inp, int N, int IC, int OC,
+                          float beta) {
   detail::check_extent(dweight, std::size_t(IC) * OC, fn, "dweight");
   if (detail::present(dbias)) {
     detail::check_extent(dbias, OC, fn, "dbias");
-    gemm_dbias<T>(exec, Trans::T, IC, OC, N, 1.0f, inp.data(), IC, dout.data(), OC, 1.0f,
+    gemm_dbias<T>(exec, Trans::T, IC, OC, N, 1.0f, inp.data(), IC, dout.data(), OC, beta,
                   dweight.data(), OC, dbias.data());
   } else {
-    gemm<T>(exec, Trans::T, Trans::N, IC, OC, N, 1.0f, inp.data(), IC, dout.data(), OC, 1.0f,
+    gemm<T>(exec, Trans::T, Trans::N, IC, OC, N, 1.0f, inp.data(), IC, dout.data(), OC, beta,
             dweight.data(), OC);
   }
 }
@@ -84,7 +86,7 @@ void linear_gelu_forward(const ExecSpace& exec, View1<T> out_gelu, View1<T> pre_
 template <class T>
 void linear_backward(const ExecSpace& exec, View1<T> dinp, View1<T> dweight, View1<T> dbias,
                      View1<const T> dout, View1<const T> inp, View1<const T> weight, int N,
-                     int IC, int OC, bool accumulate_dinp) {
+                     int IC, int OC, bool accumulate_dinp, float dweight_beta) {
   const char* fn = "linear_backward";
   check_shape(fn, N, IC, OC);
   detail::check_extent(dout, std::size_t(N) * OC, fn, "dout");
@@ -96,14 +98,14 @@ void linear_backward(const ExecSpace& exec, View1<T> dinp, View1<T> dweight, Vie
     gemm<T>(exec, Trans::N, Trans::T, N, IC, OC, 1.0f, dout.data(), OC, weight.data(), OC,
             accumulate_dinp ? 1.0f : 0.0f, dinp.data(), IC);
   }
-  weight_and_bias_grad<T>(exec, fn, dweight, dbias, dout, inp, N, IC, OC);
+  weight_and_bias_grad<T>(exec, fn, dweight, dbias, dout, inp, N, IC, OC, dweight_beta);
 }
 
 template <class T>
 void linear_backward_dgelu(const ExecSpace& exec, View1<T> dpre, View1<T> dweight,
                            View1<T> dbias, View1<const T> dout, View1<const T> inp,
                            View1<const T> weight, View1<const T> pre_gelu, int N, int IC,
-                           int OC, View1<T> dbias_pre) {
+                           int OC, View1<T> dbias_pre, float dweight_beta) {
   const char* fn = "linear_backward_dgelu";
   check_shape(fn, N, IC, OC);
   detail::check_extent(dout, std::size_t(N) * OC, fn, "dout");
@@ -127,7 +129,7 @@ void linear_backward_dgelu(const ExecSpace& exec, View1<T> dpre, View1<T> dweigh
     gemm_ex<T>(exec, Trans::N, Trans::T, N, IC, OC, 1.0f, dout.data(), OC, weight.data(), OC,
                0.0f, nullptr, IC, dpre.data(), IC, ep);
   }
-  weight_and_bias_grad<T>(exec, fn, dweight, dbias, dout, inp, N, IC, OC);
+  weight_and_bias_grad<T>(exec, fn, dweight, dbias, dout, inp, N, IC, OC, dweight_beta);
 }
 
 #define MESHTRAIN_INSTANTIATE_LINEAR(T)                                                         \
@@ -139,10 +141,10 @@ void linear_backward_dgelu(const ExecSpace& exec, View1<T> dpre, View1<T> dweigh
                                        View1<const T>, View1<const T>, int, int, int);          \
   template void linear_backward<T>(const ExecSpace&, View1<T>, View1<T>, View1<T>,              \
                                    View1<const T>, View1<const T>, View1<const T>, int, int,    \
-                                   int, bool);                                                  \
+                                   int, bool, float);                                           \
   template void linear_backward_dgelu<T>(const ExecSpace&, View1<T>, View1<T>, View1<T>,        \
                                          View1<const T>, View1<const T>, View1<const T>,        \
-                                         View1<const T>, int, int, int, View1<T>);
+                                         View1<const T>, int, int, int, View1<T>, float);
 MESHTRAIN_INSTANTIATE_LINEAR(float)
 MESHTRAIN_INSTANTIATE_LINEAR(double)
 #if MESHTRAIN_HAVE_BF16

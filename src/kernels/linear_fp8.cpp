@@ -398,24 +398,24 @@ void linear_fp8_dinp_gemm(const ExecSpace& exec, T* dinp, float beta, const Fp8T
 template <class T>
 void linear_fp8_dweight_gemm(const ExecSpace& exec, T* dweight, const Fp8Tensor& g,
                              const T* dout, int ld, const T* inp, int N, int IC, int OC,
-                             const Fp8LinearOptions& opt) {
+                             const Fp8LinearOptions& opt, float beta) {
   check_shape("linear_fp8_dweight_gemm", N, IC, OC);
   const bool out_in = opt.layout == Fp8WeightLayout::out_in;
   if (opt.wgrad_high_precision) {  // linear_backward's / the Llama block's GEMM, unchanged
     if (out_in)
-      gemm<T>(exec, Trans::T, Trans::N, OC, IC, N, 1.0f, dout, ld, inp, IC, 1.0f, dweight, IC);
+      gemm<T>(exec, Trans::T, Trans::N, OC, IC, N, 1.0f, dout, ld, inp, IC, beta, dweight, IC);
     else
-      gemm<T>(exec, Trans::T, Trans::N, IC, OC, N, 1.0f, inp, IC, dout, ld, 1.0f, dweight, OC);
+      gemm<T>(exec, Trans::T, Trans::N, IC, OC, N, 1.0f, inp, IC, dout, ld, beta, dweight, OC);
     return;
   }
   linear_fp8_dweight_gemm<T>(exec, dweight, g, dout, ld,
-                             linear_fp8_input_t<T>(exec, inp, N, IC, opt), N, IC, OC, opt);
+                             linear_fp8_input_t<T>(exec, inp, N, IC, opt), N, IC, OC, opt, beta);
 }
 
 template <class T>
 void linear_fp8_dweight_gemm(const ExecSpace& exec, T* dweight, const Fp8Tensor& g,
                              const T* dout, int ld, const Fp8Tensor& xt, int N, int IC, int OC,
-                             const Fp8LinearOptions& opt) {
+                             const Fp8LinearOptions& opt, float beta) {
   check_shape("linear_fp8_dweight_gemm", N, IC, OC);
   MESHTRAIN_CHECK(!opt.wgrad_high_precision,
                   "linear_fp8_dweight_gemm: wgrad_high_precision takes the input unquantized");
@@ -436,9 +436,9 @@ void linear_fp8_dweight_gemm(const ExecSpace& exec, T* dweight, const Fp8Tensor&
     gt = operand<T>(exec, "dout", dout, ld, N, OC, 0, opt.backward, opt, &g);
   }
   if (out_in)
-    gemm_fp8<T>(exec, Trans::N, Trans::T, OC, IC, N, 1.0f, gt, xt, 1.0f, dweight, IC);
+    gemm_fp8<T>(exec, Trans::N, Trans::T, OC, IC, N, 1.0f, gt, xt, beta, dweight, IC);
   else
-    gemm_fp8<T>(exec, Trans::N, Trans::T, IC, OC, N, 1.0f, xt, gt, 1.0f, dweight, OC);
+    gemm_fp8<T>(exec, Trans::N, Trans::T, IC, OC, N, 1.0f, xt, gt, beta, dweight, OC);
 }
 
 template <class T>
@@ -500,14 +500,14 @@ void linear_fp8_backward(const ExecSpace& exec, View1<T> dinp, View1<T> dweight,
                                            const Fp8LinearOptions&, const T*);                   \
   template void linear_fp8_dweight_gemm<T>(const ExecSpace&, T*, const Fp8Tensor&, const T*,    \
                                            int, const Fp8Tensor&, int, int, int,                 \
-                                           const Fp8LinearOptions&);                             \
+                                           const Fp8LinearOptions&, float);                      \
   template Fp8Tensor linear_fp8_grad<T>(const ExecSpace&, const T*, int, int, int,               \
                                         const Fp8LinearOptions&, View1<float>);                  \
   template void linear_fp8_dinp_gemm<T>(const ExecSpace&, T*, float, const Fp8Tensor&,           \
                                         const T*, int, int, int, const Fp8LinearOptions&);       \
   template void linear_fp8_dweight_gemm<T>(const ExecSpace&, T*, const Fp8Tensor&, const T*,     \
                                            int, const T*, int, int, int,                         \
-                                           const Fp8LinearOptions&);
+                                           const Fp8LinearOptions&, float);
 MESHTRAIN_INSTANTIATE_LINEAR_FP8(float)
 #if MESHTRAIN_HAVE_BF16
 MESHTRAIN_INSTANTIATE_LINEAR_FP8(bf16)  // gemm_fp8 has no fp16 output: FP8 training is bf16's

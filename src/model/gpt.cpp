@@ -95,7 +95,8 @@ GptT<T>::GptT(const GptConfig& cfg, int micro_batch, int seq_len, const ModelLay
       exec_(exec),
       reg_(cfg, tp_rank_of(layout), tp_size_of(layout), layout.pp_stage,
            chunks_or_all(layout, cfg), layout.has_embedding, layout.has_head, ep_rank_of(layout),
-           ep_size_of(layout)) {
+           ep_size_of(layout)),
+      first_write_(reg_) {
   layout_.chunks = chunks_or_all(layout, cfg);
   MESHTRAIN_CONFIG_CHECK(B_ > 0, "train.micro_batch=", B_, " must be positive");
   MESHTRAIN_CONFIG_CHECK(T_ > 0 && T_ <= cfg_.block_size, "train.seq_len=", T_,

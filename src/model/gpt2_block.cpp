@@ -124,7 +124,8 @@ void GptT<T>::block_backward(int l, View1<const T> x, BlockActivations<T>& a, Vi
       // d(pre-GELU) in one GEMM: the GELU derivative is the input-gradient GEMM's epilogue, and
       // so is c_fc's bias gradient (the column sums of d(pre-GELU)), which c_fc's backward skips.
       k::linear_backward_dgelu<T>(exec_, dfch_, g.mlp_proj_w, g.mlp_proj_b, dfull, a.fch_gelu,
-                                  w.mlp_proj_w, a.fch, N, I, C, g.c_fc_b);
+                                  w.mlp_proj_w, a.fch, N, I, C, g.c_fc_b,
+                                  grad_beta(g.mlp_proj_w));
       column_parallel_backward(dx, g.c_fc_w, View1<T>{}, dfch_, a.ln2, w.c_fc_w, I);
     }
   }
@@ -137,7 +138,7 @@ void GptT<T>::block_backward(int l, View1<const T> x, BlockActivations<T>& a, Vi
                      kConv1D, nullptr);
   else
     k::linear_backward<T>(exec_, datty_, g.attn_proj_w, g.attn_proj_b, dfull, a.atty,
-                          w.attn_proj_w, N, C / P, C);
+                          w.attn_proj_w, N, C / P, C, false, grad_beta(g.attn_proj_w));
   if (ring_)
     ring_->backward(dqkv_, datty_, a.qkv, a.atty, a.lse);
   else

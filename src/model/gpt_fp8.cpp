@@ -127,10 +127,12 @@ void GptT<T>::fp8_row_backward(T* dinp, T* dw, T* db, View1<const T> dfull, cons
     o.weight_scale = w_scale;
     const k::Fp8Tensor g = k::linear_fp8_grad<T>(exec_, dfull.data(), C, N_, C, o);
     k::linear_fp8_dinp_gemm<T>(exec_, dinp, 0.0f, g, w, N_, in_cols, C, o);
+    const float beta = grad_beta(dw, std::size_t(in_cols) * C);
     if (kept != nullptr)
-      k::linear_fp8_dweight_gemm<T>(exec_, dw, g, dfull.data(), C, *kept, N_, in_cols, C, o);
+      k::linear_fp8_dweight_gemm<T>(exec_, dw, g, dfull.data(), C, *kept, N_, in_cols, C, o,
+                                    beta);
     else
-      k::linear_fp8_dweight_gemm<T>(exec_, dw, g, dfull.data(), C, inp, N_, in_cols, C, o);
+      k::linear_fp8_dweight_gemm<T>(exec_, dw, g, dfull.data(), C, inp, N_, in_cols, C, o, beta);
     if (db != nullptr) k::column_sums_add<T>(exec_, N_, C, dfull.data(), C, db);
   }
 }
@@ -146,10 +148,13 @@ void GptT<T>::fp8_column_backward(View1<T> dx, const LinearPiece<T>* pieces, int
     k::Fp8LinearOptions o = fp8_options(TpSplit::column, layout);
     const auto dweight = [&](const LinearPiece<T>& p, const k::Fp8Tensor& gp,
                              const k::Fp8Tensor& xt) {
+      const float beta = grad_beta(p.dw, std::size_t(p.width) * C);
       if (o.wgrad_high_precision)
-        k::linear_fp8_dweight_gemm<T>(exec_, p.dw, gp, dout + p.col, ld, inp, N_, C, p.width, o);
+        k::linear_fp8_dweight_gemm<T>(exec_, p.dw, gp, dout + p.col, ld, inp, N_, C, p.width, o,
+                                      beta);
       else
-        k::linear_fp8_dweight_gemm<T>(exec_, p.dw, gp, dout + p.col, ld, xt, N_, C, p.width, o);
+        k::linear_fp8_dweight_gemm<T>(exec_, p.dw, gp, dout + p.col, ld, xt, N_, C, p.width, o,
+                                      beta);
     };
     // The input's transpose for every piece's weight gradient: the block's kept cast, or cast
     // here once (none where the weight gradients read the input unquantized).

@@ -36,6 +36,10 @@ void GptT<T>::embedding_backward(SlotActivations<T>& s, View1<const T> dres) {
   const int u = reg_.embedding_unit();
   hook_before_backward(u);
   View1<const T> dfull = tp_.exit_backward(dres);
+  // The scatter-add needs its gradient to hold a value: a tied wte is first written by the
+  // head's GEMM, which in every schedule runs earlier in the micro-batch (so this is a no-op),
+  // but if it ever came first the gradient is zeroed here instead.
+  before_accumulate(dwte_);
   k::embedding_backward<T>(exec_, dwte_, dwpe_, dfull, s.tokens, B_, T_, cfg_.n_embd, v0_, Vl_,
                           positions_);
   hook_after_backward(u);
@@ -111,8 +115,10 @@ void GptT<T>::head_forward(SlotActivations<T>& s, View1<const T> x,
     // weight-gradient GEMM runs (the reduce-scatter of sequence parallelism needs every row).
     comm::Request r;
     if (r0 + n == N) r = tp_.enter_backward(dln_, dx);
+    // The first chunk of the step's first micro-batch overwrites the gradient (beta 0), the
+    // others add to it.
     k::gemm<T>(exec_, k::Trans::T, k::Trans::N, Vl_, C, n, 1.0f, logits_.data(), Vl_,
-               lnf_.data() + row0 * C, C, 1.0f, dhw.data(), C);
+               lnf_.data() + row0 * C, C, grad_beta(dhw), dhw.data(), C);
     tp_.wait(r);
   }
   k::sum_losses(exec_, loss_sum_, losses_, N, true);

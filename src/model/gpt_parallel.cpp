@@ -108,7 +108,8 @@ void GptT<T>::column_parallel_backward(View1<T> dx, View1<T> dw, View1<T> db, Vi
   k::gemm<T>(exec_, k::Trans::N, k::Trans::T, N_, C, out_cols, 1.0f, dout.data(), out_cols,
              w.data(), out_cols, 0.0f, dln_.data(), C);
   comm::Request r = tp_.enter_backward(dln_, dx);
-  k::linear_backward<T>(exec_, View1<T>{}, dw, db, dout, inp, w, N_, C, out_cols);
+  k::linear_backward<T>(exec_, View1<T>{}, dw, db, dout, inp, w, N_, C, out_cols, false,
+                        grad_beta(dw));
   tp_.wait(r);
 }
 

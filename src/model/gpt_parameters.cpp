@@ -1,7 +1,9 @@
 // GptT's parameters and gradients: views of the flat buffers by name, the binding of each unit's
 // storage to the per-block tensors (bind_unit, which ZeRO-3 and ZeRO-2 call with storage of their
-// own), initialisation from the counter-based RNG, sharing and zeroing.
+// own), initialisation from the counter-based RNG, sharing and zeroing, and the first-write
+// bookkeeping of the gradient buffer (grad_first_write.hpp).
 #include <cmath>
+#include <cstdint>
 
 #include "meshtrain/core/error.hpp"
 #include "meshtrain/core/rng.hpp"
@@ -184,7 +186,36 @@ void GptT<T>::share_parameters(const GptT& other) {
 
 template <class T>
 void GptT<T>::zero_grads() {
+  first_write_.disarm();
   if (grads_.span() > 0) Kokkos::deep_copy(exec_, grads_, T(0.0f));
+}
+
+namespace {
+// Element offset of p in `flat`, or -1 where p is elsewhere (a scratch, a ZeRO-2 pool buffer).
+template <class T>
+std::int64_t offset_in(const View1<T>& flat, const T* p) {
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  const auto base = reinterpret_cast<std::uintptr_t>(flat.data());
+  if (flat.span() == 0 || at < base || at >= base + flat.span() * sizeof(T)) return -1;
+  return static_cast<std::int64_t>((at - base) / sizeof(T));
+}
+}  // namespace
+
+template <class T>
+float GptT<T>::grad_beta(const T* dw, std::size_t n) {
+  if (!first_write_.armed()) return 1.0f;
+  const std::int64_t at = offset_in(grads_, dw);
+  return at < 0 ? 1.0f : first_write_.claim(static_cast<std::size_t>(at), n);
+}
+
+template <class T>
+void GptT<T>::before_accumulate(const View1<T>& g) {
+  if (!first_write_.armed() || g.span() == 0) return;
+  const std::int64_t at = offset_in(grads_, g.data());
+  if (at < 0) return;
+  const auto begin = static_cast<std::size_t>(at);
+  for (const GradRange& r : first_write_.take_unwritten(begin, begin + g.span()))
+    Kokkos::deep_copy(exec_, slice(grads_, r.begin, r.size()), T(0.0f));
 }
 
 #define MESHTRAIN_INSTANTIATE_GPT_PARAMETERS(T)                                                  \
@@ -195,7 +226,9 @@ void GptT<T>::zero_grads() {
   template void GptT<T>::init_parameters(std::uint64_t);                                         \
   template void GptT<T>::init_parameters_into(std::uint64_t, View1<T>) const;                    \
   template void GptT<T>::share_parameters(const GptT<T>&);                                       \
-  template void GptT<T>::zero_grads();
+  template void GptT<T>::zero_grads();                                                          \
+  template float GptT<T>::grad_beta(const T*, std::size_t);                                      \
+  template void GptT<T>::before_accumulate(const View1<T>&);
 MESHTRAIN_INSTANTIATE_GPT_PARAMETERS(float)
 #if MESHTRAIN_HAVE_BF16
 MESHTRAIN_INSTANTIATE_GPT_PARAMETERS(bf16)

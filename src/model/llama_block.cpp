@@ -38,7 +38,8 @@ using Piece = LinearPiece<T>;  // b: the forward's bias (Qwen2's q/k/v), or none
 // multiple of 64 elements, so they are adjacent unless the kv heads are replicated or a piece's
 // size is not such a multiple): one GEMM of the summed width instead of several narrow ones,
 // which at Llama 3.2 1B's k/v width (512) ran at ~70 % of a wide GEMM's rate. dw may be null
-// (the forward), and so may b; a bias must then follow the previous piece's too.
+// (the forward), and so may b; a bias must then follow the previous piece's too. Pieces merge
+// only with the same weight-gradient beta: one GEMM overwrites or adds, never both.
 template <class T>
 int merge_adjacent(const Piece<T>* p, int n, Piece<T>* out, int C) {
   auto follows = [](const T* last, const T* next, std::size_t len) {
@@ -50,7 +51,8 @@ int merge_adjacent(const Piece<T>* p, int n, Piece<T>* out, int C) {
       Piece<T>& last = out[m - 1];
       const std::size_t len = static_cast<std::size_t>(last.width) * C;
       if (last.w + len == p[i].w && follows(last.dw, p[i].dw, len) &&
-          follows(last.b, p[i].b, std::size_t(last.width)) && last.col + last.width == p[i].col) {
+          follows(last.b, p[i].b, std::size_t(last.width)) && last.col + last.width == p[i].col &&
+          last.dw_beta == p[i].dw_beta) {
         last.width += p[i].width;
         continue;
       }
@@ -61,7 +63,7 @@ int merge_adjacent(const Piece<T>* p, int n, Piece<T>* out, int C) {
 }
 
 // dx_partial[N, C] = sum over pieces of dout[:, piece] @ w (the input gradient before the tp
-// reduction), and each piece's dw += dout[:, piece]^T @ inp.
+// reduction), and each piece's dw = dw_beta dw + dout[:, piece]^T @ inp.
 template <class T>
 void input_grad(const ExecSpace& exec, T* dx, const Piece<T>* p, int n, const T* dout, int ld,
                 int N, int C) {
@@ -74,7 +76,7 @@ void weight_grads(const ExecSpace& exec, const Piece<T>* p, int n, const T* dout
                   const T* inp, int N, int C) {
   for (int i = 0; i < n; ++i)
     k::gemm<T>(exec, Trans::T, Trans::N, p[i].width, C, N, 1.0f, dout + p[i].col, ld, inp, C,
-               1.0f, p[i].dw, C);
+               p[i].dw_beta, p[i].dw, C);
 }
 }  // namespace
 
@@ -196,8 +198,13 @@ void GptT<T>::llama_block_backward(int l, View1<const T> x, BlockActivations<T>&
       fp8_column_backward(dx, pieces, count, dout, ld, inp, kLinear, kept);
       return;
     }
-    Piece<T> p[3];
-    const int n = merge_adjacent(pieces, count, p, C);
+    // Each piece's beta from its own gradient (a first write overwrites it) before merging.
+    Piece<T> own[3], p[3];
+    for (int i = 0; i < count; ++i) {
+      own[i] = pieces[i];
+      own[i].dw_beta = grad_beta(own[i].dw, std::size_t(own[i].width) * C);
+    }
+    const int n = merge_adjacent(own, count, p, C);
     input_grad<T>(exec_, dln_.data(), p, n, dout, ld, N, C);
     comm::Request r = tp_.enter_backward(dln_, dx);
     weight_grads<T>(exec_, p, n, dout, ld, inp, N, C);
@@ -220,7 +227,7 @@ void GptT<T>::llama_block_backward(int l, View1<const T> x, BlockActivations<T>&
       k::gemm<T>(exec_, Trans::N, Trans::N, N, I, C, 1.0f, dfull.data(), C, w.mlp_proj_w.data(),
                  I, 0.0f, dh_.data(), I);
       k::gemm<T>(exec_, Trans::T, Trans::N, C, I, N, 1.0f, dfull.data(), C, a.fch_gelu.data(), I,
-                 1.0f, g.mlp_proj_w.data(), I);
+                 grad_beta(g.mlp_proj_w), g.mlp_proj_w.data(), I);
     }
     // Under FP8, SwiGLU's backward also sets the amaxes of the gate and up gradients' casts
     // (where fused): two pieces, two scales.
@@ -244,7 +251,7 @@ void GptT<T>::llama_block_backward(int l, View1<const T> x, BlockActivations<T>&
     k::gemm<T>(exec_, Trans::N, Trans::N, N, QW, C, 1.0f, dfull.data(), C, w.attn_proj_w.data(),
                QW, 0.0f, datty_.data(), QW);
     k::gemm<T>(exec_, Trans::T, Trans::N, C, QW, N, 1.0f, dfull.data(), C, a.atty.data(), QW,
-               1.0f, g.attn_proj_w.data(), QW);
+               grad_beta(g.attn_proj_w), g.attn_proj_w.data(), QW);
   }
   // dK and dV of each kv head are summed over its query heads by the kernel.
   if (ring_)

@@ -4,6 +4,7 @@ target_sources(meshtrain_lib PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/fp8_amax.cpp
   ${CMAKE_CURRENT_LIST_DIR}/fp8_recipe.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gpt_fp8.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/grad_first_write.cpp
   ${CMAKE_CURRENT_LIST_DIR}/registry.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gpt.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gpt_parameters.cpp

@@ -47,6 +47,9 @@ DpLayout make_dp_layout(const model::ParameterRegistry& reg, std::size_t elem_by
   p.zero_stage = opt.zero_stage;
   p.dp = dp;
   p.overlap = opt.overlap;
+  // Only over the full gradient buffer: at ZeRO 2/3 a unit's gradients are pool buffers rebound
+  // and zeroed per bucket and micro-batch (bind_grad_buffer), which the model cannot claim.
+  p.first_write = opt.zero_stage <= 1 && !opt.zero_grads_always;
   const auto& units = reg.units();
   MESHTRAIN_CHECK(!units.empty(), "make_dp_layout: the model has no units");
   // Dense units reduce over dp; MoE expert units over the expert-data-parallel group (the dp

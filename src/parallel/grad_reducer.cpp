@@ -40,8 +40,29 @@ GradReducer<T>::~GradReducer() {
 
 template <class T>
 void GradReducer<T>::zero_grads() {
-  if (plan_.zero_stage <= 1) Kokkos::deep_copy(exec_, model_.grads, T(0.0f));
-  else Kokkos::deep_copy(exec_, shards_.shard_grads(), T(0.0f));
+  zeroed_ = GradZeroCounts{};
+  if (plan_.zero_stage >= 2) {
+    Kokkos::deep_copy(exec_, shards_.shard_grads(), T(0.0f));
+    zeroed_.at_begin = shards_.shard_grads().span();
+    return;
+  }
+  model::GradFirstWrite* fw = model_.first_write;
+  if (!plan_.first_write || fw == nullptr) {
+    if (fw != nullptr) fw->disarm();  // every gradient write adds to the zeros
+    Kokkos::deep_copy(exec_, model_.grads, T(0.0f));
+    zeroed_.at_begin = model_.grads.span();
+    return;
+  }
+  // The first-written gradients are overwritten by their first GEMM of the step (beta = 0);
+  // everything else, padding included, is zeroed.
+  fw->arm();
+  auto zero = [&](std::size_t begin, std::size_t n) {
+    Kokkos::deep_copy(exec_, slice(model_.grads, begin, n), T(0.0f));
+    zeroed_.at_begin += n;
+  };
+  for (const model::GradRange& r : fw->zero_ranges()) zero(r.begin, r.size());
+  const std::size_t n = model_.registry->size();
+  if (model_.grads.span() > n) zero(n, model_.grads.span() - n);
 }
 
 template <class T>
@@ -84,6 +105,14 @@ void GradReducer<T>::launch_grad(int b, int buffer) {
   const Bucket& bk = plan_.buckets[b];
   Op& op = ops_[b];
   if (plan_.zero_stage <= 1) {
+    // A first-written gradient that no GEMM wrote this step holds the previous step's values:
+    // zero it before it is reduced.
+    if (model_.first_write != nullptr)
+      for (const model::GradRange& r :
+           model_.first_write->take_unwritten(bk.range.begin, bk.range.end)) {
+        Kokkos::deep_copy(exec_, slice(model_.grads, r.begin, r.size()), T(0.0f));
+        zeroed_.unwritten += r.size();
+      }
     auto g = slice(model_.grads, bk.range.begin, bk.range.size());
     op.t_launch = clock_.seconds();
     op.req = shards_.comm_of(shards_.partition().group_of(bk.range.begin)).iall_reduce(g);

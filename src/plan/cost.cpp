@@ -17,6 +17,7 @@
 
 #include "meshtrain/mesh/rank_math.hpp"
 #include "meshtrain/model/fp8_recipe.hpp"
+#include "meshtrain/model/grad_first_write.hpp"
 #include "meshtrain/model/registry.hpp"
 #include "meshtrain/parallel/dp_policy.hpp"
 #include "meshtrain/parallel/partition.hpp"
@@ -466,9 +467,12 @@ StepCost step_cost(const model::GptConfig& cfg, int seq_len, const Layout& l,
     else
       opt += membound(S, KB::adamw(s.E, master), cal.adamw_gbs);
     opt += 3 * all_reduce(cal.intra, 2, 4);  // norm over dp and the model-parallel group
-    // zero_grads / bucket fills: the gradient buffer (ZeRO 0/1) once, the buckets (ZeRO 2/3)
-    // every micro-batch.
-    cost_fill += l.zero_stage <= 1 ? membound(n, s.E, cal.elementwise_gbs)
+    // zero_grads / bucket fills: the gradient buffer (ZeRO 0/1) once, less the gradients that
+    // their first GEMM of the step overwrites (model/grad_first_write.hpp), the buckets (ZeRO
+    // 2/3) every micro-batch.
+    const double zeroed =
+        dpl_layout.plan.first_write ? double(model::GradFirstWrite(reg).zero_elems()) : n;
+    cost_fill += l.zero_stage <= 1 ? membound(zeroed, s.E, cal.elementwise_gbs)
                                    : m * membound(n, 3 * s.E, cal.elementwise_gbs);
     opt += cost_fill;
 

@@ -37,3 +37,7 @@ meshtrain_add_test(NAME test_fp8_layouts SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_
 meshtrain_add_test(NAME test_fp8_fused_grad_amax
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_fp8_fused_grad_amax.cpp RANKS 1 2 4)
 target_include_directories(test_fp8_fused_grad_amax PRIVATE ${PROJECT_SOURCE_DIR}/tests/kernels)
+# First-write gradients: skipping the zeroing of gradients that their first GEMM overwrites
+# changes no bit (1 rank: precisions and options; 2 and 4: dp, tp, sp, pp, cp layouts).
+meshtrain_add_test(NAME test_grad_first_write
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_grad_first_write.cpp RANKS 1 2 4 TIMEOUT 600)

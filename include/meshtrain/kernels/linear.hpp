@@ -26,23 +26,26 @@ void linear_gelu_forward(const ExecSpace& exec, View1<T> out_gelu, View1<T> pre_
                          View1<const T> inp, View1<const T> weight, View1<const T> bias, int N,
                          int IC, int OC);
 
-// dweight[IC, OC] += inp^T @ dout;  dbias[OC] += sum_rows(dout) (skipped when empty);
-// dinp[N, IC] = dout @ weight^T, or += when accumulate_dinp (skipped when dinp is empty).
+// dweight[IC, OC] = dweight_beta * dweight + inp^T @ dout (beta 1: accumulate; 0: the first
+// write of the gradient this step, dweight not read); dbias[OC] += sum_rows(dout) (always
+// accumulates; skipped when empty); dinp[N, IC] = dout @ weight^T, or += when accumulate_dinp
+// (skipped when dinp is empty).
 template <class T>
 void linear_backward(const ExecSpace& exec, View1<T> dinp, View1<T> dweight, View1<T> dbias,
                      View1<const T> dout, View1<const T> inp, View1<const T> weight, int N,
-                     int IC, int OC, bool accumulate_dinp = false);
+                     int IC, int OC, bool accumulate_dinp = false, float dweight_beta = 1.0f);
 
 // The MLP's second layer, whose input inp = gelu(pre_gelu) [N, IC]: dweight and dbias as in
 // linear_backward, and the gradient with respect to pre_gelu (the previous layer's output)
 //   dpre[N, IC] = (dout @ weight^T) * gelu'(pre_gelu)     (overwritten; skipped when empty)
 // which folds gelu_backward into the input-gradient GEMM; and, when dbias_pre is given, the
 // previous layer's bias gradient dbias_pre[IC] += sum_rows(dpre) in the same GEMM (cuBLASLt's
-// DGELU_BGRAD on CUDA), so that layer's backward skips its own column sums.
+// DGELU_BGRAD on CUDA), so that layer's backward skips its own column sums. dweight_beta as
+// linear_backward's.
 template <class T>
 void linear_backward_dgelu(const ExecSpace& exec, View1<T> dpre, View1<T> dweight,
                            View1<T> dbias, View1<const T> dout, View1<const T> inp,
                            View1<const T> weight, View1<const T> pre_gelu, int N, int IC, int OC,
-                           View1<T> dbias_pre = {});
+                           View1<T> dbias_pre = {}, float dweight_beta = 1.0f);
 
 }  // namespace meshtrain::kernels

@@ -199,16 +199,17 @@ template <class T>
 void linear_fp8_dinp_gemm(const ExecSpace& exec, T* dinp, float beta, const Fp8Tensor& g,
                           const T* weight, int N, int IC, int OC, const Fp8LinearOptions& opt);
 
-// dweight += the weight gradient of dout (row stride ld) and inp; g is dout's cast from
-// linear_fp8_grad (its tensorwise scale is reused, not agreed again).
+// dweight = beta dweight + the weight gradient of dout (row stride ld) and inp (beta 1:
+// accumulate; 0: the first write of the gradient this step, dweight not read); g is dout's cast
+// from linear_fp8_grad (its tensorwise scale is reused, not agreed again).
 template <class T>
 void linear_fp8_dweight_gemm(const ExecSpace& exec, T* dweight, const Fp8Tensor& g,
                              const T* dout, int ld, const T* inp, int N, int IC, int OC,
-                             const Fp8LinearOptions& opt);
+                             const Fp8LinearOptions& opt, float beta = 1.0f);
 // The same with the input cast by linear_fp8_input_t (not with wgrad_high_precision).
 template <class T>
 void linear_fp8_dweight_gemm(const ExecSpace& exec, T* dweight, const Fp8Tensor& g,
                              const T* dout, int ld, const Fp8Tensor& inp_t, int N, int IC,
-                             int OC, const Fp8LinearOptions& opt);
+                             int OC, const Fp8LinearOptions& opt, float beta = 1.0f);
 
 }  // namespace meshtrain::kernels

@@ -29,6 +29,7 @@
 #include "meshtrain/kernels/rotary.hpp"
 #include "meshtrain/model/config.hpp"
 #include "meshtrain/model/fp8_recipe.hpp"
+#include "meshtrain/model/grad_first_write.hpp"
 #include "meshtrain/model/registry.hpp"
 #include "meshtrain/model/ring_attention.hpp"
 #include "meshtrain/model/tp_region.hpp"
@@ -115,6 +116,9 @@ struct LinearPiece {
   const T* b = nullptr;
   View1<float> dout_amax = {};
   View1<float> w_scale = {};  // FP8: where w's scale is kept (GptT::fp8_weight_scale)
+  // The weight-gradient GEMM's beta (grad_first_write.hpp): 0 where it is the first write of
+  // dw this step. Set by the backward just before the GEMMs run.
+  float dw_beta = 1.0f;
 };
 
 // Callbacks around each unit (registry().units()). DP gradient buckets and ZeRO implement them.
@@ -190,7 +194,14 @@ class GptT {
   // Use `other`'s parameter buffer (same configuration), e.g. a batch-1 model for sampling that
   // shares the weights of the training model instead of copying them.
   void share_parameters(const GptT& other);
+  // Zero the whole gradient buffer; every gradient write then accumulates (disarms
+  // grad_first_write()).
   void zero_grads();
+  // Which gradients the weight-gradient GEMMs overwrite on their first write of a step
+  // (grad_first_write.hpp). Data parallelism arms it at the begin of a ZeRO 0/1 step and zeroes
+  // only the rest; unarmed (the default) every gradient write accumulates.
+  GradFirstWrite& grad_first_write() { return first_write_; }
+  const GradFirstWrite& grad_first_write() const { return first_write_; }
 
   // Forward of chunk c for the micro-batch held in activation slot `slot` (0 <= slot < n_slots).
   // tokens: the micro-batch's B*T input tokens; x_in: the chunk's input activation
@@ -350,6 +361,13 @@ class GptT {
   void hook_before_forward(int u) { if (hooks_) hooks_->before_forward(u); }
   void hook_before_backward(int u) { if (hooks_) hooks_->before_backward(u); }
   void hook_after_backward(int u) { if (hooks_) hooks_->after_backward(u); }
+  // The beta of a weight-gradient GEMM about to write the n gradient elements at dw: 0 where
+  // they are a whole first-written gradient not yet written this step, else 1 (accumulate).
+  float grad_beta(const T* dw, std::size_t n);
+  float grad_beta(const View1<T>& g) { return grad_beta(g.data(), g.span()); }
+  // An accumulating producer (the embedding's scatter-add) is about to add into g: zero what
+  // of it no GEMM has written yet this step.
+  void before_accumulate(const View1<T>& g);
   View1<T> head_w() const { return cfg_.tied_head ? wte_ : lm_head_; }
   View1<T> dhead_w() const { return cfg_.tied_head ? dwte_ : dlm_head_; }
 
@@ -364,6 +382,7 @@ class GptT {
   int Il_ = 0;                     // local MLP width
   ExecSpace exec_;
   ParameterRegistry reg_;
+  GradFirstWrite first_write_;  // after reg_, from which it is built
   LayerHooks* hooks_ = nullptr;
   TpRegion<T> tp_;  // tensor and sequence parallelism's collectives and their scratch
   View1<T> params_, grads_;

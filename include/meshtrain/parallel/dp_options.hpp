@@ -12,6 +12,10 @@ struct DpOptions {
   bool overlap = true;                       // false: wait for each collective when launched
   bool offload = false;                      // optimizer state and step on the host
   int offload_threads = 0;                   // threads of the host step (0: automatic)
+  // Zero the whole gradient buffer at the begin of every step, as before first-write gradients
+  // (model/grad_first_write.hpp): the same numbers, ~1.3 ms more memset per step at the
+  // Llama-8B shape. For A/B checks and tests.
+  bool zero_grads_always = false;
 };
 
 }  // namespace meshtrain::parallel

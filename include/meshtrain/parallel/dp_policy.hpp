@@ -57,6 +57,9 @@ struct DpPlan {
   int zero_stage = 0;
   int dp = 1;
   bool overlap = true;
+  // ZeRO 0/1: begin_step zeroes only the gradients the model's GEMMs do not overwrite on their
+  // first write (model/grad_first_write.hpp); ZeRO 2/3 zero their shard and bucket buffers.
+  bool first_write = false;
   std::vector<Bucket> buckets;            // launch order (last units first)
   std::vector<std::size_t> bucket_piece;  // elements of each bucket's group per dp rank
   // Ranks that split each bucket (dp, or the expert-data-parallel group of MoE experts) and
@@ -92,7 +95,8 @@ DpLayout make_dp_layout(const model::ParameterRegistry& reg, std::size_t elem_by
 class GradEffects {
  public:
   virtual ~GradEffects() = default;
-  virtual void zero_grads() = 0;                 // begin_step: full buffer or shard
+  // begin_step: full buffer (less the first-written gradients, plan.first_write) or shard
+  virtual void zero_grads() = 0;
   virtual bool test_grad(int bucket) = 0;        // bucket's reduction complete (progresses MPI)
   virtual void wait_grad(int bucket) = 0;
   // ZeRO 0/1: all-reduce the bucket in the full buffer (buffer = -1). ZeRO 2/3: reduce-scatter

@@ -8,6 +8,10 @@
 //             sum is the running total (no second buffer, no add afterwards).
 // Averaging is exact: the caller scales the loss gradient by 1 / (global tokens), so every
 // reduction is a plain sum.
+// First-write gradients (plan.first_write, ZeRO 0/1; model/grad_first_write.hpp): zero_grads
+// arms the model's bookkeeping and zeroes only the gradients its GEMMs do not overwrite; before
+// a bucket is all-reduced, whatever of it is still unwritten is zeroed (nothing, in a model
+// whose every first-written gradient has its GEMM), so no reduction reads an unwritten value.
 #include <cstddef>
 #include <vector>
 
@@ -20,6 +24,13 @@
 #include "meshtrain/parallel/zero_shards.hpp"
 
 namespace meshtrain::parallel {
+
+// Gradient elements zeroed since the last begin_step: by begin_step itself (the buffer, less
+// the first-written gradients; or the shard at ZeRO 2/3), and later, before a bucket's
+// reduction, because no GEMM wrote them (first-written gradients left unwritten: 0 expected).
+struct GradZeroCounts {
+  std::size_t at_begin = 0, unwritten = 0;
+};
 
 template <class T>
 class GradReducer final : public GradEffects {
@@ -41,6 +52,7 @@ class GradReducer final : public GradEffects {
   void sum_tied_in_grads() override;
 
   const CommStats& stats() const { return stats_; }
+  const GradZeroCounts& zero_counts() const { return zeroed_; }
   void reset_stats() { stats_ = CommStats{}; }
   // The pool buffers allocated so far: DpPolicy's grad_pool() in bytes, which is what the
   // planner predicts by replaying the policy.
@@ -61,6 +73,7 @@ class GradReducer final : public GradEffects {
   std::vector<Op> ops_;          // one per bucket
   std::vector<View1<T>> pool_;   // ZeRO 2/3 bucket buffers, by BufferPlan id
   CommStats stats_;
+  GradZeroCounts zeroed_;
 };
 
 }  // namespace meshtrain::parallel

@@ -32,6 +32,7 @@ ModelBuffers<T> model_buffers(model::GptT<T>& m) {
   b.params = m.params();
   b.grads = m.grads();
   b.bind_unit = [&m](int u, View1<T> p, View1<T> g) { m.bind_unit(u, p, g); };
+  b.first_write = &m.grad_first_write();
   return b;
 }
 
@@ -112,6 +113,8 @@ class GradSync : public model::LayerHooks {
 
   // ---- measurements ----
   CommStats grad_stats() const { return reducer_->stats(); }
+  // Gradient elements zeroed since the last begin_step (grad_reducer.hpp).
+  GradZeroCounts grad_zero_counts() const { return reducer_->zero_counts(); }
   CommStats param_stats() const;
   void reset_stats();
   struct Bytes {
