@@ -299,6 +299,7 @@ StepCost step_cost(const model::GptConfig& cfg, int seq_len, const Layout& l,
     // The same for every FP8 block: block first_last_bf16 is the first of them.
     fb.casting.keeps_inputs = recipe.keeps_inputs(l.fp8_first_last_bf16, cfg.n_layer, l.recompute);
     fb.casting.grad_amax_fused = recipe.fuses_grad_amax(l.fp8_first_last_bf16, cfg.n_layer);
+    fb.casting.weight_scale_kept = recipe.keeps_weight_scale(l.fp8_first_last_bf16, cfg.n_layer);
     fb.casting.mlp_act_shared = l.recompute_mlp_act;
     fb.casting.norm_amax_fused = !s.sp;
     fp8_dense = block(dense, cal, tpl, &fb);

@@ -9,7 +9,9 @@
 //
 //   tensorwise  forward   W (2E + 1) + X (2E + 1)
 //               backward  W (2E + 1)              the weights again, in the input gradient's
-//                                                 orientation (casts are redone every call)
+//                                                 orientation (casts are redone every call);
+//                                                 W (E + 1) where the forward's scale is kept
+//                                                 (Fp8Recipe::keeps_weight_scale: no amax pass)
 //                       + G (2E + 2)              both orientations from one pass: the input
 //                                                 gradient's and the weight gradient's
 //                       + X (2E + 1)              the inputs' transposes the weight gradients read
@@ -58,7 +60,8 @@ Fp8CastBytes fp8_cast_bytes(const Fp8BlockShape& s, const Fp8Casting& c) {
         kept_norms * (c.norm_amax_fused ? E + 2 : cast + 1) + kept_act * (E + 2);
     b.forward = W * cast + (X - kept) * cast + kept_bytes;
     const double fused_grad = c.grad_amax_fused && s.mlp ? N * s.FW : 0.0;
-    b.backward = W * cast + G * (c.wgrad_bf16 ? cast : cast + 1) - fused_grad * E +
+    const double weight_cast = c.weight_scale_kept ? E + 1 : cast;
+    b.backward = W * weight_cast + G * (c.wgrad_bf16 ? cast : cast + 1) - fused_grad * E +
                  (c.wgrad_bf16 ? 0.0 : (X - kept) * cast);
     return b;
   }

@@ -26,6 +26,8 @@ struct Fp8Casting {
   bool grad_amax_fused = false; // Fp8Recipe::fuses_grad_amax: the MLP activation's backward
                                 // sets the amax of the output gradient it writes
   bool norm_amax_fused = true; // the norms compute the kept inputs' amax (not under SP)
+  bool weight_scale_kept = false; // Fp8Recipe::keeps_weight_scale: the backward's cast of a
+                                  // weight takes the forward's scale (no second amax pass)
 };
 
 struct Fp8CastBytes {
