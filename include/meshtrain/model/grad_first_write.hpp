@@ -17,7 +17,9 @@
 //   - before a bucket is reduced, take_unwritten() hands back what no GEMM wrote (none in a
 //     correct model), for the reducer to zero, so nothing unwritten is ever read.
 // beta = 0 onto garbage and beta = 1 onto zeros give the same bits (0 + x = x), so the
-// optimisation changes no number; tests/train/test_grad_first_write.cpp holds it to that.
+// optimisation changes no number on host builds; tests/train/test_grad_first_write.cpp holds it
+// to that. On GPUs cuBLASLt plans beta = 0 and beta = 1 apart and may pick another algorithm,
+// whose summation order rounds differently: there the layouts' tolerances hold it.
 //
 // What stays zeroed, and why (each has a producer that adds rather than overwrites):
 //   - biases: column sums added by gemm_dbias / column_sums_add (fused into the GEMM on CUDA,
