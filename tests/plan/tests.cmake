@@ -5,3 +5,5 @@ meshtrain_add_test(NAME test_plan_model SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_p
 target_compile_definitions(test_plan_model PRIVATE MESHTRAIN_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 meshtrain_add_test(NAME test_plan_moe SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_plan_moe.cpp
   RANKS 8 TIMEOUT 600)
+meshtrain_add_test(NAME test_plan_fp8 SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_plan_fp8.cpp)
+target_compile_definitions(test_plan_fp8 PRIVATE MESHTRAIN_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
