@@ -183,7 +183,8 @@ void fp8_cast_block(const ExecSpace& exec, View1<std::uint8_t> q, View1<std::uin
   if (want_qt) detail::check_extent(qt, n, "fp8_cast_block", "qt");
   detail::check_extent(scale, 1, "fp8_cast_block", "scale");
 #if defined(KOKKOS_ENABLE_CUDA)
-  if (n > 0 && detail::fp8_cast_block_cuda<T>(exec, q, qt, x, rows, cols, ld, scale, format))
+  if (n > 0 && detail::fp8_cast_block_cuda<T>(exec, q, qt, x, rows, cols, ld,
+                                              detail::CastScale{scale.data()}, format))
     return;
 #endif
   const Index C = cols, R = rows, L = ld;
@@ -284,6 +285,29 @@ Fp8Tensor make_fp8_tensor(const std::string& label, int rows, int cols, Fp8Forma
 }
 
 template <class T>
+void fp8_scale_cast_block(const ExecSpace& exec, View1<std::uint8_t> q, View1<std::uint8_t> qt,
+                          const T* x, int rows, int cols, int ld, View1<const float> amax,
+                          View1<float> scale, View1<float> scale_inv, Fp8Format format) {
+  check_shape("fp8_scale_cast_block", rows, cols);
+  MESHTRAIN_CHECK(ld >= cols, "fp8_scale_cast_block: ld=", ld, " < cols=", cols);
+  const std::size_t n = std::size_t(rows) * std::size_t(cols);
+  if (detail::present(q)) detail::check_extent(q, n, "fp8_scale_cast_block", "q");
+  if (detail::present(qt)) detail::check_extent(qt, n, "fp8_scale_cast_block", "qt");
+  detail::check_extent(amax, 1, "fp8_scale_cast_block", "amax");
+  detail::check_extent(scale, 1, "fp8_scale_cast_block", "scale");
+  detail::check_extent(scale_inv, 1, "fp8_scale_cast_block", "scale_inv");
+#if defined(KOKKOS_ENABLE_CUDA)
+  if (n > 0 &&
+      detail::fp8_cast_block_cuda<T>(
+          exec, q, qt, x, rows, cols, ld,
+          detail::CastScale{nullptr, amax.data(), scale.data(), scale_inv.data()}, format))
+    return;
+#endif
+  fp8_scales(exec, amax, scale, scale_inv, 1, format);
+  fp8_cast_block<T>(exec, q, qt, x, rows, cols, ld, scale, format);
+}
+
+template <class T>
 void fp8_quantize(const ExecSpace& exec, Fp8Tensor& q, View1<const T> x, const AmaxHook& agree) {
   const std::size_t count = q.scale_count();
   if (q.scaling == Fp8Scaling::rowwise)
@@ -304,6 +328,10 @@ void fp8_quantize(const ExecSpace& exec, Fp8Tensor& q, View1<const T> x, const A
   template void fp8_amax_block<T>(const ExecSpace&, View1<float>, const T*, int, int, int);   \
   template void fp8_cast_block<T>(const ExecSpace&, View1<std::uint8_t>, View1<std::uint8_t>, \
                                   const T*, int, int, int, View1<const float>, Fp8Format);   \
+  template void fp8_scale_cast_block<T>(const ExecSpace&, View1<std::uint8_t>,               \
+                                        View1<std::uint8_t>, const T*, int, int, int,        \
+                                        View1<const float>, View1<float>, View1<float>,      \
+                                        Fp8Format);                                          \
   template void fp8_dequantize<T>(const ExecSpace&, View1<T>, View1<const std::uint8_t>,     \
                                   int, int, View1<const float>, Fp8Scaling, Fp8Format);     \
   template void fp8_quantize<T>(const ExecSpace&, Fp8Tensor&, View1<const T>,                \

@@ -26,9 +26,18 @@ inline constexpr bool kCudaCastType =
 template <class T>
 bool fp8_amax_block_cuda(const ExecSpace& exec, View1<float> amax, const T* x, int rows,
                          int cols, int ld);
+// The scale a cast multiplies by: *scale as given (amax null), or made from *amax as
+// fp8_scales makes it, then written to *scale_out and *scale_inv_out by the cast's first thread
+// (the GEMM after it reads scale_inv), so that no launch of its own makes it.
+struct CastScale {
+  const float* scale = nullptr;
+  const float* amax = nullptr;
+  float* scale_out = nullptr;
+  float* scale_inv_out = nullptr;
+};
 template <class T>
 bool fp8_cast_block_cuda(const ExecSpace& exec, View1<std::uint8_t> q, View1<std::uint8_t> qt,
-                         const T* x, int rows, int cols, int ld, View1<const float> scale,
+                         const T* x, int rows, int cols, int ld, const CastScale& scale,
                          Fp8Format format);
 
 #endif  // KOKKOS_ENABLE_CUDA

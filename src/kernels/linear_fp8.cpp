@@ -111,15 +111,20 @@ Fp8Tensor tensorwise_operand(const ExecSpace& exec, const char* tensor, const T*
     else
       fp8_amax_block<T>(exec, q.amax, x, rows, cols, ld);
     if (opt.agree) opt.agree(Fp8Cast{tensor, k_dim, Fp8Scaling::tensorwise}, q.amax, 1);
-    fp8_scales(exec, q.amax, q.scale, q.scale_inv, 1, format);
   }
   if (both)
     q.data_other = opt.workspace != nullptr
                        ? opt.workspace->buffer<std::uint8_t>(key("fp8_other", tensor, k_dim, opt),
                                                              n)
                        : alloc<std::uint8_t>(std::string("linear_fp8_other_") + tensor, n);
-  fp8_cast_block<T>(exec, transpose ? q.data_other : q.data, transpose ? q.data : q.data_other, x,
-                    rows, cols, ld, q.scale, format);
+  View1<std::uint8_t> rowmajor = transpose ? q.data_other : q.data;
+  View1<std::uint8_t> transposed = transpose ? q.data : q.data_other;
+  // A new amax's scale is made by the cast (one launch fewer); a scale taken over is used as is.
+  if (kept == KeptScale::read || reuse != nullptr)
+    fp8_cast_block<T>(exec, rowmajor, transposed, x, rows, cols, ld, q.scale, format);
+  else
+    fp8_scale_cast_block<T>(exec, rowmajor, transposed, x, rows, cols, ld, q.amax, q.scale,
+                            q.scale_inv, format);
   return q;
 }
 
@@ -305,8 +310,8 @@ Fp8Tensor linear_fp8_input_keep(const ExecSpace& exec, const T* inp, int N, int 
   q.scale_inv = kept.scale_inv;
   if (!amax_set) fp8_amax_block<T>(exec, kept.amax, inp, N, IC, IC);
   if (opt.agree) opt.agree(Fp8Cast{"inp", 1, Fp8Scaling::tensorwise}, kept.amax, 1);
-  fp8_scales(exec, kept.amax, kept.scale, kept.scale_inv, 1, opt.forward);
-  fp8_cast_block<T>(exec, q.data, kept.data, inp, N, IC, IC, kept.scale, opt.forward);
+  fp8_scale_cast_block<T>(exec, q.data, kept.data, inp, N, IC, IC, kept.amax, kept.scale,
+                          kept.scale_inv, opt.forward);
   return q;
 }
 

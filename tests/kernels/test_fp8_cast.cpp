@@ -1,6 +1,7 @@
 // FP8 current-scaling casts (kernels/fp8_cast.hpp) against host loops: amax (tensorwise,
 // rowwise, accumulated; NaN and inf reported), scales (amax 0 -> 1), the cast (tensorwise,
-// rowwise, transposed), dequantization, and the whole quantize with its agreement hook.
+// rowwise, transposed), dequantization, the whole quantize with its agreement hook, and the
+// block forms (in place, the scale made in the cast).
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -348,6 +349,32 @@ void check_block_paths() {
       REQUIRE(kt::to_host(q_only) == hq);
       REQUIRE(kt::to_host(qt_only) == hqt);
     }
+    // The scale made inside the cast (fp8_scale_cast_block) against fp8_scales then
+    // fp8_cast_block: the same scale, inverse and codes, bit for bit, in both orientations and
+    // each alone — for the block's own amax (inf: scale 1), an ordinary one, zero, NaN, and one
+    // so small that fp8_max / amax overflows (the scale clamps to FLT_MAX).
+    for (float a : {host_amax(block), 1000.0f, 0.0f, kNaN, 1e-44f, 3.5f})
+      for (Fp8Format f : {Fp8Format::e4m3, Fp8Format::e5m2}) {
+        INFO("amax " << a << ", " << fp8_format_name(f));
+        const auto damax = kt::to_device(std::vector<float>{a});
+        View1<float> s_ref("s_ref", 1), si_ref("si_ref", 1);
+        fp8_scales(ExecSpace(), damax, s_ref, si_ref, 1, f);
+        REQUIRE(same(kt::to_host(s_ref)[0], host_scale(a, f)));
+        View1<std::uint8_t> q_ref("q_ref", n), qt_ref("qt_ref", n);
+        fp8_cast_block<T>(ExecSpace(), q_ref, qt_ref, x, sh.rows, sh.cols, sh.ld, s_ref, f);
+        const auto hq_ref = kt::to_host(q_ref), hqt_ref = kt::to_host(qt_ref);
+        for (int form = 0; form < 3; ++form) {  // both, q alone, qt alone
+          View1<float> s = kt::to_device(std::vector<float>{-7.0f});
+          View1<float> si = kt::to_device(std::vector<float>{-7.0f});
+          View1<std::uint8_t> q = form != 2 ? View1<std::uint8_t>("q", n) : View1<std::uint8_t>();
+          View1<std::uint8_t> qt = form != 1 ? View1<std::uint8_t>("qt", n) : View1<std::uint8_t>();
+          fp8_scale_cast_block<T>(ExecSpace(), q, qt, x, sh.rows, sh.cols, sh.ld, damax, s, si, f);
+          REQUIRE(kt::to_host(s)[0] == kt::to_host(s_ref)[0]);
+          REQUIRE(kt::to_host(si)[0] == kt::to_host(si_ref)[0]);
+          if (form != 2) REQUIRE(kt::to_host(q) == hq_ref);
+          if (form != 1) REQUIRE(kt::to_host(qt) == hqt_ref);
+        }
+      }
     // A NaN anywhere in the block is its amax.
     wide[std::size_t(sh.rows / 3) * sh.ld + sh.col + sh.cols / 2] = static_cast<T>(kNaN);
     const auto dnan = kt::to_device(wide);
@@ -365,3 +392,28 @@ TEST_CASE("fp8_amax_block and fp8_cast_block: the vector and tile shapes, bf16",
   check_block_paths<bf16>();
 }
 #endif
+
+// Tensors of more vectors than the CUDA amax kernel has blocks (it strides then, and its last
+// block folds the others' partials), called back to back with grids of every size between, the
+// maximum in the first, a middle and the last vector: each amax is its own block's, so no
+// partial or count leaks from one launch into the next.
+TEST_CASE("fp8_amax_block: large grids and small ones back to back", "[fp8]") {
+  const int rows = 1024, cols = 2048;  // 2 M floats: 512 K vectors of 4
+  const std::size_t n = std::size_t(rows) * cols;
+  std::vector<float> x = spread(n, 5, 2.0);
+  const auto dx = kt::to_device(x);
+  View1<float> amax = kt::to_device(std::vector<float>{-5.0f});
+  for (std::size_t at : {std::size_t(0), n / 2 + 12, n - 1}) {
+    const float big = 100.0f + float(at % 7);
+    std::vector<float> y = x;
+    y[at] = -big;
+    const auto dy = kt::to_device(y);
+    for (int r : {rows, 1, 7, rows / 2, 64, rows}) {
+      INFO("maximum at " << at << ", " << r << " rows");
+      fp8_amax_block<float>(ExecSpace(), amax, dy.data(), r, cols, cols);
+      REQUIRE(kt::to_host(amax)[0] == host_amax(y, 0, std::size_t(r) * cols));
+      fp8_amax_block<float>(ExecSpace(), amax, dx.data(), r, cols, cols);
+      REQUIRE(kt::to_host(amax)[0] == host_amax(x, 0, std::size_t(r) * cols));
+    }
+  }
+}

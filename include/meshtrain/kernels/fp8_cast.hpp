@@ -77,6 +77,14 @@ void fp8_cast_block(const ExecSpace& exec, View1<std::uint8_t> q, View1<std::uin
                     const T* x, int rows, int cols, int ld, View1<const float> scale,
                     Fp8Format format);
 
+// fp8_scales(amax, scale, scale_inv, 1) then fp8_cast_block under that scale, as one kernel
+// where the CUDA cast kernels take the block (the scale made in the cast, fp8_scales'
+// arithmetic: the same bits), as the two calls elsewhere.
+template <class T>
+void fp8_scale_cast_block(const ExecSpace& exec, View1<std::uint8_t> q, View1<std::uint8_t> qt,
+                          const T* x, int rows, int cols, int ld, View1<const float> amax,
+                          View1<float> scale, View1<float> scale_inv, Fp8Format format);
+
 // x[i] = decode(q[i]) * scale_inv(0 or r): the inverse of fp8_cast (without transpose).
 template <class T>
 void fp8_dequantize(const ExecSpace& exec, View1<T> x, View1<const std::uint8_t> q, int rows,
