@@ -10,7 +10,11 @@
 
 #include "common.hpp"
 
-#if MESHTRAIN_KOKKOS4
+#if defined(KOKKOS_ENABLE_CUDA)
+#include <bit>
+
+#include "sort_keys_cuda.hpp"
+#elif MESHTRAIN_KOKKOS4
 #include <Kokkos_Sort.hpp>
 #endif
 
@@ -88,9 +92,23 @@ void embedding_backward(const ExecSpace& exec, View1<T> dwte, View1<T> dwpe, Vie
     // Keys and partials live in persistent scratch (slots 3 and 2): no allocation per step.
     constexpr Index kPiece = 32;
     using Keys = Kokkos::View<std::uint64_t*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+#if defined(KOKKOS_ENABLE_CUDA)
+    // CUB's radix sort (sort_keys_cuda.hpp: no allocation, no wait for the device) over the
+    // bits that vary: the position's 32 and the token's (at most vocab_local). Slot 3 holds the
+    // unsorted keys, the sorted ones, then the sort's storage.
+    const int end_bit = 32 + static_cast<int>(std::bit_width(std::uint64_t(vocab_local)));
+    const std::size_t sort_bytes = detail::sort_keys_cuda_temp_bytes(int(BT), end_bit);
+    const std::size_t key_floats = 2 * std::size_t(BT), temp_at = 2 * key_floats;
+    const View1<float> scratch = detail::persistent_buffer(3, temp_at + (sort_bytes + 3) / 4);
+    const Keys unsorted(reinterpret_cast<std::uint64_t*>(scratch.data()), std::size_t(BT));
+    const Keys keys(reinterpret_cast<std::uint64_t*>(scratch.data() + key_floats),
+                    std::size_t(BT));
+#else
     const Keys keys(
         reinterpret_cast<std::uint64_t*>(detail::persistent_buffer(3, 2 * std::size_t(BT)).data()),
         std::size_t(BT));
+    const Keys unsorted = keys;  // sorted in place
+#endif
     const View1<float> part = detail::persistent_buffer(2, std::size_t(BT) * C);
     Kokkos::parallel_for(
         "meshtrain::embedding_backward_keys", detail::Range(exec, 0, BT), KOKKOS_LAMBDA(Index bt) {
@@ -98,9 +116,14 @@ void embedding_backward(const ExecSpace& exec, View1<T> dwte, View1<T> dwpe, Vie
           // Out-of-slice tokens sort last (key past every real token) and are skipped.
           const std::uint64_t tok = (v >= 0 && v < vocab_local) ? std::uint64_t(v)
                                                                 : std::uint64_t(vocab_local);
-          keys(bt) = (tok << 32) | std::uint64_t(bt);
+          unsorted(bt) = (tok << 32) | std::uint64_t(bt);
         });
+#if defined(KOKKOS_ENABLE_CUDA)
+    detail::sort_keys_cuda(exec, unsorted.data(), keys.data(), int(BT), end_bit,
+                           scratch.data() + temp_at, sort_bytes);
+#else
     Kokkos::sort(exec, keys);
+#endif
     const Index pieces = (BT + kPiece - 1) / kPiece;
     Kokkos::parallel_for(
         "meshtrain::embedding_backward_pieces", detail::Range(exec, 0, pieces * C),

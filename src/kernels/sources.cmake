@@ -27,8 +27,8 @@ target_sources(meshtrain_lib PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/swiglu.cpp
   ${CMAKE_CURRENT_LIST_DIR}/workspace.cpp
 )
-# CUDA flash-attention, LayerNorm, RMSNorm, cross-entropy and FP8 cast kernels and the cuBLASLt
-# GEMM path: plain .cpp compiled by nvcc_wrapper (the project enables no CUDA language); each
+# CUDA flash-attention, LayerNorm, RMSNorm, cross-entropy and FP8 cast kernels, the embedding
+# backward's key sort and the cuBLASLt GEMM path: plain .cpp compiled by nvcc_wrapper (the project enables no CUDA language); each
 # file is empty unless KOKKOS_ENABLE_CUDA.
 if(MESHTRAIN_ENABLE_CUDA)
   target_sources(meshtrain_lib PRIVATE
@@ -42,6 +42,7 @@ if(MESHTRAIN_ENABLE_CUDA)
     ${CMAKE_CURRENT_LIST_DIR}/fp8_cast_cuda.cpp
     ${CMAKE_CURRENT_LIST_DIR}/layernorm_cuda.cpp
     ${CMAKE_CURRENT_LIST_DIR}/rmsnorm_cuda.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/sort_keys_cuda.cpp
   )
 endif()
 # cuDNN fused attention (empty unless MESHTRAIN_HAVE_CUDNN and KOKKOS_ENABLE_CUDA).

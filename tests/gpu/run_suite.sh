@@ -189,6 +189,9 @@ case_fp8_kernels_1() {
   if [ $rc = 0 ]; then result PASS fp8_kernels - - - -; else result FAIL fp8_kernels - - - "exit_$rc"; fi
 }
 case_fp8_amax_2() { catch2 test_fp8_amax 2; }
+# Kernels outside FP8 whose CUDA path differs from the host's: the embedding backward's sorted
+# segments (CUB's radix sort on the stream) against host sums.
+case_kernels_1() { catch2 test_kernels_embedding 1; }
 # FP8 linears (issue 35): the tp agreement GEMM by GEMM (test_fp8_linears) and the Trainer's
 # FP8 layouts against one rank (test_fp8_layouts: dp 2 ZeRO-1, pp 2, tp 2 with and without sp,
 # rowwise, cp 2; at 4 ranks tp x dp, tp x pp, tp x cp) over NCCL, with cuBLASLt's FP8 GEMM.
@@ -205,6 +208,7 @@ for c in comm_2 pipeline_runner_2; do add "$c" 2; done
 add all_to_all_4 4
 add ring_attention_2 2
 add fp8_kernels_1 1
+add kernels_1 1
 add fp8_amax_2 2
 add fp8_linears_2 2
 add fp8_linears_4 4

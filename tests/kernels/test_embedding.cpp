@@ -1,5 +1,11 @@
 // Token + position embedding: forward against host loops (vocab slices, out-of-range tokens),
-// backward (double instantiation) against central differences, and run-to-run bitwise equality.
+// backward (double instantiation) against central differences, run-to-run bitwise equality, and
+// the float backward (the GPU's sorted-segment path) against host sums.
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <vector>
+
 #include "kernel_test_util.hpp"
 #include "meshtrain/kernels/embedding.hpp"
 
@@ -107,19 +113,18 @@ TEST_CASE("embedding_backward is bitwise deterministic", "[kernels][embedding][d
   }
 }
 
-TEST_CASE("embedding_backward (float) with long runs of one token matches host sums",
-          "[kernels][embedding]") {
-  // A byte-level corpus puts a fifth of all rows on one token: segments far longer than the
-  // GPU path's 32-row pieces, starting and ending inside pieces, plus tokens outside this rank's
-  // vocabulary slice. B*T = 150 is not a multiple of the piece size.
-  const int B = 3, T = 50, C = 40, vocab_start = 4, vocab_local = 9;
+namespace {
+// dwte after embedding_backward (float) against host sums in double, from a random start.
+// frac_hot of the rows carry token `hot`, the rest spread over [0, spread); tokens outside
+// [vocab_start, vocab_start + vocab_local) must leave dwte alone.
+void check_long_runs(int B, int T, int C, int vocab_start, int vocab_local, int hot, int spread,
+                     int hot_of_5, std::uint32_t seed) {
   const std::size_t BT = std::size_t(B) * T;
   std::vector<std::int32_t> tokens(BT);
-  const auto r = random_tokens(BT, 0, 16, 31);
-  for (std::size_t i = 0; i < BT; ++i)
-    tokens[i] = i % 5 < 3 ? 7 : r[i];  // 60 % on token 7, the rest spread over [0, 16)
-  const auto dout = kt::random_vector<float>(BT * C, 32);
-  const auto wte0 = kt::random_vector<float>(std::size_t(vocab_local) * C, 33);
+  const auto r = random_tokens(BT, 0, spread, seed);
+  for (std::size_t i = 0; i < BT; ++i) tokens[i] = int(i % 5) < hot_of_5 ? hot : r[i];
+  const auto dout = kt::random_vector<float>(BT * C, seed + 1);
+  const auto wte0 = kt::random_vector<float>(std::size_t(vocab_local) * C, seed + 2);
   std::vector<double> want(wte0.begin(), wte0.end());
   for (std::size_t bt = 0; bt < BT; ++bt) {
     const int v = tokens[bt] - vocab_start;
@@ -130,6 +135,21 @@ TEST_CASE("embedding_backward (float) with long runs of one token matches host s
   auto dwte = kt::to_device(wte0);
   embedding_backward<float>(exec, dwte, View1<float>(), kt::to_device(dout),
                             kt::to_device(tokens), B, T, C, vocab_start, vocab_local);
-  // Sums of up to 90 terms in [-1, 1] in fp32: 1e-5 of the row scale.
-  kt::require_close(kt::to_host(dwte), want, 1e-5, 1e-5, "dwte");
+  // Sums of up to BT * hot_of_5 / 5 terms in [-1, 1] in fp32.
+  const double tol = 1e-5 * std::max(1.0, double(BT * hot_of_5) / 5 / 90);
+  kt::require_close(kt::to_host(dwte), want, tol, tol, "dwte");
+}
+}  // namespace
+
+TEST_CASE("embedding_backward (float) with long runs of one token matches host sums",
+          "[kernels][embedding]") {
+  // A byte-level corpus puts a fifth of all rows on one token: segments far longer than the
+  // GPU path's 32-row pieces, starting and ending inside pieces, plus tokens outside this rank's
+  // vocabulary slice. B*T = 150 is not a multiple of the piece size.
+  check_long_runs(3, 50, 40, 4, 9, 7, 16, 3, 31);  // 60 % on token 7, the rest over [0, 16)
+  // A step's worth of rows (the GPU sort's several passes and blocks): 4 x 1024 rows, a
+  // 256-token slice whose out-of-slice key (256) needs one more bit than the slice's tokens,
+  // and a slice starting inside the vocabulary.
+  check_long_runs(4, 1024, 24, 0, 256, 32, 300, 1, 41);
+  check_long_runs(2, 2048, 16, 100, 1000, 120, 1500, 2, 51);
 }
