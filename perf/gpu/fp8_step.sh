@@ -9,6 +9,7 @@
 # parts (comma-separated, default llama8b,torch8b,converge):
 #   llama8b   Llama-3.1-8B shape cut to LAYERS blocks (4), seq 4096, micro-batch 1
 #   llama1b   Llama 3.2 1B, seq 2048, micro-batch 4
+#   llama8b_mlpact  its bf16 and fp8 runs with --train.recompute_mlp_act true (after llama8b)
 #   llama1b_mlpact  its bf16 run with --train.recompute_mlp_act true (after llama1b)
 #   gpt2xl    GPT-2 1.5B, seq 1024, micro-batch 4
 #   rowwise   the llama8b run again with --fp8.recipe rowwise
@@ -20,7 +21,11 @@
 #   converge  llama-150m, CONVERGE_STEPS (2000) steps on the corpus in each of
 #             CONVERGE_PRECISIONS (bf16,fp8; each run CONVERGE_SECS, 300, at most), same seed:
 #             the final losses (mean of the last 50 steps), each against the first, and the curves in
-#             OUT/converge.svg (perf/tools/plot_loss.py). CONVERGE_CORPUS=pysrc trains on the first
+#             OUT/converge.svg (perf/tools/plot_loss.py). An entry PREC:SEED[:ATTN[:LR]] trains
+#             with --train.seed SEED (default 1234), --attn.impl ATTN (auto) and --train.lr LR
+#             (1e-3): the seed-to-seed spread, the attention kernel and the learning rate beside
+#             the precisions (run converge_PREC_sSEED[_ATTN][_lrLR]; empty fields keep defaults).
+#             CONVERGE_CORPUS=pysrc trains on the first
 #             CORPUS_MB (64) MB of the device's Python sources (site-packages, sorted by path) instead
 #             of the KJV: 2000 x 8192 byte tokens are 13 passes over the 1.3 MB KJV, which both
 #             precisions memorise; 64 MB is seen once, so the losses compare learning, not recall.
@@ -92,6 +97,12 @@ if has llama8b; then
   train llama8b_fp8 240 "${l8[@]}" --train.precision fp8
   [ -e "$out/llama8b_fp8.jsonl" ] && note "$(ratio llama8b_bf16 llama8b_fp8)"
 fi
+if has llama8b_mlpact; then  # both keeping only the MLP's pre-activation (after llama8b)
+  for p in bf16 fp8; do
+    train "llama8b_${p}_mlpact" 240 "${l8[@]}" --train.precision "$p" --train.recompute_mlp_act true
+    [ -e "$out/llama8b_$p.jsonl" ] && note "$(ratio "llama8b_$p" "llama8b_${p}_mlpact")"
+  done
+fi
 if has trace8b; then
   inject=$bundle/bin/libmeshtrain_cupti_trace.so
   for p in bf16 fp8; do
@@ -145,8 +156,7 @@ if has torchxl; then
 fi
 if has converge; then
   cs=${CONVERGE_STEPS:-2000}
-  c=(--model.preset llama-150m --train.seq_len 1024 --train.micro_batch 8 --train.steps "$cs"
-     --train.seed 1234)
+  c=(--model.preset llama-150m --train.seq_len 1024 --train.micro_batch 8 --train.steps "$cs")
   corpus=KJV
   if [ "${CONVERGE_CORPUS:-kjv}" = pysrc ]; then
     py=/tmp/fp8_step_data/pysrc
@@ -171,9 +181,14 @@ EOF
   fi
   IFS=, read -r -a cprec <<< "${CONVERGE_PRECISIONS:-bf16,fp8}"
   curves=()
-  for p in "${cprec[@]}"; do
-    train "converge_$p" "${CONVERGE_SECS:-300}" "${c[@]}" --train.precision "$p"
-    curves+=("$p=$out/converge_$p.jsonl")
+  for item in "${cprec[@]}"; do
+    IFS=: read -r p seed attn lr <<< "$item"
+    name=$p extra=(--train.seed "${seed:-1234}")
+    if [ -n "$seed" ]; then name+="_s$seed"; fi
+    if [ -n "$attn" ]; then name+="_$attn"; extra+=(--attn.impl "$attn"); fi
+    if [ -n "$lr" ]; then name+="_lr$lr"; extra+=(--train.lr "$lr"); fi
+    train "converge_$name" "${CONVERGE_SECS:-300}" "${c[@]}" --train.precision "$p" "${extra[@]}"
+    curves+=("$name=$out/converge_$name.jsonl")
   done
   # The mean loss of the last 50 steps of each, and each against the first (the baseline).
   python3 - "${curves[@]}" << 'EOF' | tee -a "$sum"

@@ -10,7 +10,8 @@ master weights, fused AdamW), eager with SDPA attention and/or torch.compile, ra
         --linears bf16,float8     # + the blocks' linears on torch._scaled_mm (torch_float8.py)
 
 Prints one line per mode: tokens/s, ms/step, MFU (6N + 12 L C T FLOPs per token against
-989 TFLOP/s), peak memory. Same model as meshtrain: tanh GELU, LayerNorm eps 1e-5, tied head,
+989 TFLOP/s), peak memory (the caching allocator's max allocated) and the device's used memory
+(total - free, as meshtrain reports it). Same model as meshtrain: tanh GELU, LayerNorm eps 1e-5, tied head,
 vocab padded to 50304, AdamW (0.9, 0.95), eps 1e-8, wd 0.1 on 2-D weights, clip 1.0.
 """
 import argparse
@@ -122,13 +123,18 @@ def run(mode, mb, T, steps, warmup, profile=0, preset="gpt2-124m", linears="bf16
         step()
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
+    # The device's used memory as meshtrain reports it (cudaMemGetInfo: total - free, so the
+    # CUDA context, library workspaces and the caching allocator's reserve count too): the
+    # allocator keeps what it reserved, so after the timed steps this is the run's peak.
+    free_b, total_b = torch.cuda.mem_get_info()
+    device_gib = (total_b - free_b) / 2**30
     times.sort()
     dt = times[len(times) // 2]
     tok = mb * T / dt
     flops = 6 * n_params + 12 * L * C * T
     print(f"pytorch-{mode:8s} {linears:6s} {preset} mb {mb:3d}: {tok:10.0f} tok/s  {dt * 1e3:8.1f} ms/step  "
-          f"MFU {tok * flops / 989e12:.3f}  peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB",
-          flush=True)
+          f"MFU {tok * flops / 989e12:.3f}  peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB  "
+          f"device {device_gib:.1f} GiB", flush=True)
     if profile:
         from torch.profiler import profile as tprofile, ProfilerActivity
         with tprofile(activities=[ProfilerActivity.CUDA]) as prof:

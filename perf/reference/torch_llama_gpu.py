@@ -13,8 +13,9 @@ with dynamic tensorwise scaling, E4M3 forward and E5M2 gradients (torch_float8.p
 of issue 35); the embedding, the LM head, attention and the norms stay bf16. `--layers` cuts the
 preset to its first N blocks (the 8B-shaped stack).
 
-Prints one line per (mode, micro-batch): tokens/s, ms/step, MFU and peak memory. The model is
-meshtrain's (src/model/llama_block.cpp, model::preset), written from HF LlamaForCausalLM's
+Prints one line per (mode, micro-batch): tokens/s, ms/step, MFU, peak memory (the caching
+allocator's max allocated) and the device's used memory (total - free, as meshtrain reports
+it). The model is meshtrain's (src/model/llama_block.cpp, model::preset), written from HF LlamaForCausalLM's
 semantics: RMSNorm (eps 1e-5, weight times x * rsqrt(mean(x^2) + eps)), rotary embedding with
 HF's rotate_half pairs (i, i + head_dim / 2) and Llama 3's frequency scaling where the preset
 has it, grouped-query attention (SDPA, causal; kv heads shared by n_head / n_kv_head query
@@ -183,6 +184,11 @@ def run(preset, mode, mb, T, steps, warmup, profile=0, layers=0, linears="bf16",
         step()
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
+    # The device's used memory as meshtrain reports it (cudaMemGetInfo: total - free, so the
+    # CUDA context, library workspaces and the caching allocator's reserve count too): the
+    # allocator keeps what it reserved, so after the timed steps this is the run's peak.
+    free_b, total_b = torch.cuda.mem_get_info()
+    device_gib = (total_b - free_b) / 2**30
     times.sort()
     dt = times[len(times) // 2]
     tok = mb * T / dt
@@ -191,7 +197,7 @@ def run(preset, mode, mb, T, steps, warmup, profile=0, layers=0, linears="bf16",
     print(f"pytorch-{mode:8s} {linears:6s} {name} ({n / 1e6:.1f}M) mb {mb:3d} seq {T}: "
           f"{tok:10.0f} tok/s  "
           f"{dt * 1e3:8.1f} ms/step  MFU {tok * flops / 989e12:.3f}  "
-          f"peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB", flush=True)
+          f"peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB  device {device_gib:.1f} GiB", flush=True)
     if profile:
         from torch_gpt2_gpu import kernel_table  # same directory
         from torch.profiler import profile as tprofile, ProfilerActivity
