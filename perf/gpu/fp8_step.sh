@@ -189,7 +189,8 @@ EOF
     if [ -n "$attn" ]; then name+="_$attn"; extra+=(--attn.impl "$attn"); fi
     if [ -n "$lr" ]; then name+="_lr$lr"; extra+=(--train.lr "$lr"); fi
     train "converge_$name" "${CONVERGE_SECS:-300}" "${c[@]}" --train.precision "$p" "${extra[@]}"
-    curves+=("$name=$out/converge_$name.jsonl")
+    # A run that wrote no metrics (refused options, a crash) is reported above, not plotted.
+    [ -s "$out/converge_$name.jsonl" ] && curves+=("$name=$out/converge_$name.jsonl")
   done
   # The mean loss of the last 50 steps of each, and each against the first (the baseline).
   python3 - "${curves[@]}" << 'EOF' | tee -a "$sum"
