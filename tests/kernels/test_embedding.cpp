@@ -115,7 +115,7 @@ TEST_CASE("embedding_backward is bitwise deterministic", "[kernels][embedding][d
 
 namespace {
 // dwte after embedding_backward (float) against host sums in double, from a random start.
-// frac_hot of the rows carry token `hot`, the rest spread over [0, spread); tokens outside
+// hot_of_5 rows in every 5 carry token `hot`, the rest spread over [0, spread); tokens outside
 // [vocab_start, vocab_start + vocab_local) must leave dwte alone.
 void check_long_runs(int B, int T, int C, int vocab_start, int vocab_local, int hot, int spread,
                      int hot_of_5, std::uint32_t seed) {
