@@ -12,6 +12,7 @@
 #   llama8b_mlpact  its bf16 and fp8 runs with --train.recompute_mlp_act true (after llama8b)
 #   llama1b_mlpact  its bf16 run with --train.recompute_mlp_act true (after llama1b)
 #   gpt2xl    GPT-2 1.5B, seq 1024, micro-batch 4
+#   tracexl   the same for gpt2xl
 #   rowwise   the llama8b run again with --fp8.recipe rowwise
 #   torch8b / torch1b / torchxl   the PyTorch side of llama8b / llama1b / gpt2xl (compile, bf16
 #             and float8 linears)
@@ -103,22 +104,25 @@ if has llama8b_mlpact; then  # both keeping only the MLP's pre-activation (after
     [ -e "$out/llama8b_$p.jsonl" ] && note "$(ratio "llama8b_$p" "llama8b_${p}_mlpact")"
   done
 fi
-if has trace8b; then
-  inject=$bundle/bin/libmeshtrain_cupti_trace.so
+# PREFIX SHAPE...: bf16 and fp8 again, 10 steps each under the CUPTI injection library, each
+# step's time per kernel category in the summary
+trace() {
+  local prefix=$1 inject=$bundle/bin/libmeshtrain_cupti_trace.so p name; shift
   for p in bf16 fp8; do
-    name=trace8b_$p
+    name=${prefix}_$p
     # One file per process (Open MPI's singleton helpers load the library too): the largest
     # is the trainer's.
     run "$name" 240 env CUDA_INJECTION64_PATH="$inject" MESHTRAIN_CUPTI_OUT="$out/$name.%p.csv" \
       "$bundle/bin/meshtrain" train "${common[@]}" --train.out_dir "/tmp/fp8_step_runs/$name" \
-      --train.metrics "$out/$name.jsonl" "${l8shape[@]}" --train.steps 10 --train.precision "$p"
+      --train.metrics "$out/$name.jsonl" "$@" --train.steps 10 --train.precision "$p"
     # shellcheck disable=SC2012  # the names are ours
     mv "$(ls -S "$out/$name".*.csv | head -1)" "$out/$name.csv" && rm -f "$out/$name".*.csv
     python3 "$here/../tools/cupti_trace_summary.py" "$out/$name.csv" --steps 5 --top 30 \
       --label "$name" >> "$sum" 2>&1 || note "  $name: no summary"
     gzip -f "$out/$name.csv"
   done
-fi
+}
+has trace8b && trace trace8b "${l8shape[@]}"
 if has rowwise; then
   train llama8b_fp8_rowwise 240 "${l8[@]}" --train.precision fp8 --fp8.recipe rowwise
 fi
@@ -132,12 +136,14 @@ if has llama1b_mlpact; then  # bf16 keeping only the MLP's pre-activation (memor
   train llama1b_bf16_mlpact 240 "${l1[@]}" --train.precision bf16 --train.recompute_mlp_act true
   [ -e "$out/llama1b_bf16.jsonl" ] && note "$(ratio llama1b_bf16 llama1b_bf16_mlpact)"
 fi
-g=(--model.preset gpt2-1.5b --train.seq_len 1024 --train.micro_batch 4 --train.steps "$steps")
+gshape=(--model.preset gpt2-1.5b --train.seq_len 1024 --train.micro_batch 4)
+g=("${gshape[@]}" --train.steps "$steps")
 if has gpt2xl; then
   train gpt2xl_bf16 300 "${g[@]}" --train.precision bf16
   train gpt2xl_fp8 300 "${g[@]}" --train.precision fp8
   [ -e "$out/gpt2xl_fp8.jsonl" ] && note "$(ratio gpt2xl_bf16 gpt2xl_fp8)"
 fi
+has tracexl && trace tracexl "${gshape[@]}"
 if has torch8b; then
   run torch8b 300 python3 "$root/perf/reference/torch_llama_gpu.py" --preset llama3.1-8b \
     --layers "$layers" --seq 4096 --micro-batch 1 --mode compile --linears bf16,float8 \
