@@ -177,6 +177,7 @@ struct DCase {
   // gemm_fp8's C/D form: D (poisoned where written) from a C only read, against the emulation
   // in place; C must come back unchanged.
   bool separate_d = false;
+  bool varying = false;  // through gemm_fp8_varying (in place): plans per size bucket of M
 };
 
 // The tolerance of a CUDA result, relative to S = |alpha| sum_k |a_k b_k| + |beta c| (operands
@@ -196,7 +197,7 @@ double bf16_ulp(double v) {
 template <class T>
 void check_dispatch(const DCase& g) {
   const bool is_f32 = std::is_same_v<T, float>;
-  INFO("gemm_fp8 " << (is_f32 ? "fp32" : "bf16") << " ta=" << (g.ta == Trans::N ? "N" : "T")
+  INFO((g.varying ? "gemm_fp8_varying " : "gemm_fp8 ") << (is_f32 ? "fp32" : "bf16") << " ta=" << (g.ta == Trans::N ? "N" : "T")
                    << " tb=" << (g.tb == Trans::N ? "N" : "T") << " M=" << g.M << " N=" << g.N
                    << " K=" << g.K << " A " << fp8_format_name(g.fa) << " "
                    << fp8_scaling_name(g.sa) << " B " << fp8_format_name(g.fb) << " "
@@ -231,6 +232,9 @@ void check_dispatch(const DCase& g) {
     const auto c_after = kt::convert<float>(kt::to_host(c_in));
     REQUIRE(std::memcmp(c_after.data(), kt::convert<float>(c0).data(),
                         c_after.size() * sizeof(float)) == 0);
+  } else if (g.varying) {
+    gemm_fp8_varying<T>(ExecSpace(), g.ta, g.tb, g.M, g.N, g.K, g.alpha, A.q, B.q, g.beta,
+                        c_got.data(), ldc, c_got.data(), ldc);
   } else {
     gemm_fp8<T>(ExecSpace(), g.ta, g.tb, g.M, g.N, g.K, g.alpha, A.q, B.q, g.beta, c_got.data(),
                 ldc);
@@ -305,7 +309,35 @@ void check_dispatch_cases() {
   check_dispatch<T>({37, 48, 64, e4, e4, tw, tw, false, 1.0f, 1.0f, emu, n, n, true});
 }
 
+// gemm_fp8_varying: one plan per size bucket of M (gemm_size_bucket: 64, 80, 96, 112, 128, 160,
+// ... 320), made for the bucket's upper end and then used for every M in it, smaller ones first
+// and last, the first call of a bucket with M below its end, and M = 1. Each must run cuBLASLt on
+// CUDA (tensorwise; rowwise where outer-vector scaling exists) and equal the emulation as
+// gemm_fp8 does; the expert GEMMs' forms: x [M, K] x W^T (E4M3 x E4M3) and dy [M, N] x W
+// (E5M2 x E4M3, W a transposed cast), beta 0 and 1.
+template <class T>
+void check_varying_cases() {
+  const auto tw = Fp8Scaling::tensorwise, rw = Fp8Scaling::rowwise;
+  const auto e4 = Fp8Format::e4m3, e5 = Fp8Format::e5m2;
+  const auto lt = Path::cublaslt, any = Path::either;
+  const Trans n = Trans::N, t = Trans::T;
+  for (const int M : {37, 64, 1, 65, 80, 70, 300, 257})
+    check_dispatch<T>({M, 48, 64, e4, e4, tw, tw, false, 1.0f, 0.0f, lt, n, t, false, true});
+  for (const int M : {70, 33, 96})
+    check_dispatch<T>({M, 384, 512, e5, e4, tw, tw, true, 1.0f, 1.0f, lt, n, t, false, true});
+  for (const int M : {37, 5, 64})
+    check_dispatch<T>({M, 48, 64, e4, e4, rw, rw, false, 1.0f, 0.0f, any, n, t, false, true});
+}
+
 }  // namespace
+
+TEST_CASE("gemm_fp8_varying serves every M of a size bucket with the bucket's plan",
+          "[fp8][gemm]") {
+  SECTION("fp32 output") { check_varying_cases<float>(); }
+#if MESHTRAIN_HAVE_BF16
+  SECTION("bf16 output") { check_varying_cases<bf16>(); }
+#endif
+}
 
 TEST_CASE("gemm_fp8 checks the contract before choosing a path", "[fp8][gemm]") {
   const Fp8Tensor a = make_fp8_tensor("a", 4, 16, Fp8Format::e4m3, Fp8Scaling::tensorwise);

@@ -80,7 +80,7 @@ cudaDataType_t lt_fp8_type(Fp8Format f) {
 template <class T>
 bool try_cublaslt(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K, float alpha,
                   const Fp8Tensor& A, const Fp8Tensor& B, float beta, const T* C, int ldc, T* D,
-                  int ldd, const char** why) {
+                  int ldd, bool vary_m, const char** why) {
   if constexpr (!std::is_same_v<ExecSpace, Kokkos::Cuda>) {
     return false;
   } else {
@@ -104,7 +104,7 @@ bool try_cublaslt(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K
                            A.scaling == Fp8Scaling::rowwise, M, N, K, alpha,
                            A.data.data(), K, A.scale_inv.data(),
                            B.data.data(), K, B.scale_inv.data(),
-                           beta, C, ldc, D, ldd};
+                           beta, C, ldc, D, ldd, vary_m};
     return detail::lt_matmul_fp8(exec, call, why);
   }
 }
@@ -167,21 +167,43 @@ void gemm_fp8_emulated(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, 
       });
 }
 
+namespace {
+
+// gemm_fp8 and gemm_fp8_varying: cuBLASLt where it serves (a plan per shape, or per size bucket
+// of M with vary_m), else the emulation.
 template <class T>
-void gemm_fp8(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K, float alpha,
-              const Fp8Tensor& A, const Fp8Tensor& B, float beta, const T* C, int ldc, T* D,
-              int ldd) {
-  check_fp8_gemm("gemm_fp8", ta, tb, M, N, K, A, B, ldc, ldd);
+void gemm_fp8_dispatch(const char* fn, const ExecSpace& exec, Trans ta, Trans tb, int M, int N,
+                       int K, float alpha, const Fp8Tensor& A, const Fp8Tensor& B, float beta,
+                       const T* C, int ldc, T* D, int ldd, [[maybe_unused]] bool vary_m) {
+  check_fp8_gemm(fn, ta, tb, M, N, K, A, B, ldc, ldd);
   if (M == 0 || N == 0) return;
 #if defined(KOKKOS_ENABLE_CUDA)
   const char* why = nullptr;
-  if (try_cublaslt<T>(exec, ta, tb, M, N, K, alpha, A, B, beta, C, ldc, D, ldd, &why)) {
+  if (try_cublaslt<T>(exec, ta, tb, M, N, K, alpha, A, B, beta, C, ldc, D, ldd, vary_m, &why)) {
     cublaslt_calls.fetch_add(1, std::memory_order_relaxed);
     return;
   }
   if constexpr (std::is_same_v<ExecSpace, Kokkos::Cuda>) say_emulated(ta, tb, M, N, K, A, B, why);
 #endif
   gemm_fp8_emulated<T>(exec, ta, tb, M, N, K, alpha, A, B, beta, C, ldc, D, ldd);
+}
+
+}  // namespace
+
+template <class T>
+void gemm_fp8(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K, float alpha,
+              const Fp8Tensor& A, const Fp8Tensor& B, float beta, const T* C, int ldc, T* D,
+              int ldd) {
+  gemm_fp8_dispatch<T>("gemm_fp8", exec, ta, tb, M, N, K, alpha, A, B, beta, C, ldc, D, ldd,
+                       false);
+}
+
+template <class T>
+void gemm_fp8_varying(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K, float alpha,
+                      const Fp8Tensor& A, const Fp8Tensor& B, float beta, const T* C, int ldc,
+                      T* D, int ldd) {
+  gemm_fp8_dispatch<T>("gemm_fp8_varying", exec, ta, tb, M, N, K, alpha, A, B, beta, C, ldc, D,
+                       ldd, true);
 }
 
 template <class T>
@@ -204,6 +226,9 @@ int gemm_fp8_cublaslt_calls() { return cublaslt_calls.load(std::memory_order_rel
                             const Fp8Tensor&, const Fp8Tensor&, float, T*, int);                 \
   template void gemm_fp8<T>(const ExecSpace&, Trans, Trans, int, int, int, float,                \
                             const Fp8Tensor&, const Fp8Tensor&, float, const T*, int, T*, int);  \
+  template void gemm_fp8_varying<T>(const ExecSpace&, Trans, Trans, int, int, int, float,        \
+                                    const Fp8Tensor&, const Fp8Tensor&, float, const T*, int, T*, \
+                                    int);                                                        \
   template void gemm_fp8_emulated<T>(const ExecSpace&, Trans, Trans, int, int, int, float,       \
                                      const Fp8Tensor&, const Fp8Tensor&, float, T*, int);        \
   template void gemm_fp8_emulated<T>(const ExecSpace&, Trans, Trans, int, int, int, float,       \

@@ -27,7 +27,9 @@
 // (gemm_lt.cpp), up to lt_candidates_wanted() of the heuristic's answers are timed on the first
 // call's own operands, D written to scratch, and the fastest kept: the heuristic's first answer,
 // which PyTorch's scaled_mm takes untimed, is a model's guess, and the bf16 GEMMs' timed choice
-// is part of why meshtrain's bf16 step is ahead of torch.compile's (issue 35).
+// is part of why meshtrain's bf16 step is ahead of torch.compile's (issue 35). A call whose M
+// changes every step (gemm_fp8_varying: an expert's rows) would make and time a plan for each
+// new M: its plans are per size bucket of M instead, untimed (LtFp8Call::vary_m).
 #include "../common.hpp"  // first: Kokkos defines KOKKOS_ENABLE_CUDA
 
 #if defined(KOKKOS_ENABLE_CUDA)
@@ -37,13 +39,15 @@
 
 #include "gemm_lt.hpp"
 #include "gemm_lt_fp8.hpp"
+#include "meshtrain/kernels/gemm/gemm_varying.hpp"
 
 namespace meshtrain::kernels::detail {
 
 namespace {
 
-// First entry of our keys in LtLocked::keyed_plans ('F' 'P' '8').
-constexpr std::int64_t kKeyTag = 0x465038;
+// First entry of our keys in LtLocked::keyed_plans ('F' 'P' '8'; 'F' 'P' 'B' for the plans of
+// a size bucket of M).
+constexpr std::int64_t kKeyTag = 0x465038, kBucketKeyTag = 0x465042;
 
 // Outer-vector scaling came with cuBLAS 12.9; older headers lack the enum: rowwise falls back.
 #if CUBLAS_VERSION >= 120900
@@ -108,9 +112,8 @@ int fastest(cublasLtHandle_t handle, const LtPlan& p, const LtFp8Call& c, cudaSt
   return best;
 }
 
-LtPlan make_plan(cublasLtHandle_t handle, const LtFp8Call& c, cudaStream_t stream,
-                 void* workspace, std::size_t workspace_bytes) {
-  LtPlan p;
+// The plan's descriptor: the TN form, the scale modes and this call's scale pointers.
+void make_desc(LtPlan& p, const LtFp8Call& c) {
   MESHTRAIN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   set_desc(p.op, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
   set_desc(p.op, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
@@ -124,11 +127,10 @@ LtPlan make_plan(cublasLtHandle_t handle, const LtFp8Call& c, cudaStream_t strea
   // The swap (top of the file): cuBLASLt's A is our B.
   set_desc(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(c.b_scale));
   set_desc(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(c.a_scale));
-  MESHTRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, c.b_type, c.K, c.N, c.ldb));
-  MESHTRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, c.a_type, c.K, c.M, c.lda));
-  MESHTRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, c.out_type, c.N, c.M, c.ldc));
-  MESHTRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, c.out_type, c.N, c.M, c.ldd));
+}
 
+// The alignment preferences of the call's pointers.
+cublasLtMatmulPreference_t make_preference(const LtFp8Call& c, std::size_t workspace_bytes) {
   cublasLtMatmulPreference_t pref = nullptr;
   MESHTRAIN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   set_pref(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, workspace_bytes);
@@ -137,6 +139,19 @@ LtPlan make_plan(cublasLtHandle_t handle, const LtFp8Call& c, cudaStream_t strea
   set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, bytes(c.A));
   set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, bytes(c.C));
   set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, bytes(c.D));
+  return pref;
+}
+
+LtPlan make_plan(cublasLtHandle_t handle, const LtFp8Call& c, cudaStream_t stream,
+                 void* workspace, std::size_t workspace_bytes) {
+  LtPlan p;
+  make_desc(p, c);
+  MESHTRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, c.b_type, c.K, c.N, c.ldb));
+  MESHTRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, c.a_type, c.K, c.M, c.lda));
+  MESHTRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, c.out_type, c.N, c.M, c.ldc));
+  MESHTRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, c.out_type, c.N, c.M, c.ldd));
+
+  cublasLtMatmulPreference_t pref = make_preference(c, workspace_bytes);
   constexpr int kMaxCandidates = 8;
   cublasLtMatmulHeuristicResult_t results[kMaxCandidates] = {};
   const int wanted = lt_candidates_wanted() < kMaxCandidates ? lt_candidates_wanted()
@@ -151,6 +166,41 @@ LtPlan make_plan(cublasLtHandle_t handle, const LtFp8Call& c, cudaStream_t strea
     return p;
   }
   p.algo = results[fastest(handle, p, c, stream, workspace, workspace_bytes, results, found)].algo;
+  p.ok = true;
+  return p;
+}
+
+// The layouts of one call's exact shape, opaque on the stack: a bucket's plan holds none.
+struct StackLayouts {
+  cublasLtMatrixLayoutOpaque_t a, b, c, d;
+  explicit StackLayouts(const LtFp8Call& k) {
+    MESHTRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&a, k.b_type, k.K, k.N, k.ldb));
+    MESHTRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&b, k.a_type, k.K, k.M, k.lda));
+    MESHTRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&c, k.out_type, k.N, k.M, k.ldc));
+    MESHTRAIN_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&d, k.out_type, k.N, k.M, k.ldd));
+  }
+};
+
+// The plan of one size bucket of M (LtFp8Call::vary_m): the descriptor and the heuristic's first
+// algorithm for the bucket's upper end, untimed (the calls of a bucket have other operands and
+// other M; timing the first one's would pick for that M alone), as gemm_lt.cpp's bucketed plans
+// of the 16-bit GEMMs.
+LtPlan make_bucket_plan(cublasLtHandle_t handle, const LtFp8Call& rep,
+                        std::size_t workspace_bytes) {
+  LtPlan p;
+  make_desc(p, rep);
+  StackLayouts l(rep);
+  cublasLtMatmulPreference_t pref = make_preference(rep, workspace_bytes);
+  cublasLtMatmulHeuristicResult_t result = {};
+  int found = 0;
+  const cublasStatus_t rc = cublasLtMatmulAlgoGetHeuristic(handle, p.op, &l.a, &l.b, &l.c, &l.d,
+                                                           pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (rc != CUBLAS_STATUS_SUCCESS || found == 0) {
+    lt_destroy_plan(p);
+    return p;
+  }
+  p.algo = result.algo;
   p.ok = true;
   return p;
 }
@@ -170,9 +220,13 @@ bool lt_matmul_fp8(const Kokkos::Cuda& exec, const LtFp8Call& call, const char**
     *why = r;
     return false;
   }
+  // vary_m: the plan of M's size bucket (its upper end stands for M in the key), the call's
+  // exact shape in layouts on the stack.
+  LtFp8Call rep = c;
+  if (c.vary_m) rep.M = gemm_size_bucket(c.M);
   const std::vector<std::int64_t> key{
-      kKeyTag, c.a_type, c.b_type, c.out_type, c.rowwise, c.M, c.N, c.K, c.lda, c.ldb, c.ldc,
-      c.ldd, c.beta != 0.0f,
+      c.vary_m ? kBucketKeyTag : kKeyTag, c.a_type, c.b_type, c.out_type, c.rowwise, rep.M, c.N,
+      c.K, c.lda, c.ldb, c.ldc, c.ldd, c.beta != 0.0f,
       std::int64_t(lt_align_log2(c.A) | lt_align_log2(c.B) << 4 | lt_align_log2(c.C) << 8 |
                    lt_align_log2(c.D) << 12)};
   // Held through the launch: the plan's descriptor gets this call's scale pointers.
@@ -180,8 +234,9 @@ bool lt_matmul_fp8(const Kokkos::Cuda& exec, const LtFp8Call& call, const char**
   auto& plans = lt.keyed_plans();
   auto it = plans.find(key);
   if (it == plans.end())
-    it = plans.emplace(key, make_plan(lt.handle(), c, exec.cuda_stream(), lt.workspace(),
-                                      lt.workspace_bytes()))
+    it = plans.emplace(key, c.vary_m ? make_bucket_plan(lt.handle(), rep, lt.workspace_bytes())
+                                     : make_plan(lt.handle(), c, exec.cuda_stream(),
+                                                 lt.workspace(), lt.workspace_bytes()))
              .first;
   LtPlan& p = it->second;
   if (!p.ok) {
@@ -190,18 +245,25 @@ bool lt_matmul_fp8(const Kokkos::Cuda& exec, const LtFp8Call& call, const char**
   }
   set_desc(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(c.b_scale));
   set_desc(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(c.a_scale));
-  const cublasStatus_t rc =
-      cublasLtMatmul(lt.handle(), p.op, &c.alpha, c.B, p.a, c.A, p.b, &c.beta, c.C, p.c, c.D,
-                     p.d, &p.algo, lt.workspace(), lt.workspace_bytes(), exec.cuda_stream());
+  cublasStatus_t rc;
+  if (c.vary_m) {
+    StackLayouts l(c);
+    rc = cublasLtMatmul(lt.handle(), p.op, &c.alpha, c.B, &l.a, c.A, &l.b, &c.beta, c.C, &l.c,
+                        c.D, &l.d, &p.algo, lt.workspace(), lt.workspace_bytes(),
+                        exec.cuda_stream());
+  } else {
+    rc = cublasLtMatmul(lt.handle(), p.op, &c.alpha, c.B, p.a, c.A, p.b, &c.beta, c.C, p.c, c.D,
+                        p.d, &p.algo, lt.workspace(), lt.workspace_bytes(), exec.cuda_stream());
+  }
   if (rc != CUBLAS_STATUS_SUCCESS) {
     // Nothing was launched (cuBLASLt checks the scale modes here, not in the heuristic):
     // remember the refusal and let the caller emulate. Said once per plan, on stderr.
     std::fprintf(stderr,
                  "meshtrain: cublasLtMatmul refused FP8 TN M=%d N=%d K=%d A %s B %s out %s %s "
-                 "(%s); this shape runs the FP8 emulation\n",
+                 "(%s); this %s runs the FP8 emulation\n",
                  c.M, c.N, c.K, fp8_name(c.a_type), fp8_name(c.b_type),
                  c.out_type == CUDA_R_32F ? "fp32" : "bf16", c.rowwise ? "rowwise" : "tensorwise",
-                 cublasGetStatusString(rc));
+                 cublasGetStatusString(rc), c.vary_m ? "size bucket of M" : "shape");
     lt_destroy_plan(p);
     *why = "cublasLtMatmul refused it";
     return false;

@@ -25,6 +25,9 @@ struct LtFp8Call {
   int ldc;
   void* D;
   int ldd;
+  // M changes from call to call (an expert's rows): one plan per size bucket of M
+  // (gemm_size_bucket), the heuristic's algorithm for its upper end, untimed.
+  bool vary_m = false;
 };
 
 // Enqueues the call on exec's stream as one cublasLtMatmul and returns true; or returns false,

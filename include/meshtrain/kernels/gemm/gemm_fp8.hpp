@@ -42,8 +42,18 @@ void gemm_fp8(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K, fl
               const Fp8Tensor& A, const Fp8Tensor& B, float beta, const T* C, int ldc, T* D,
               int ldd);
 
-// How many gemm_fp8 calls of this process cuBLASLt's FP8 matmul ran (always 0 on host builds):
-// tests read it before and after a call to know which path served it.
+// gemm_fp8 for an M that changes from call to call (an expert's rows: a MoE's FP8 experts).
+// On CUDA, one cuBLASLt plan per size bucket of M (gemm_size_bucket, gemm_varying.hpp), the
+// heuristic's algorithm for the bucket's upper end, untimed, as gemm_varying chooses for the
+// 16-bit GEMMs: gemm_fp8 makes and times a plan for every new shape, which rows that change
+// every step would pay on every call. Same arguments, contract and paths as gemm_fp8.
+template <class T>
+void gemm_fp8_varying(const ExecSpace& exec, Trans ta, Trans tb, int M, int N, int K,
+                      float alpha, const Fp8Tensor& A, const Fp8Tensor& B, float beta,
+                      const T* C, int ldc, T* D, int ldd);
+
+// How many gemm_fp8 (and gemm_fp8_varying) calls of this process cuBLASLt's FP8 matmul ran
+// (always 0 on host builds): tests read it before and after a call to know which path served it.
 int gemm_fp8_cublaslt_calls();
 
 template <class T>
