@@ -71,6 +71,18 @@ View1<const T> pack(const ExecSpace& exec, const T* x, int ld, int rows, int col
   return out;
 }
 
+// The TN FP8 GEMM D[M, N] = A[M, K] B[N, K]^T + beta C: gemm_fp8, or gemm_fp8_varying where M
+// (the rows) changes from call to call (Fp8LinearOptions::rows_vary).
+template <class T>
+void tn_gemm_fp8(const ExecSpace& exec, const Fp8LinearOptions& opt, int M, int N, int K,
+                 const Fp8Tensor& A, const Fp8Tensor& B, float beta, const T* C, int ldc, T* D,
+                 int ldd) {
+  if (opt.rows_vary)
+    gemm_fp8_varying<T>(exec, Trans::N, Trans::T, M, N, K, 1.0f, A, B, beta, C, ldc, D, ldd);
+  else
+    gemm_fp8<T>(exec, Trans::N, Trans::T, M, N, K, 1.0f, A, B, beta, C, ldc, D, ldd);
+}
+
 // What a tensorwise cast does with Fp8LinearOptions::weight_scale: nothing (not a weight's
 // cast, or no slot), its scale made there (the forward's), or taken from there (the backward's).
 enum class KeptScale { none, write, read };
@@ -367,8 +379,8 @@ void linear_fp8_forward_gemm(const ExecSpace& exec, T* out, int ld_out, const T*
                                           nullptr, false, ks)
                              : operand<T>(exec, "weight", weight, OC, IC, OC, 0, opt.forward, opt,
                                           nullptr, false, ks);
-  gemm_fp8<T>(exec, Trans::N, Trans::T, N, OC, IC, 1.0f, a, b, c_in != nullptr ? 1.0f : 0.0f,
-              c_in != nullptr ? c_in : out, ld_out, out, ld_out);
+  tn_gemm_fp8<T>(exec, opt, N, OC, IC, a, b, c_in != nullptr ? 1.0f : 0.0f,
+                 c_in != nullptr ? c_in : out, ld_out, out, ld_out);
 }
 
 template <class T>
@@ -397,7 +409,7 @@ void linear_fp8_dinp_gemm(const ExecSpace& exec, T* dinp, float beta, const Fp8T
                                           nullptr, false, ks)
                              : operand<T>(exec, "weight", weight, OC, IC, OC, 1, opt.forward, opt,
                                           nullptr, false, ks);
-  gemm_fp8<T>(exec, Trans::N, Trans::T, N, IC, OC, 1.0f, g, w, beta, dinp, IC);
+  tn_gemm_fp8<T>(exec, opt, N, IC, OC, g, w, beta, dinp, IC, dinp, IC);
 }
 
 template <class T>

@@ -14,11 +14,22 @@ double fp8_flops_share(const GptConfig& cfg, const Fp8Recipe& recipe, int seq_le
   const double KV = static_cast<double>(cfg.kv_heads()) * cfg.head_size();
   const double attn = C * (Q + 2 * KV) + Q * C;                      // q/k/v, o
   const double mlp = (cfg.mlp == Mlp::swiglu ? 3.0 : 2.0) * C * I;  // gate/up, down; fc, proj
-  double weights = 0;
-  for (int l = 0; l < cfg.n_layer; ++l)
-    if (recipe.fp8_block(l, cfg.n_layer)) weights += attn + (cfg.moe.is_moe_layer(l) ? 0 : mlp);
+  // A token's experts: top_k of them and the shared one, forward and input gradient in FP8
+  // (their weight gradients stay in the model's type: moe/grouped_gemm.hpp's ExpertFp8).
+  const double per_matrix = cfg.mlp == Mlp::swiglu ? 3.0 : 2.0;
+  const double experts = per_matrix * C *
+                         (double(cfg.moe.top_k) * cfg.expert_width() + cfg.moe.shared_ffn);
+  double weights = 0, expert_weights = 0;
+  for (int l = 0; l < cfg.n_layer; ++l) {
+    if (!recipe.fp8_block(l, cfg.n_layer)) continue;
+    weights += attn;
+    if (cfg.moe.is_moe_layer(l))
+      expert_weights += experts;
+    else
+      weights += mlp;
+  }
   const double per_weight = recipe.wgrad_bf16 ? 4.0 : 6.0;
-  return per_weight * weights / cfg.flops_per_token(seq_len);
+  return (per_weight * weights + 4.0 * expert_weights) / cfg.flops_per_token(seq_len);
 }
 
 kernels::Fp8Scaling parse_fp8_recipe(const std::string& text, const char* option) {

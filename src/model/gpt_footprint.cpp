@@ -173,7 +173,9 @@ ModelFootprint model_footprint(const GptConfig& cfg, int micro_batch, int seq_le
   }
   if (layout.fp8.enabled)
     f.scratch += static_cast<double>(fp8_workspace_bytes(cfg, micro_batch, seq_len, layout,
-                                                         tp_size, E));
+                                                         tp_size, E) +
+                                     expert_fp8_workspace_bytes(cfg, micro_batch, seq_len,
+                                                                layout, E));
   if (cfg.moe.enabled()) {  // the MoE output and the backward's transient rows (one block)
     const std::size_t Ie = cfg.expert_width(), We = swiglu ? 2 * Ie : Ie;
     const std::size_t M = N * cfg.moe.top_k;
@@ -269,6 +271,44 @@ std::size_t fp8_workspace_bytes(const GptConfig& cfg, int micro_batch, int seq_l
         }
       }
     }
+  return w.bytes();
+}
+
+// The calls of moe/grouped_gemm.cpp's FP8 path (ExpertFp8) at the most rows: the workspace keeps
+// each buffer at its largest request, and every request grows with the rows.
+std::size_t expert_fp8_workspace_bytes(const GptConfig& cfg, int micro_batch, int seq_len,
+                                       const ModelLayout& layout, std::size_t E) {
+  namespace k = meshtrain::kernels;
+  bool any = false;
+  for (const auto& ch : layout.chunks.empty() ? std::vector<LayerRange>{{0, cfg.n_layer}}
+                                              : layout.chunks)
+    for (int l = ch.first; l < ch.last; ++l)
+      any = any || (cfg.moe.is_moe_layer(l) && layout.fp8.fp8_block(l, cfg.n_layer));
+  if (!any) return 0;
+  k::Fp8LinearOptions o;
+  o.scaling = k::Fp8Scaling::rowwise;
+  o.layout = k::Fp8WeightLayout::in_out;
+  o.wgrad_high_precision = true;
+  o.rows_vary = true;
+  k::Fp8WorkspaceSizes w(E);
+  const bool swiglu = cfg.mlp == Mlp::swiglu;
+  const int N = micro_batch * seq_len, C = cfg.n_embd;
+  // One expert MLP of `rows` rows: x [rows, C] -> [rows, W] -> act [rows, I] -> [rows, C].
+  const auto mlp = [&](int rows, int I) {
+    const int W = swiglu ? 2 * I : I;
+    w.input(rows, C, o);
+    w.forward_weight(C, W, o);
+    w.input(rows, I, o);
+    w.forward_weight(I, C, o);
+    w.grad(rows, C, C, o);
+    w.dinp_weight(I, C, o);
+    w.grad(rows, W, W, o);
+    w.dinp_weight(C, W, o);
+  };
+  // An expert takes a token at most once (top_k distinct experts), from each rank of its ep group.
+  const int ep = layout.ep != nullptr ? layout.ep->size() : 1;
+  mlp(N * ep, cfg.expert_width());
+  if (cfg.moe.shared_ffn > 0) mlp(N, cfg.moe.shared_ffn);
   return w.bytes();
 }
 

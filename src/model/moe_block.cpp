@@ -95,8 +95,9 @@ View1<const A> router_view(const ExecSpace& exec, View1<const T> v, View1<A>& sc
   }
 }
 
-moe::MoeLayerConfig layer_config(const GptConfig& c) {
+moe::MoeLayerConfig layer_config(const GptConfig& c, const moe::ExpertFp8& fp8) {
   moe::MoeLayerConfig m;
+  m.fp8 = fp8;
   m.router.experts = c.moe.experts;
   m.router.top_k = c.moe.top_k;
   m.router.score = moe::parse_router_score(c.moe.router_score);
@@ -123,6 +124,11 @@ void record(MoeLayerStats& s, const moe::RouterStats& r) {
 }  // namespace
 
 template <class T>
+moe::ExpertFp8 GptT<T>::expert_fp8(int l) {
+  return {fp8_block(l), &expert_fp8_workspace_};
+}
+
+template <class T>
 void GptT<T>::reset_moe_stats() {
   for (auto& s : moe_stats_) {
     const std::size_t E = s.load.size();
@@ -136,7 +142,7 @@ void GptT<T>::moe_mlp_forward(int l, BlockActivations<T>& a, View1<const T> res2
   {
     using R = moe::weight_t<T>;  // the router's type (fp32 for a 16-bit model)
     const int N = N_, Nl = Nl_, C = cfg_.n_embd, E = cfg_.moe.experts, K = cfg_.moe.top_k;
-    const moe::MoeLayerConfig mc = layer_config(cfg_);
+    const moe::MoeLayerConfig mc = layer_config(cfg_, expert_fp8(l));
     const MoeTensors<T>& w = moe_params_[static_cast<std::size_t>(l)];
     MoeActivations<T>& m = *a.moe;
     comm::Communicator& ep = layout_.ep ? *layout_.ep : *self_;
@@ -193,12 +199,13 @@ void GptT<T>::moe_mlp_forward(int l, BlockActivations<T>& a, View1<const T> res2
       const std::vector<std::int64_t> all{0, N};
       ensure(m.shared_h, "moe.shared_h", std::size_t(N) * W);
       ensure(m.shared_act, "moe.shared_act", std::size_t(N) * S);
-      moe::grouped_linear_forward<T>(exec_, all, a.ln2, w.shared_in, m.shared_h, C, W);
+      moe::grouped_linear_forward<T>(exec_, all, a.ln2, w.shared_in, m.shared_h, C, W, 0, mc.fp8);
       if (mc.activation == moe::ExpertActivation::gelu)
         k::gelu_forward<T>(exec_, m.shared_act, m.shared_h, std::size_t(N) * S);
       else
         k::swiglu_forward<T>(exec_, m.shared_act, m.shared_h, N, S);
-      moe::grouped_linear_forward<T>(exec_, all, m.shared_act, w.shared_out, moe_dx_, S, C);
+      moe::grouped_linear_forward<T>(exec_, all, m.shared_act, w.shared_out, moe_dx_, S, C, 0,
+                                      mc.fp8);
       k::accumulate<T>(exec_, moe_y_, moe_dx_, std::size_t(N) * C);
     }
     // This rank's rows (all of them without sequence parallelism) onto the residual.
@@ -217,7 +224,7 @@ void GptT<T>::moe_mlp_backward(int l, BlockActivations<T>& a, View1<const T> dfu
   {
     using R = moe::weight_t<T>;  // the router's type (fp32 for a 16-bit model)
     const int N = N_, C = cfg_.n_embd, E = cfg_.moe.experts, K = cfg_.moe.top_k;
-    const moe::MoeLayerConfig mc = layer_config(cfg_);
+    const moe::MoeLayerConfig mc = layer_config(cfg_, expert_fp8(l));
     const MoeTensors<T>& w = moe_params_[static_cast<std::size_t>(l)];
     const MoeTensors<T>& g = moe_grads_[static_cast<std::size_t>(l)];
     MoeActivations<T>& m = *a.moe;
@@ -276,13 +283,13 @@ void GptT<T>::moe_mlp_backward(int l, BlockActivations<T>& a, View1<const T> dfu
       auto dact = pooled<T>("moe.shared_dact", std::size_t(N) * S);
       auto dh = pooled<T>("moe.shared_dh", std::size_t(N) * W);
       moe::grouped_linear_backward<T>(exec_, all, dfull, m.shared_act, w.shared_out, dact,
-                                      g.shared_out, S, C);
+                                      g.shared_out, S, C, 0, mc.fp8);
       if (mc.activation == moe::ExpertActivation::gelu)
         k::gelu_backward<T>(exec_, dh, m.shared_h, dact, std::size_t(N) * S);
       else
         k::swiglu_backward<T>(exec_, dh, m.shared_h, dact, N, S);
       moe::grouped_linear_backward<T>(exec_, all, dh, a.ln2, w.shared_in, moe_dx_, g.shared_in,
-                                      C, W);
+                                      C, W, 0, mc.fp8);
       k::accumulate<T>(exec_, dln, moe_dx_, std::size_t(N) * C);
     }
     // Sequence parallelism: this rank's rows (otherwise dx is dln).

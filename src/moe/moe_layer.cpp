@@ -177,12 +177,13 @@ void moe_experts_forward(const ExecSpace& exec, const MoeLayerConfig& cfg, const
   detail::ensure(st.h, "moe::expert_pre_act", std::size_t(R) * W);
   detail::ensure(st.act, "moe::expert_act", std::size_t(R) * I);
   detail::ensure(st.ye, "moe::ye", std::size_t(R) * H);
-  grouped_linear_forward<T>(exec, st.expert_offsets, st.xe, p.w_in, st.h, H, W, sin);
+  grouped_linear_forward<T>(exec, st.expert_offsets, st.xe, p.w_in, st.h, H, W, sin, cfg.fp8);
   if (cfg.activation == ExpertActivation::gelu)
     kernels::gelu_forward<T>(exec, st.act, st.h, std::size_t(R) * I);
   else
     kernels::swiglu_forward<T>(exec, st.act, st.h, static_cast<int>(R), I);
-  grouped_linear_forward<T>(exec, st.expert_offsets, st.act, p.w_out, st.ye, I, H, sout);
+  grouped_linear_forward<T>(exec, st.expert_offsets, st.act, p.w_out, st.ye, I, H, sout,
+                            cfg.fp8);
 
   // Back to the sources, and combined with the router weights.
   if (alone) {
@@ -239,13 +240,14 @@ void moe_experts_backward(const ExecSpace& exec, const MoeLayerConfig& cfg, cons
   auto dact = pooled<T>("moe::dact", std::size_t(R) * I);
   auto dh = pooled<T>("moe::dh", std::size_t(R) * W);
   grouped_linear_backward<T>(exec, st.expert_offsets, dye, st.act, p.w_out, dact, g.w_out, I, H,
-                             sout);
+                             sout, cfg.fp8);
   if (cfg.activation == ExpertActivation::gelu)
     kernels::gelu_backward<T>(exec, dh, st.h, dact, std::size_t(R) * I);
   else
     kernels::swiglu_backward<T>(exec, dh, st.h, dact, static_cast<int>(R), I);
   auto dxe = pooled<T>("moe::dxe", std::size_t(R) * H);
-  grouped_linear_backward<T>(exec, st.expert_offsets, dh, st.xe, p.w_in, dxe, g.w_in, H, W, sin);
+  grouped_linear_backward<T>(exec, st.expert_offsets, dh, st.xe, p.w_in, dxe, g.w_in, H, W, sin,
+                             cfg.fp8);
 
   // Back to the tokens' ranks, then to the tokens.
   View1<T> dxp = dxe;

@@ -156,8 +156,10 @@ TEST_CASE("the FP8 share of a token's FLOPs counts the FP8 blocks' linears", "[f
   r.wgrad_bf16 = true;  // 4 of each weight's 6 FLOPs
   REQUIRE(relative_gap(model::fp8_flops_share(g, r, 32), 393216.0 / 1409280.0) < 1e-12);
   // Llama shape with grouped-query attention (4 heads of 16, 2 kv heads, SwiGLU 128) and an MoE
-  // MLP in every other block: q/k/v 64 x 128 + o 64 x 64 = 12,288 weights per block; the dense
-  // MLP 3 x 64 x 128 = 24,576 in blocks 1 and 3 only (experts stay in the model's type).
+  // MLP in every other block: q/k/v 64 x 128 + o 64 x 64 = 12,288 weights per block, 6 FLOPs
+  // each; the dense MLP 3 x 64 x 128 = 24,576 in blocks 1 and 3; in blocks 0 and 2 a token's
+  // top-2 experts of 96 and a shared expert of 32, 3 x 64 x (2 x 96 + 32) = 43,008 weights at 4
+  // FLOPs each (forward and input gradient in FP8, the weight gradient in the model's type).
   g.family = model::Family::llama;
   g.norm = model::Norm::rmsnorm;
   g.positions = model::Positions::rotary;
@@ -167,10 +169,18 @@ TEST_CASE("the FP8 share of a token's FLOPs counts the FP8 blocks' linears", "[f
   g.intermediate_size = 128;
   g.moe.experts = 4;
   g.moe.layer_freq = 2;  // blocks 0 and 2 are MoE blocks
+  g.moe.top_k = 2;
+  g.moe.ffn = 96;
+  g.moe.shared_ffn = 32;
   model::Fp8Recipe all;
   all.enabled = true;
-  const double fp8 = 6.0 * (4 * 12288.0 + 2 * 24576.0);
+  const double fp8 = 6.0 * (4 * 12288.0 + 2 * 24576.0) + 4.0 * 2 * 43008.0;
   REQUIRE(relative_gap(model::fp8_flops_share(g, all, 32), fp8 / g.flops_per_token(32)) < 1e-12);
+  // With the first and last block in bf16: blocks 1 (dense) and 2 (MoE).
+  all.first_last_bf16 = 1;
+  const double middle = 6.0 * (2 * 12288.0 + 24576.0) + 4.0 * 43008.0;
+  REQUIRE(relative_gap(model::fp8_flops_share(g, all, 32), middle / g.flops_per_token(32)) <
+          1e-12);
 }
 
 TEST_CASE("column- and row-parallel FP8 linears compute the single-rank linear", "[fp8][mpi]") {

@@ -9,7 +9,7 @@
 //     about 10x and 5x those. fp8.first_last_bf16 = 1 differs within the same bound; covering
 //     every block (2 of 4) it gives fp32's losses and norms bit for bit (the fp8-off path);
 //     activation checkpointing with the recomputed MLP activation gives FP8's bits. MoE models
-//     (GPT-2 and Llama blocks; FP8 attention linears, experts in fp32) likewise within 2e-3.
+//     (GPT-2 and Llama blocks; FP8 attention linears and experts) likewise within 2e-3.
 //  2. Layout invariance: dp 2 with ZeRO 1, pp 2, tp 2 (with and without sequence parallelism),
 //     rowwise at tp 2 + sp and dp 2, cp 2 (ring attention; amaxes agreed over cp) tensorwise and
 //     rowwise, and at 4 ranks tp 2 x dp 2 + sp, tp 2 x pp 2 and tp 2 + sp x cp 2, against
@@ -66,8 +66,10 @@ struct Layout {
   int dp = 1, pp = 1, tp = 1, zero = 0;
   bool sp = false;
   int cp = 1;
+  int ep = 1;
   std::string name() const {
-    return cat("dp ", dp, " pp ", pp, " tp ", tp, " cp ", cp, " zero ", zero, sp ? " sp" : "");
+    return cat("dp ", dp, " pp ", pp, " tp ", tp, " cp ", cp, " ep ", ep, " zero ", zero,
+               sp ? " sp" : "");
   }
 };
 
@@ -85,6 +87,7 @@ Run train_run(MPI_Comm comm, const Layout& l, const model::Fp8Recipe& fp8,
   parallel::ParallelConfig pc;
   pc.shape = mesh::Shape{l.dp, l.pp, l.tp};
   pc.shape.cp = l.cp;
+  pc.shape.ep = l.ep;
   pc.sequence_parallel = l.sp;
   pc.schedule = parallel::ScheduleKind::one_f_one_b;
   pc.dp.zero_stage = l.zero;
@@ -110,6 +113,16 @@ Run train_run(MPI_Comm comm, const Layout& l, const model::Fp8Recipe& fp8,
   INFO("FP8 workspace: predicted " << predicted << ", held " << m.fp8_workspace_bytes());
   REQUIRE(m.fp8_workspace_bytes() == predicted);
   REQUIRE((predicted > 0) == (fp8.enabled && fp8.first_last_bf16 * 2 < cfg.n_layer));
+  // The FP8 experts' casts (their rows change every step): within the footprint's bound, and
+  // held exactly where FP8 MoE blocks ran.
+  const std::size_t expert_bound = model::expert_fp8_workspace_bytes(
+      cfg, m.micro_batch(), m.seq_len(), m.layout(), sizeof(float));
+  INFO("FP8 experts' workspace: bound " << expert_bound << ", held "
+                                        << m.expert_fp8_workspace_bytes());
+  REQUIRE(m.expert_fp8_workspace_bytes() <= expert_bound);
+  REQUIRE((m.expert_fp8_workspace_bytes() > 0) == (expert_bound > 0));
+  REQUIRE((expert_bound > 0) == (fp8.enabled && cfg.moe.enabled() &&
+                                 fp8.first_last_bf16 * 2 < cfg.n_layer));
   return r;
 }
 
@@ -199,7 +212,7 @@ TEST_CASE("fp8 trains the tiny GPT-2 and Llama close to fp32", "[fp8][train]") {
   check_close_to_fp32(qwen2, "test_fp8_qwen2");
 }
 
-// MoE blocks: their attention linears in FP8, the router and experts in the model's type.
+// MoE blocks: their attention linears and experts in FP8, the router in the model's type.
 TEST_CASE("fp8 trains the tiny MoE models close to fp32", "[fp8][train][moe]") {
   if (mt_test::world_size() != 1) return;
   for (const auto& cfg : {mt_test::moe_tiny(), mt_test::moe_tiny_llama()}) {
@@ -212,6 +225,34 @@ TEST_CASE("fp8 trains the tiny MoE models close to fp32", "[fp8][train][moe]") {
     INFO("worst relative loss difference " << d);
     REQUIRE(d > 0);
     REQUIRE(d <= 2e-3);
+  }
+}
+
+// MoE blocks with FP8 experts (rowwise per token, moe/grouped_gemm.hpp) under expert
+// parallelism: an expert casts each token's row as one rank does, whichever ranks' tokens share
+// it, so ep x dp (ZeRO 0 and 1), ep x dp x pp and ep x dp x tp + sp train the single-rank fp8
+// model within the dense layouts' bounds (the attention linears' tensorwise scales are a
+// micro-batch's, as there).
+TEST_CASE("fp8 MoE layouts with expert parallelism train the single-rank fp8 model",
+          "[fp8][train][layout][mpi][moe]") {
+  const int W = mt_test::world_size();
+  std::vector<Layout> ls;
+  if (W == 2) ls = {{2, 1, 1, 0, false, 1, 2}, {2, 1, 1, 1, false, 1, 2}};
+  if (W == 4) ls = {{2, 2, 1, 0, false, 1, 2}, {2, 1, 2, 0, true, 1, 2}};
+  for (const auto& cfg : {mt_test::moe_tiny(), mt_test::moe_tiny_llama()}) {
+    const std::string data = mt_test::layout_shard("test_fp8_moe_layouts");
+    const Run ref = ls.empty() ? Run{} : train_run(MPI_COMM_SELF, {}, recipe(), data, cfg);
+    for (const Layout& l : ls) {
+      INFO(cfg.name << " " << l.name());
+      const Run r = train_run(mt_test::world(), l, recipe(), data, cfg);
+      const double dl = worst_relative(r.loss, ref.loss), dn = worst_relative(r.norm, ref.norm);
+      INFO("worst relative loss " << dl << ", norm " << dn);
+      for (float v : r.loss) REQUIRE(std::isfinite(v));
+      REQUIRE(mt_test::all_ranks(std::fabs(double(r.loss[0]) - ref.loss[0]) <=
+                                 1e-6 * ref.loss[0]));
+      REQUIRE(mt_test::all_ranks(dl <= 1e-3));
+      REQUIRE(mt_test::all_ranks(dn <= 2e-2));
+    }
   }
 }
 

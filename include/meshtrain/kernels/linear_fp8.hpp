@@ -110,6 +110,9 @@ struct Fp8LinearOptions {
   // contract: the weight has not changed since a forward wrote the slot (within one optimizer
   // step every backward follows a forward of the same weights).
   View1<float> weight_scale;
+  // N (the rows) changes from call to call (an expert's tokens): the forward and input-gradient
+  // GEMMs through gemm_fp8_varying (a plan per size bucket of N) instead of gemm_fp8.
+  bool rows_vary = false;
 };
 
 // Floats of one kept weight scale: amax, scale and scale_inv at 0, 4 and 8, each on its own 16

@@ -6,9 +6,12 @@
 // FP8 are the transformer blocks' linear layers (GPT-2's c_attn, attention c_proj, c_fc, MLP
 // c_proj; Llama's q/k/v, o, gate/up, down; a MoE block's attention linears), forward E4M3 x E4M3,
 // input gradient E5M2 x E4M3, weight gradient E5M2 x E4M3 or (wgrad_bf16) the model's type;
-// kernels/linear_fp8.hpp has the GEMM forms. Embeddings, the LM head, attention, norms, MoE
-// routers and experts stay in the model's type. The first and last first_last_bf16 blocks do
-// too (Megatron's --first-last-layers-bf16).
+// kernels/linear_fp8.hpp has the GEMM forms. A MoE block's experts and shared expert run their
+// forward and input-gradient GEMMs in FP8 too, always rowwise (a scale per token: no layout
+// changes an expert's casts) with the weight gradient in the model's type
+// (moe/grouped_gemm.hpp's ExpertFp8). Embeddings, the LM head, attention, norms and MoE routers
+// stay in the model's type. The first and last first_last_bf16 blocks do too (Megatron's
+// --first-last-layers-bf16).
 //
 // Agreement. Every cast's scales must be those of the whole tensor (tensorwise) or of the whole
 // row (rowwise, the row running along the GEMM's K). A tensor split over a group gets its amax
@@ -78,7 +81,8 @@ enum Fp8WeightSlot : int { kWq, kWk, kWv, kWo, kWgate, kWup, kWdown, kFp8WeightS
 
 // The share of a token's model FLOPs (GptConfig::flops_per_token, what MFU counts) that FP8 GEMMs
 // compute: 6 FLOPs per weight of an FP8 block's linears (forward 2, input gradient 2, weight
-// gradient 2; 4 with wgrad_bf16), MoE experts not counted (they stay in the model's type). 0 when
+// gradient 2; 4 with wgrad_bf16) and 4 per weight of a token's experts (top_k and the shared
+// one: their weight gradients stay in the model's type). 0 when
 // fp8 is off. MFU stays stated against the bf16 peak, as TorchTitan and Megatron report it; this
 // share says how much of that work ran at the FP8 rate.
 double fp8_flops_share(const GptConfig& cfg, const Fp8Recipe& recipe, int seq_len);

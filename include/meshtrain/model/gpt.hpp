@@ -33,6 +33,7 @@
 #include "meshtrain/model/registry.hpp"
 #include "meshtrain/model/ring_attention.hpp"
 #include "meshtrain/model/tp_region.hpp"
+#include "meshtrain/moe/grouped_gemm.hpp"
 
 namespace meshtrain::model {
 
@@ -158,6 +159,9 @@ class GptT {
   // Bytes the FP8 casts' workspace holds now (train.precision=fp8; fp8_workspace_bytes predicts
   // it once every FP8 block has run forward and backward).
   std::size_t fp8_workspace_bytes() const { return fp8_workspace_.bytes(); }
+  // The FP8 experts' casts (their own workspace: an expert's rows change every step, so these
+  // buffers are bounded, not predicted: expert_fp8_workspace_bytes).
+  std::size_t expert_fp8_workspace_bytes() const { return expert_fp8_workspace_.bytes(); }
   int tp_rank() const { return tp_rank_; }
   int tp_size() const { return tp_size_; }
   int n_chunks() const { return static_cast<int>(chunks_.size()); }
@@ -258,6 +262,8 @@ class GptT {
   // full rows; backward: dx (local rows) = d(ln2) from dfull (full rows of d(out)).
   void moe_mlp_forward(int l, BlockActivations<T>& a, View1<const T> res2, View1<T> out);
   void moe_mlp_backward(int l, BlockActivations<T>& a, View1<const T> dfull, View1<T> dx);
+  // Block l's experts (and shared expert) in FP8 where the block is (moe/grouped_gemm.hpp).
+  moe::ExpertFp8 expert_fp8(int l);
   void block_backward(int l, View1<const T> x, BlockActivations<T>& a, View1<T> dres);
   // The Llama block (llama_block.cpp): nn.Linear [out, in] weights, RMSNorm, rotary, GQA, SwiGLU.
   void llama_block_forward(int l, View1<const T> x, BlockActivations<T>& a, View1<T> out);
@@ -329,6 +335,7 @@ class GptT {
                            int ld, const T* inp, kernels::Fp8WeightLayout layout,
                            const kernels::Fp8Tensor* kept);
   kernels::Fp8Workspace fp8_workspace_;  // the casts' buffers, on exec_'s stream
+  kernels::Fp8Workspace expert_fp8_workspace_;  // the FP8 experts' (moe_block.cpp)
   // Where Fp8Recipe::fuses_grad_amax(l): `count` amaxes (GELU's 1; SwiGLU's 2, gate and up)
   // for block l's MLP activation backward to set, the dout_amax of c_fc's (gate_proj's,
   // up_proj's) piece; empty elsewhere. One buffer serves every block: a block's casts have
@@ -440,6 +447,13 @@ ModelFootprint model_footprint(const GptConfig& cfg, int micro_batch, int seq_le
 // model_footprint's scratch). seq_len as model_footprint's (the rank's rows per sequence).
 std::size_t fp8_workspace_bytes(const GptConfig& cfg, int micro_batch, int seq_len,
                                 const ModelLayout& layout, int tp_size, std::size_t elem_bytes);
+
+// The FP8 experts' casts' workspace (GptT::expert_fp8_workspace_bytes) at most: each expert
+// GEMM's casts (rowwise) at the most rows an expert can take, micro_batch x seq_len from each
+// rank of the ep group (layout.ep; a token picks top_k distinct experts), and the shared
+// expert's at micro_batch x seq_len. 0 without FP8 MoE blocks in the layout's chunks.
+std::size_t expert_fp8_workspace_bytes(const GptConfig& cfg, int micro_batch, int seq_len,
+                                       const ModelLayout& layout, std::size_t elem_bytes);
 
 // Rows per LM-head chunk for `rows` rows of `vocab_local` logits of `elem_bytes` each:
 // `requested` (clamped to [1, rows]) when positive; else (auto) the whole micro-batch when its

@@ -14,6 +14,7 @@
 
 #include "meshtrain/comm/communicator.hpp"
 #include "meshtrain/core/view.hpp"
+#include "meshtrain/moe/grouped_gemm.hpp"
 #include "meshtrain/moe/permute.hpp"
 #include "meshtrain/moe/router.hpp"
 
@@ -26,6 +27,7 @@ struct MoeLayerConfig {
   int hidden = 0;                               // H (model.n_embd)
   int ffn = 0;                                  // I, each expert's intermediate size
   ExpertActivation activation = ExpertActivation::gelu;
+  ExpertFp8 fp8;  // the experts' GEMMs in FP8 (grouped_gemm.hpp); off: the model's type
   // ConfigError naming the option (also: moe.experts not divisible by the ep size).
   void validate(int ep) const;
   int in_width() const { return activation == ExpertActivation::swiglu ? 2 * ffn : ffn; }
