@@ -81,7 +81,11 @@ double membound(double elems, double bytes_per_elem, double gbs) {
 
 // How a block runs its linears in FP8 (Fp8Recipe).
 struct Fp8Block {
-  bool mlp = true;  // the MLP's linears too (a MoE block's experts stay in the model's type)
+  bool mlp = true;  // the MLP's linears too, under `casting`
+  // A MoE block's experts (and shared expert) as its MLP (mlp false): forward and input
+  // gradient in FP8, always rowwise, the weight gradient in the model's type, no packed pieces
+  // (moe/grouped_gemm.hpp's ExpertFp8).
+  bool experts = false;
   detail::Fp8Casting casting;
 };
 
@@ -96,16 +100,18 @@ std::pair<Part, Part> block(const Shapes& s, const Calibration& c, const LinkCla
   for (int i = 0; i < 4; ++i) {
     const double ic = lin[i][0], oc = lin[i][1];
     oc_sum += oc;
-    if (fp8 == nullptr || (i >= 2 && !fp8->mlp)) {
+    const bool expert = i >= 2 && fp8 != nullptr && fp8->experts;
+    if (fp8 == nullptr || (i >= 2 && !fp8->mlp && !expert)) {
       f.gemm += gemm(c, N, oc, ic);
       dw[i] = gemm(c, ic, oc, N);
       b.gemm += gemm(c, N, ic, oc) + dw[i];
       continue;
     }
     // FP8: one GEMM per piece (gpt_fp8.cpp never merges them: each has its own weight scale);
-    // the weight gradient at the bf16 rate under fp8.wgrad_bf16.
-    const bool rw = fp8->casting.rowwise, wgrad16 = fp8->casting.wgrad_bf16;
-    const bool split = s.llama && (i == 0 || i == 2);
+    // the weight gradient at the bf16 rate under fp8.wgrad_bf16 (and for experts).
+    const bool rw = expert || fp8->casting.rowwise;
+    const bool wgrad16 = expert || fp8->casting.wgrad_bf16;
+    const bool split = s.llama && (i == 0 || i == 2) && !expert;
     const std::vector<double> pieces = !split ? std::vector<double>{oc}
                                        : i == 0 ? std::vector<double>{s.QW, s.KW, s.KW}
                                                 : std::vector<double>{oc / 2, oc / 2};
@@ -122,7 +128,21 @@ std::pair<Part, Part> block(const Shapes& s, const Calibration& c, const LinkCla
   }
   if (fp8 != nullptr) {
     const detail::Fp8BlockShape shape{N, C, s.QW, s.KW, s.FW, s.I, E, fp8->mlp, s.llama};
-    const detail::Fp8CastBytes bytes = detail::fp8_cast_bytes(shape, fp8->casting);
+    detail::Fp8CastBytes bytes = detail::fp8_cast_bytes(shape, fp8->casting);
+    if (fp8->experts) {
+      // The experts' casts: those of an FP8 MLP under their casting (one whole w_in, as GPT-2's
+      // c_fc), the block's with the MLP less the block's without.
+      detail::Fp8Casting ec;
+      ec.rowwise = ec.wgrad_bf16 = true;
+      detail::Fp8BlockShape with = shape, without = shape;
+      with.llama = without.llama = false;
+      with.mlp = true;
+      without.mlp = false;
+      const detail::Fp8CastBytes a = detail::fp8_cast_bytes(with, ec);
+      const detail::Fp8CastBytes z = detail::fp8_cast_bytes(without, ec);
+      bytes.forward += a.forward - z.forward;
+      bytes.backward += a.backward - z.backward;
+    }
     f.cast = membound(bytes.forward, 1, c.elementwise_gbs);
     b.cast = membound(bytes.backward, 1, c.elementwise_gbs);
   }
@@ -305,8 +325,8 @@ StepCost step_cost(const model::GptConfig& cfg, int seq_len, const Layout& l,
   const std::pair<Part, Part> base = block(s, cal, tpl);
   const Part &bf = base.first, &bb = base.second;
   // FP8 blocks (Fp8Recipe::fp8_block) at their own MLP width: a dense block runs its four
-  // linears in FP8, a MoE block its attention's (the experts stay in the model's type); the
-  // blocks in the model's type keep the average block.
+  // linears in FP8, a MoE block its attention's under the recipe and its experts' as FP8
+  // experts (Fp8Block::experts); the blocks in the model's type keep the average block.
   model::Fp8Recipe recipe;
   recipe.enabled = l.fp8;
   recipe.scaling = l.fp8_rowwise ? kernels::Fp8Scaling::rowwise : kernels::Fp8Scaling::tensorwise;
@@ -325,6 +345,7 @@ StepCost step_cost(const model::GptConfig& cfg, int seq_len, const Layout& l,
     fb.casting.norm_amax_fused = !s.sp;
     fp8_dense = block(dense, cal, tpl, &fb);
     fb.mlp = false;
+    fb.experts = true;
     if (cfg.moe.enabled()) fp8_moe = block(with_mlp(moe_w), cal, tpl, &fb);
   }
   const auto block_at = [&](int layer) -> const std::pair<Part, Part>& {

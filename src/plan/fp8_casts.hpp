@@ -13,7 +13,7 @@ struct Fp8BlockShape {
   double QW = 0, KW = 0;  // query and key/value widths (q/k/v's output: QW + 2 KW)
   double FW = 0, I = 0;   // the MLP's first output (SwiGLU: gate | up, 2 I) and second input
   double E = 2;        // bytes per element of the activations' type
-  bool mlp = true;     // the MLP's linears in FP8 too (a MoE block's experts are not)
+  bool mlp = true;     // the MLP's linears in FP8 too (a MoE block's experts: cost.cpp)
   bool llama = true;   // nn.Linear weights [OC, IC], q/k/v and gate/up as column blocks of
                        // packed outputs (GPT-2: Conv1D weights [IC, OC], one c_attn, one c_fc)
 };

@@ -217,6 +217,35 @@ TEST_CASE("FP8 step time: bf16 weight gradients and bf16 first/last blocks move 
   REQUIRE(p.fp8_cast_s == Approx(4 * 2703360.0 / 100e9).epsilon(1e-12));
 }
 
+TEST_CASE("FP8 step time: a MoE block's experts at the rowwise FP8 rate, their weight "
+          "gradients at the bf16 rate", "[plan][fp8][moe]") {
+  // llama-tiny with every block a MoE block (4 experts of 64, top-2): N = 128 rows; per block
+  // the attention's weights Wa = 128 x 256 + 128 x 128 = 49152 (6 N Wa FLOPs at the tensorwise
+  // FP8 rate, 2x), a token's expert weights We = 3 x 128 x (2 x 64) = 49152 (forward and input
+  // gradient, 4 N We, at the rowwise rate: the measured 1.54 by default; the weight gradient,
+  // 2 N We, at the bf16 rate).
+  const auto cal = flat_gpu();
+  auto cfg = model::preset("llama-tiny");
+  cfg.moe.experts = 4;
+  cfg.moe.top_k = 2;
+  cfg.moe.ffn = 64;
+  cfg.moe.layer_freq = 1;
+  const auto b = plan::step_cost(cfg, 64, tiny_layout(false), node(1), cal);
+  const auto f = plan::step_cost(cfg, 64, tiny_layout(true), node(1), cal);
+  const double N = 128, Wa = 49152, We = 49152;
+  const double fp8 = 4 * (6 * N * Wa / 2e14 + 4 * N * We / 1.54e14);
+  REQUIRE(f.fp8_gemm_s == Approx(fp8).epsilon(1e-12));
+  REQUIRE(b.gemm_s - f.gemm_s ==
+          Approx(4 * (6 * N * Wa / 1e14 + 4 * N * We / 1e14) - fp8).epsilon(1e-9));
+  // The experts' casts add to the attention's (rowwise, no kept inputs: more bytes than the
+  // same MLP dense under the recipe would move).
+  auto dense = cfg;
+  dense.moe = {};
+  dense.intermediate_size = 128;  // the same active MLP width, dense
+  const auto d = plan::step_cost(dense, 64, tiny_layout(true), node(1), cal);
+  REQUIRE(f.fp8_cast_s > d.fp8_cast_s);
+}
+
 TEST_CASE("FP8 step time on a GPU: the bias, bias-gradient and GELU passes that bf16 fuses "
           "into its GEMMs", "[plan][fp8]") {
   // The FP8 GEMMs take no epilogue. demo (GPT-2: 4 blocks, C 128, GELU over 512, biases on
