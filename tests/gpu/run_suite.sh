@@ -345,6 +345,13 @@ ep8 8 --mesh.ep 8 --train.micro_batch 1
 ep2_dp4_zero2 4 --mesh.ep 2 --zero.stage 2 --train.micro_batch 2
 ep2_tp2 4 --mesh.ep 2 --mesh.tp 2 --train.micro_batch 4
 EOF
+# FP8 experts (rowwise per token, moe/grouped_gemm.hpp): ep 2 x dp 2 against the 1-rank fp8 run
+# with the same micro-batches (the attention linears' tensorwise scales are a micro-batch's), at
+# the dense fp8 layouts' 5e-3.
+case_moe_ref_fp8() { train_run moe_ref_fp8 1 moe fp8 --train.micro_batch 4 --train.grad_accum 2 && result PASS reference fp8 10 0; }
+add moe_ref_fp8 1
+case_moe_ep2_fp8() { wait_for $out/moe_ref_fp8.jsonl; train_run moe_ep2_fp8 2 moe fp8 --mesh.ep 2 --train.micro_batch 4; compare $out/moe_ref_fp8.jsonl $out/moe_ep2_fp8.jsonl 5e-3 ep2 fp8; }
+add moe_ep2_fp8 2
 
 # ---- a checkpoint written at 4 ranks, restored at 2, continuing as the uninterrupted run ----
 reshard() {  # NAME MODEL ARGS4 -- ARGS2
@@ -459,7 +466,7 @@ declare -A est=(
   [llama_tp2_fp8]=20 [llama_tp2_kv_split_bf16]=10 [llama_tp2_kv_split_fp32]=11
   [llama_tp2_sp_fp8]=27 [llama_tp2_sp_rowwise_fp8]=14 [llama_tp4_kv_replicated_bf16]=29
   [llama_tp4_kv_replicated_fp32]=22 [moe_ep2]=18 [moe_ep2_dp4_zero2]=22 [moe_ep2_tp2]=20
-  [moe_ep4]=20 [moe_ep8]=31 [moe_ref]=3 [pipeline_runner_2]=87 [rank_killed]=19 [reshard_llama]=29
+  [moe_ep4]=20 [moe_ep8]=31 [moe_ref]=3 [moe_ref_fp8]=5 [moe_ep2_fp8]=20 [pipeline_runner_2]=87 [rank_killed]=19 [reshard_llama]=29
   [reshard_moe]=50 [ring_attention_2]=12 [watchdog_skip]=14 [watchdog_stall]=25)
 t_start=$SECONDS
 refs=() by_size=()
