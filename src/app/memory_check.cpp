@@ -363,6 +363,7 @@ plan::Layout train_layout(const train::TrainConfig& tc, const parallel::EngineOp
   l.fp8_rowwise = eo.fp8.scaling == kernels::Fp8Scaling::rowwise;
   l.fp8_wgrad_bf16 = eo.fp8.wgrad_bf16;
   l.fp8_first_last_bf16 = eo.fp8.first_last_bf16;
+  l.fp8_experts = eo.fp8.experts;
   l.bucket_bytes = pc.dp.bucket_bytes;
   l.head_chunk_tokens = eo.head_chunk_tokens;
   l.ckpt_async = tc.ckpt.async_write && !tc.ckpt.dir.empty();

@@ -187,6 +187,7 @@ int cmd_plan(Runtime& rt, const std::vector<std::string>& args) {
     opt.fp8_rowwise = recipe.scaling == kernels::Fp8Scaling::rowwise;
     opt.fp8_wgrad_bf16 = recipe.wgrad_bf16;
     opt.fp8_first_last_bf16 = recipe.first_last_bf16;
+    opt.fp8_experts = recipe.experts;
   }
   opt.precision = plan::parse_precision(
       opt.fp8 ? (cal.precision == "fp32" ? "fp32" : "bf16") : prec.empty() ? cal.precision : prec);

@@ -88,6 +88,7 @@ LayoutRun run_typed(MPI_Comm world, const model::GptConfig& cfg, int seq_len,
   eo.fp8.scaling = l.fp8_rowwise ? kernels::Fp8Scaling::rowwise : kernels::Fp8Scaling::tensorwise;
   eo.fp8.wgrad_bf16 = l.fp8_wgrad_bf16;
   eo.fp8.first_last_bf16 = l.fp8_first_last_bf16;
+  eo.fp8.experts = l.fp8_experts;
   eo.adamw.warmup_steps = 1;
   eo.adamw.decay_steps = steps;
   {

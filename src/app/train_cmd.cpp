@@ -250,8 +250,11 @@ int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
                   mc.n_layer - eo.fp8.first_last_bf16, ") in FP8 (",
                   kernels::fp8_scaling_name(eo.fp8.scaling), " current scaling, E4M3 forward, ",
                   "E5M2 gradients", eo.fp8.wgrad_bf16 ? ", weight gradients in bf16" : "",
-                  "); embedding, LM head, attention, norms", mc.moe.enabled() ? ", MoE routers "
-                  "and experts" : "", " in ", model_precision,
+                  mc.moe.enabled() && eo.fp8.experts ? "; MoE experts in FP8 (rowwise)" : "",
+                  "); embedding, LM head, attention, norms",
+                  mc.moe.enabled() ? (eo.fp8.experts ? ", MoE routers" : ", MoE routers and experts")
+                                   : "",
+                  " in ", model_precision,
                   kDeviceIsHost ? "; host build: the FP8 GEMMs are the exact fp32 emulation of "
                                   "cuBLASLt's FP8 matmul, slow (for tests, not for speed)"
                                 : "");

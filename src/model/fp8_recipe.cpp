@@ -24,7 +24,7 @@ double fp8_flops_share(const GptConfig& cfg, const Fp8Recipe& recipe, int seq_le
     if (!recipe.fp8_block(l, cfg.n_layer)) continue;
     weights += attn;
     if (cfg.moe.is_moe_layer(l))
-      expert_weights += experts;
+      expert_weights += recipe.experts ? experts : 0.0;
     else
       weights += mlp;
   }

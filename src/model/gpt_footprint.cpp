@@ -283,7 +283,7 @@ std::size_t expert_fp8_workspace_bytes(const GptConfig& cfg, int micro_batch, in
   for (const auto& ch : layout.chunks.empty() ? std::vector<LayerRange>{{0, cfg.n_layer}}
                                               : layout.chunks)
     for (int l = ch.first; l < ch.last; ++l)
-      any = any || (cfg.moe.is_moe_layer(l) && layout.fp8.fp8_block(l, cfg.n_layer));
+      any = any || (cfg.moe.is_moe_layer(l) && layout.fp8.fp8_experts(l, cfg.n_layer));
   if (!any) return 0;
   k::Fp8LinearOptions o;
   o.scaling = k::Fp8Scaling::rowwise;

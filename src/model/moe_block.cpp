@@ -125,7 +125,7 @@ void record(MoeLayerStats& s, const moe::RouterStats& r) {
 
 template <class T>
 moe::ExpertFp8 GptT<T>::expert_fp8(int l) {
-  return {fp8_block(l), &expert_fp8_workspace_};
+  return {layout_.fp8.fp8_experts(l, cfg_.n_layer), &expert_fp8_workspace_};
 }
 
 template <class T>

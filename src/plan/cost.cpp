@@ -325,8 +325,9 @@ StepCost step_cost(const model::GptConfig& cfg, int seq_len, const Layout& l,
   const std::pair<Part, Part> base = block(s, cal, tpl);
   const Part &bf = base.first, &bb = base.second;
   // FP8 blocks (Fp8Recipe::fp8_block) at their own MLP width: a dense block runs its four
-  // linears in FP8, a MoE block its attention's under the recipe and its experts' as FP8
-  // experts (Fp8Block::experts); the blocks in the model's type keep the average block.
+  // linears in FP8, a MoE block its attention's under the recipe and, with fp8.experts, its
+  // experts' as FP8 experts (Fp8Block::experts); the blocks in the model's type keep the
+  // average block.
   model::Fp8Recipe recipe;
   recipe.enabled = l.fp8;
   recipe.scaling = l.fp8_rowwise ? kernels::Fp8Scaling::rowwise : kernels::Fp8Scaling::tensorwise;
@@ -345,7 +346,7 @@ StepCost step_cost(const model::GptConfig& cfg, int seq_len, const Layout& l,
     fb.casting.norm_amax_fused = !s.sp;
     fp8_dense = block(dense, cal, tpl, &fb);
     fb.mlp = false;
-    fb.experts = true;
+    fb.experts = l.fp8_experts;
     if (cfg.moe.enabled()) fp8_moe = block(with_mlp(moe_w), cal, tpl, &fb);
   }
   const auto block_at = [&](int layer) -> const std::pair<Part, Part>& {

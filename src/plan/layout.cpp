@@ -42,7 +42,8 @@ std::string Layout::name() const {
            offload ? " offload" : "", ", mb ", micro_batch, " x ", n_micro,
            recompute ? ", recompute" : "", recompute_mlp_act ? ", recompute MLP act" : "", ", ",
            precision_name(precision), fp8 ? cat(" + fp8 linears (", fp8_rowwise ? "rowwise" :
-                                                "tensorwise", ")") : std::string());
+                                                "tensorwise", fp8_experts ? ", experts" : "", ")")
+                                          : std::string());
   return s;
 }
 

@@ -85,6 +85,7 @@ std::vector<MemoryBreakdown> memory_per_stage(const model::GptConfig& cfg, int s
     ml.fp8.scaling = l.fp8_rowwise ? kernels::Fp8Scaling::rowwise : kernels::Fp8Scaling::tensorwise;
     ml.fp8.wgrad_bf16 = l.fp8_wgrad_bf16;
     ml.fp8.first_last_bf16 = l.fp8_first_last_bf16;
+    ml.fp8.experts = l.fp8_experts;
     if (l.pp == 1) {  // micro-batches run one after another
       ml.n_slots = 1;
       ml.chunk_slots.clear();

@@ -45,7 +45,8 @@ Json candidate_object(const Candidate& c, const SearchResult& r) {
   if (l.fp8)
     o["fp8"] = {{"recipe", l.fp8_rowwise ? "rowwise" : "tensorwise"},
                 {"first_last_bf16", l.fp8_first_last_bf16},
-                {"wgrad_bf16", l.fp8_wgrad_bf16}};
+                {"wgrad_bf16", l.fp8_wgrad_bf16},
+                {"experts", l.fp8_experts}};
   o["memory_bytes"] = std::llround(c.memory.device());
   o["host_bytes"] = std::llround(c.memory.host());
   o["peak_stage"] = c.memory.stage;
@@ -192,7 +193,8 @@ std::string layout_ini(const Layout& l, int seq_len, const std::string& model_se
   if (l.fp8)  // train runs fp8 on bf16 activations (fp32 on a CPU build), as planned
     o << "[fp8]\nrecipe = " << (l.fp8_rowwise ? "rowwise" : "tensorwise")
       << "\nfirst_last_bf16 = " << l.fp8_first_last_bf16
-      << "\nwgrad_bf16 = " << (l.fp8_wgrad_bf16 ? "true" : "false") << "\n";
+      << "\nwgrad_bf16 = " << (l.fp8_wgrad_bf16 ? "true" : "false")
+      << "\nexperts = " << (l.fp8_experts ? "true" : "false") << "\n";
   return o.str();
 }
 

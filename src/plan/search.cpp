@@ -222,6 +222,7 @@ SearchResult search(const model::GptConfig& cfg, int seq_len, const SearchOption
               l.fp8_rowwise = opt.fp8_rowwise;
               l.fp8_wgrad_bf16 = opt.fp8_wgrad_bf16;
               l.fp8_first_last_bf16 = opt.fp8_first_last_bf16;
+              l.fp8_experts = opt.fp8_experts;
               l.bucket_bytes = opt.bucket_bytes;
               // Recompute and offload only buy memory: tried when the plain layout does not fit.
               const std::size_t before = r.ranked.size();

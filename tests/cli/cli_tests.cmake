@@ -187,8 +187,18 @@ meshtrain_cli_test(train_fp8_bad_recipe 1 2
 meshtrain_cli_test(train_fp8_all_bf16 1 2
   "fp8.first_last_bf16=1 keeps all model.n_layer=2 blocks in bf16: no linear would run in FP8"
   train --train.precision fp8 --model.n_layer 2 --fp8.first_last_bf16 1)
-meshtrain_cli_test(train_help_fp8 0 0 "fp8.recipe.*tensorwise.*rowwise.*fp8.first_last_bf16.*fp8.wgrad_bf16"
+meshtrain_cli_test(train_help_fp8 0 0 "fp8.recipe.*tensorwise.*rowwise.*fp8.first_last_bf16.*fp8.wgrad_bf16.*fp8.experts"
   train --help)
+# fp8.experts: a MoE model's experts in FP8 too (rowwise), at ep 2; the log says so and the FP8
+# share of FLOPs counts them.
+meshtrain_cli_test(train_fp8_moe_experts 2 0
+  "fp8: the linears of blocks \\[0, 2\\) in FP8 \\(tensorwise current scaling.*MoE experts in FP8 \\(rowwise\\)\\); embedding, LM head, attention, norms, MoE routers in.*step +3/3 \\| loss [0-9.]+ .*\\| FP8 [0-9]+% of FLOPs"
+  train ${_train_base} --model.n_layer 2 --model.n_head 2 --moe.experts 4 --mesh.ep 2
+  --train.precision fp8 --fp8.experts --train.save false
+  --train.out_dir ${CMAKE_BINARY_DIR}/cli_train_fp8_moe)
+set_tests_properties(cli_train_fp8_moe_experts PROPERTIES FIXTURES_REQUIRED kjv_shards)
+meshtrain_cli_test(train_fp8_experts_without_fp8 1 2
+  "fp8.experts needs train.precision=fp8 \\(it is fp32\\)" train --fp8.experts)
 
 # Checkpoints and restarts (issue 8): a crash during a save, SIGUSR1 from a rank and from
 # outside, corrupt/truncated/mismatched checkpoints, convert -> generate. Each case runs the

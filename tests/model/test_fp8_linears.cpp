@@ -159,7 +159,8 @@ TEST_CASE("the FP8 share of a token's FLOPs counts the FP8 blocks' linears", "[f
   // MLP in every other block: q/k/v 64 x 128 + o 64 x 64 = 12,288 weights per block, 6 FLOPs
   // each; the dense MLP 3 x 64 x 128 = 24,576 in blocks 1 and 3; in blocks 0 and 2 a token's
   // top-2 experts of 96 and a shared expert of 32, 3 x 64 x (2 x 96 + 32) = 43,008 weights at 4
-  // FLOPs each (forward and input gradient in FP8, the weight gradient in the model's type).
+  // FLOPs each with fp8.experts (forward and input gradient in FP8, the weight gradient in the
+  // model's type).
   g.family = model::Family::llama;
   g.norm = model::Norm::rmsnorm;
   g.positions = model::Positions::rotary;
@@ -174,6 +175,10 @@ TEST_CASE("the FP8 share of a token's FLOPs counts the FP8 blocks' linears", "[f
   g.moe.shared_ffn = 32;
   model::Fp8Recipe all;
   all.enabled = true;
+  // Without fp8.experts the experts stay in the model's type.
+  REQUIRE(relative_gap(model::fp8_flops_share(g, all, 32),
+                       6.0 * (4 * 12288.0 + 2 * 24576.0) / g.flops_per_token(32)) < 1e-12);
+  all.experts = true;
   const double fp8 = 6.0 * (4 * 12288.0 + 2 * 24576.0) + 4.0 * 2 * 43008.0;
   REQUIRE(relative_gap(model::fp8_flops_share(g, all, 32), fp8 / g.flops_per_token(32)) < 1e-12);
   // With the first and last block in bf16: blocks 1 (dense) and 2 (MoE).

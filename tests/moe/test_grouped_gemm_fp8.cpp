@@ -43,6 +43,15 @@ void quant_vectors(const std::vector<float>& in, std::vector<double>& out, std::
   }
 }
 
+// The reference's tolerance, relative to sum |products|: the emulation (host builds) sums exact
+// products in fp32; cuBLASLt's FP8 tensor cores add groups of products with fewer bits before
+// promoting into fp32 (test_gemm_fp8's kCudaRel, which measured up to 4.7e-4 on the H100).
+#if defined(KOKKOS_ENABLE_CUDA)
+constexpr double kRel = 1.0 / 1024;
+#else
+constexpr double kRel = 1e-5;
+#endif
+
 struct Grouped {
   std::vector<float> y, dx, dw;
 };
@@ -103,7 +112,7 @@ TEST_CASE("FP8 experts: rowwise casts per token, the weight gradient in the mode
           mag += std::fabs(p);
         }
         INFO("y expert " << e << " row " << r << " column " << o);
-        REQUIRE(std::fabs(f8.y[r * Nout + o] - want) <= 1e-5 * mag + 1e-30);
+        REQUIRE(std::fabs(f8.y[r * Nout + o] - want) <= kRel * mag + 1e-30);
       }
       for (int i = 0; i < K; ++i) {
         double want = 0, mag = 0;
@@ -113,7 +122,7 @@ TEST_CASE("FP8 experts: rowwise casts per token, the weight gradient in the mode
           mag += std::fabs(p);
         }
         INFO("dx expert " << e << " row " << r << " input " << i);
-        REQUIRE(std::fabs(f8.dx[r * K + i] - want) <= 1e-5 * mag + 1e-30);
+        REQUIRE(std::fabs(f8.dx[r * K + i] - want) <= kRel * mag + 1e-30);
       }
     }
   // The FP8 path ran (it differs from the model's type) ...

@@ -217,8 +217,8 @@ TEST_CASE("FP8 step time: bf16 weight gradients and bf16 first/last blocks move 
   REQUIRE(p.fp8_cast_s == Approx(4 * 2703360.0 / 100e9).epsilon(1e-12));
 }
 
-TEST_CASE("FP8 step time: a MoE block's experts at the rowwise FP8 rate, their weight "
-          "gradients at the bf16 rate", "[plan][fp8][moe]") {
+TEST_CASE("FP8 step time: with fp8.experts a MoE block's experts at the rowwise FP8 rate, "
+          "their weight gradients at the bf16 rate", "[plan][fp8][moe]") {
   // llama-tiny with every block a MoE block (4 experts of 64, top-2): N = 128 rows; per block
   // the attention's weights Wa = 128 x 256 + 128 x 128 = 49152 (6 N Wa FLOPs at the tensorwise
   // FP8 rate, 2x), a token's expert weights We = 3 x 128 x (2 x 64) = 49152 (forward and input
@@ -231,8 +231,13 @@ TEST_CASE("FP8 step time: a MoE block's experts at the rowwise FP8 rate, their w
   cfg.moe.ffn = 64;
   cfg.moe.layer_freq = 1;
   const auto b = plan::step_cost(cfg, 64, tiny_layout(false), node(1), cal);
-  const auto f = plan::step_cost(cfg, 64, tiny_layout(true), node(1), cal);
+  auto fl = tiny_layout(true);
+  fl.fp8_experts = true;  // fp8.experts
+  const auto f = plan::step_cost(cfg, 64, fl, node(1), cal);
   const double N = 128, Wa = 49152, We = 49152;
+  // Without fp8.experts only the attention's linears are FP8.
+  REQUIRE(plan::step_cost(cfg, 64, tiny_layout(true), node(1), cal).fp8_gemm_s ==
+          Approx(4 * 6 * N * Wa / 2e14).epsilon(1e-12));
   const double fp8 = 4 * (6 * N * Wa / 2e14 + 4 * N * We / 1.54e14);
   REQUIRE(f.fp8_gemm_s == Approx(fp8).epsilon(1e-12));
   REQUIRE(b.gemm_s - f.gemm_s ==
@@ -242,7 +247,7 @@ TEST_CASE("FP8 step time: a MoE block's experts at the rowwise FP8 rate, their w
   auto dense = cfg;
   dense.moe = {};
   dense.intermediate_size = 128;  // the same active MLP width, dense
-  const auto d = plan::step_cost(dense, 64, tiny_layout(true), node(1), cal);
+  const auto d = plan::step_cost(dense, 64, fl, node(1), cal);
   REQUIRE(f.fp8_cast_s > d.fp8_cast_s);
 }
 

@@ -121,7 +121,7 @@ Run train_run(MPI_Comm comm, const Layout& l, const model::Fp8Recipe& fp8,
                                         << m.expert_fp8_workspace_bytes());
   REQUIRE(m.expert_fp8_workspace_bytes() <= expert_bound);
   REQUIRE((m.expert_fp8_workspace_bytes() > 0) == (expert_bound > 0));
-  REQUIRE((expert_bound > 0) == (fp8.enabled && cfg.moe.enabled() &&
+  REQUIRE((expert_bound > 0) == (fp8.enabled && fp8.experts && cfg.moe.enabled() &&
                                  fp8.first_last_bf16 * 2 < cfg.n_layer));
   return r;
 }
@@ -212,7 +212,8 @@ TEST_CASE("fp8 trains the tiny GPT-2 and Llama close to fp32", "[fp8][train]") {
   check_close_to_fp32(qwen2, "test_fp8_qwen2");
 }
 
-// MoE blocks: their attention linears and experts in FP8, the router in the model's type.
+// MoE blocks: their attention linears in FP8, and with fp8.experts their experts too; the
+// router in the model's type. Both within 2e-3 of fp32, and the experts' FP8 changes the run.
 TEST_CASE("fp8 trains the tiny MoE models close to fp32", "[fp8][train][moe]") {
   if (mt_test::world_size() != 1) return;
   for (const auto& cfg : {mt_test::moe_tiny(), mt_test::moe_tiny_llama()}) {
@@ -220,15 +221,21 @@ TEST_CASE("fp8 trains the tiny MoE models close to fp32", "[fp8][train][moe]") {
     const std::string data = mt_test::layout_shard("test_fp8_moe");
     const Run fp32 = train_run(MPI_COMM_SELF, {}, {}, data, cfg);
     const Run f8 = train_run(MPI_COMM_SELF, {}, recipe(), data, cfg);
-    for (float v : f8.loss) REQUIRE(std::isfinite(v));
-    const double d = worst_relative(f8.loss, fp32.loss);
-    INFO("worst relative loss difference " << d);
-    REQUIRE(d > 0);
-    REQUIRE(d <= 2e-3);
+    model::Fp8Recipe with_experts = recipe();
+    with_experts.experts = true;
+    const Run e8 = train_run(MPI_COMM_SELF, {}, with_experts, data, cfg);
+    for (const Run* r : {&f8, &e8}) {
+      for (float v : r->loss) REQUIRE(std::isfinite(v));
+      const double d = worst_relative(r->loss, fp32.loss);
+      INFO("worst relative loss difference " << d << (r == &e8 ? " (FP8 experts)" : ""));
+      REQUIRE(d > 0);
+      REQUIRE(d <= 2e-3);
+    }
+    REQUIRE(e8.loss != f8.loss);
   }
 }
 
-// MoE blocks with FP8 experts (rowwise per token, moe/grouped_gemm.hpp) under expert
+// MoE blocks with FP8 experts (fp8.experts: rowwise per token, moe/grouped_gemm.hpp) under expert
 // parallelism: an expert casts each token's row as one rank does, whichever ranks' tokens share
 // it, so ep x dp (ZeRO 0 and 1), ep x dp x pp and ep x dp x tp + sp train the single-rank fp8
 // model within the dense layouts' bounds (the attention linears' tensorwise scales are a
@@ -241,10 +248,12 @@ TEST_CASE("fp8 MoE layouts with expert parallelism train the single-rank fp8 mod
   if (W == 4) ls = {{2, 2, 1, 0, false, 1, 2}, {2, 1, 2, 0, true, 1, 2}};
   for (const auto& cfg : {mt_test::moe_tiny(), mt_test::moe_tiny_llama()}) {
     const std::string data = mt_test::layout_shard("test_fp8_moe_layouts");
-    const Run ref = ls.empty() ? Run{} : train_run(MPI_COMM_SELF, {}, recipe(), data, cfg);
+    model::Fp8Recipe rc = recipe();
+    rc.experts = true;
+    const Run ref = ls.empty() ? Run{} : train_run(MPI_COMM_SELF, {}, rc, data, cfg);
     for (const Layout& l : ls) {
       INFO(cfg.name << " " << l.name());
-      const Run r = train_run(mt_test::world(), l, recipe(), data, cfg);
+      const Run r = train_run(mt_test::world(), l, rc, data, cfg);
       const double dl = worst_relative(r.loss, ref.loss), dn = worst_relative(r.norm, ref.norm);
       INFO("worst relative loss " << dl << ", norm " << dn);
       for (float v : r.loss) REQUIRE(std::isfinite(v));

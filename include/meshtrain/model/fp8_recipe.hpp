@@ -6,11 +6,11 @@
 // FP8 are the transformer blocks' linear layers (GPT-2's c_attn, attention c_proj, c_fc, MLP
 // c_proj; Llama's q/k/v, o, gate/up, down; a MoE block's attention linears), forward E4M3 x E4M3,
 // input gradient E5M2 x E4M3, weight gradient E5M2 x E4M3 or (wgrad_bf16) the model's type;
-// kernels/linear_fp8.hpp has the GEMM forms. A MoE block's experts and shared expert run their
-// forward and input-gradient GEMMs in FP8 too, always rowwise (a scale per token: no layout
-// changes an expert's casts) with the weight gradient in the model's type
-// (moe/grouped_gemm.hpp's ExpertFp8). Embeddings, the LM head, attention, norms and MoE routers
-// stay in the model's type. The first and last first_last_bf16 blocks do too (Megatron's
+// kernels/linear_fp8.hpp has the GEMM forms. With fp8.experts a MoE block's experts and shared
+// expert run their forward and input-gradient GEMMs in FP8 too, always rowwise (a scale per
+// token: no layout changes an expert's casts) with the weight gradient in the model's type
+// (moe/grouped_gemm.hpp's ExpertFp8); without, they stay in the model's type. Embeddings, the
+// LM head, attention, norms and MoE routers stay in the model's type. The first and last first_last_bf16 blocks do too (Megatron's
 // --first-last-layers-bf16).
 //
 // Agreement. Every cast's scales must be those of the whole tensor (tensorwise) or of the whole
@@ -40,6 +40,7 @@ struct Fp8Recipe {
   kernels::Fp8Scaling scaling = kernels::Fp8Scaling::tensorwise;  // fp8.recipe
   int first_last_bf16 = 0;                                      // fp8.first_last_bf16
   bool wgrad_bf16 = false;                                      // fp8.wgrad_bf16
+  bool experts = false;  // fp8.experts: MoE experts' GEMMs in FP8 too (moe/grouped_gemm.hpp)
   // Tensorwise: the MLP activation's backward kernel (GELU's, SwiGLU's) also sets the amaxes of
   // the output-gradient casts it feeds (c_fc's; gate_proj's and up_proj's), so those casts
   // read their tensors once. Off, each cast reduces its own amax: the same bits, one more read
@@ -54,6 +55,8 @@ struct Fp8Recipe {
   bool fp8_block(int l, int n_layer) const {
     return enabled && l >= first_last_bf16 && l < n_layer - first_last_bf16;
   }
+  // Whether block l's MoE experts (and shared expert) run their GEMMs in FP8.
+  bool fp8_experts(int l, int n_layer) const { return experts && fp8_block(l, n_layer); }
   // Whether the MLP activation's backward of block l sets its output-gradient casts' amaxes.
   bool fuses_grad_amax(int l, int n_layer) const {
     return fp8_block(l, n_layer) && scaling == kernels::Fp8Scaling::tensorwise &&
@@ -81,8 +84,8 @@ enum Fp8WeightSlot : int { kWq, kWk, kWv, kWo, kWgate, kWup, kWdown, kFp8WeightS
 
 // The share of a token's model FLOPs (GptConfig::flops_per_token, what MFU counts) that FP8 GEMMs
 // compute: 6 FLOPs per weight of an FP8 block's linears (forward 2, input gradient 2, weight
-// gradient 2; 4 with wgrad_bf16) and 4 per weight of a token's experts (top_k and the shared
-// one: their weight gradients stay in the model's type). 0 when
+// gradient 2; 4 with wgrad_bf16) and, with fp8.experts, 4 per weight of a token's experts
+// (top_k and the shared one: their weight gradients stay in the model's type). 0 when
 // fp8 is off. MFU stays stated against the bf16 peak, as TorchTitan and Megatron report it; this
 // share says how much of that work ran at the FP8 rate.
 double fp8_flops_share(const GptConfig& cfg, const Fp8Recipe& recipe, int seq_len);

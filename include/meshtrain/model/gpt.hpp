@@ -262,7 +262,8 @@ class GptT {
   // full rows; backward: dx (local rows) = d(ln2) from dfull (full rows of d(out)).
   void moe_mlp_forward(int l, BlockActivations<T>& a, View1<const T> res2, View1<T> out);
   void moe_mlp_backward(int l, BlockActivations<T>& a, View1<const T> dfull, View1<T> dx);
-  // Block l's experts (and shared expert) in FP8 where the block is (moe/grouped_gemm.hpp).
+  // Block l's experts (and shared expert) in FP8 where fp8.experts and the block is FP8
+  // (moe/grouped_gemm.hpp).
   moe::ExpertFp8 expert_fp8(int l);
   void block_backward(int l, View1<const T> x, BlockActivations<T>& a, View1<T> dres);
   // The Llama block (llama_block.cpp): nn.Linear [out, in] weights, RMSNorm, rotary, GQA, SwiGLU.

@@ -39,6 +39,7 @@ struct Layout {
   bool fp8_rowwise = false;         // fp8.recipe = rowwise (else tensorwise)
   bool fp8_wgrad_bf16 = false;      // fp8.wgrad_bf16
   int fp8_first_last_bf16 = 0;      // fp8.first_last_bf16
+  bool fp8_experts = false;         // fp8.experts
   std::size_t bucket_bytes = 25u << 20;  // dp.bucket_mb
   int head_chunk_tokens = 0;         // train.head_chunk_tokens (0: auto; not searched)
   bool ckpt_async = false;           // ckpt.async: host staging buffers of the checkpoint

@@ -30,6 +30,7 @@ struct SearchOptions {
   bool fp8_rowwise = false;
   bool fp8_wgrad_bf16 = false;
   int fp8_first_last_bf16 = 0;
+  bool fp8_experts = false;
   std::size_t bucket_bytes = 25u << 20;
   // Layouts needing more micro-batches per step are counted, not evaluated: replaying the
   // schedule and the buffer pools costs time in proportion to the micro-batch count, and a
