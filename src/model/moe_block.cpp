@@ -21,7 +21,8 @@
 // with the fp32 weights (moe::weight_t), and adds the router's fp32 input and weight gradients
 // into its 16-bit ones (one rounding each). The expert path (dispatch, all-to-alls, grouped
 // GEMMs, activations, combine, shared expert) runs on 16-bit rows with fp32 accumulation, like
-// the dense MLP.
+// the dense MLP; with fp8.experts in an FP8 block the experts' and shared expert's forward and
+// input-gradient GEMMs are FP8 (GptT::expert_fp8, moe/grouped_gemm.hpp's ExpertFp8).
 #include <type_traits>
 
 #include "meshtrain/core/scratch_pool.hpp"
