@@ -350,7 +350,11 @@ EOF
 # the dense fp8 layouts' 5e-3.
 case_moe_ref_fp8() { train_run moe_ref_fp8 1 moe fp8 --fp8.experts true --train.micro_batch 4 --train.grad_accum 2 && result PASS reference fp8 10 0; }
 add moe_ref_fp8 1
-case_moe_ep2_fp8() { wait_for $out/moe_ref_fp8.jsonl; train_run moe_ep2_fp8 2 moe fp8 --fp8.experts true --mesh.ep 2 --train.micro_batch 4; compare $out/moe_ref_fp8.jsonl $out/moe_ep2_fp8.jsonl 5e-3 ep2 fp8; }
+case_moe_ep2_fp8() {
+  wait_for "$out/moe_ref_fp8.jsonl"
+  train_run moe_ep2_fp8 2 moe fp8 --fp8.experts true --mesh.ep 2 --train.micro_batch 4
+  compare "$out/moe_ref_fp8.jsonl" "$out/moe_ep2_fp8.jsonl" 5e-3 ep2 fp8
+}
 add moe_ep2_fp8 2
 
 # ---- a checkpoint written at 4 ranks, restored at 2, continuing as the uninterrupted run ----
